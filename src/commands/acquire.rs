@@ -1,0 +1,67 @@
+//! `LOCK.ACQUIRE key owner ttl-ms [BLOCK timeout-ms]` -> token | nil
+
+use redis_module::{Context, RedisResult, RedisString, RedisValue};
+
+use crate::error;
+use crate::lock::{self, Acquire, Hold};
+use crate::parse;
+use crate::redis::blocking;
+use crate::redis::key::{self, LockKey};
+use crate::state;
+
+pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    let raw = super::bytes(&args);
+    let cmd = parse::acquire(&raw, state::max_owner_bytes())?;
+    let now = key::now();
+    let deadline = lock::deadline_after(now, cmd.ttl).ok_or_else(error::ttl_too_large)?;
+    let name = &args[1];
+    let mut lock_key = LockKey::open(ctx, name);
+    let queued = blocking::has_waiters(key::selected_db(ctx.ctx), name.as_slice());
+    let mut decision = lock::decide_acquire(lock_key.hold()?, cmd.owner, now, queued);
+    if decision == Acquire::ServeQueue {
+        // The lock is free but others queued first: hand it to them, never to this caller.
+        decision = match blocking::serve(ctx.ctx, &mut lock_key, name.as_slice(), now)? {
+            Some(_) => Acquire::Busy,
+            None => Acquire::Grant,
+        };
+    }
+    match decision {
+        Acquire::Retry { token } => {
+            let hold = Hold {
+                owner: cmd.owner.to_vec(),
+                token,
+                deadline,
+            };
+            lock_key.set_deadline(deadline)?;
+            lock_key.replicate_hold(&hold);
+            blocking::deadline_changed(ctx.ctx, name.as_slice(), deadline);
+            Ok(RedisValue::Integer(token as i64))
+        }
+        Acquire::Grant => {
+            let hold = Hold {
+                owner: cmd.owner.to_vec(),
+                token: state::next_token(now),
+                deadline,
+            };
+            lock_key.put(hold.clone())?;
+            lock_key.replicate_hold(&hold);
+            Ok(RedisValue::Integer(hold.token as i64))
+        }
+        Acquire::Busy | Acquire::ServeQueue => match cmd.block {
+            Some(timeout) if blocking::may_block(ctx) => {
+                let holder_deadline = lock_key.hold()?.map_or(now, |h| h.deadline);
+                drop(lock_key);
+                blocking::block(
+                    ctx,
+                    name.as_slice(),
+                    cmd.owner,
+                    cmd.ttl,
+                    timeout,
+                    holder_deadline,
+                )?;
+                Ok(RedisValue::NoReply)
+            }
+            _ => Ok(RedisValue::Null),
+        },
+    }
+}

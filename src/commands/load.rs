@@ -1,0 +1,39 @@
+//! `LOCK.LOAD key owner token deadline-ms` -> OK
+//!
+//! The deterministic effect of a grant, retry, extend or handoff, as the primary replicates it
+//! and as a rewritten AOF stores it: absolute deadline, explicit token. Ordinary clients may
+//! not call it (it would let anyone forge a hold); the replication link and AOF loading may.
+
+use redis_module::{raw, Context, RedisResult, RedisString, RedisValue};
+
+use crate::error;
+use crate::lock::Hold;
+use crate::parse;
+use crate::redis::key::{self, LockKey};
+use crate::state;
+
+pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    let trusted = raw::REDISMODULE_CTX_FLAGS_REPLICATED | raw::REDISMODULE_CTX_FLAGS_LOADING;
+    if key::context_flags(ctx.ctx) & trusted == 0 {
+        return Err(error::internal_only().into());
+    }
+    let raw = super::bytes(&args);
+    let cmd = parse::load(&raw)?;
+    state::observe_token(cmd.token);
+    let mut lock_key = LockKey::open(ctx, &args[1]);
+    let existing = lock_key.hold()?.is_some();
+    if cmd.deadline <= key::now() {
+        // Already expired here (replication lag, or an old AOF): the hold is over, but its
+        // token was issued, which observe_token remembered.
+        if existing {
+            lock_key.delete();
+        }
+    } else {
+        lock_key.put(Hold {
+            owner: cmd.owner.to_vec(),
+            token: cmd.token,
+            deadline: cmd.deadline,
+        })?;
+    }
+    Ok(RedisValue::SimpleStringStatic("OK"))
+}

@@ -1,0 +1,27 @@
+//! One file per command: parse into a typed struct, then apply to the lock key.
+//! No `unsafe` here; the keyspace is reached through `crate::redis::key::LockKey`.
+
+pub mod acquire;
+pub mod extend;
+pub mod fence;
+pub mod load;
+pub mod release;
+
+use redis_module::{RedisError, RedisString};
+
+use crate::error::Error;
+
+impl From<Error> for RedisError {
+    fn from(e: Error) -> Self {
+        match e {
+            Error::WrongArity => RedisError::WrongArity,
+            Error::WrongType => RedisError::WrongType,
+            Error::Reply(msg) => RedisError::String(msg),
+        }
+    }
+}
+
+/// The arguments as byte slices, for the parsers.
+fn bytes(args: &[RedisString]) -> Vec<&[u8]> {
+    args.iter().map(RedisString::as_slice).collect()
+}

@@ -1,0 +1,93 @@
+//! One error type for every reply the module refuses with. Each message starts with its Redis
+//! error code, so clients see `ERR` or `WRONGTYPE` and never a made-up code.
+
+use std::fmt;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Error {
+    /// The server's own arity message (`ERR wrong number of arguments for '...' command`).
+    WrongArity,
+    /// The key holds a value of another type.
+    WrongType,
+    /// Any other refusal; the text already starts with its code.
+    Reply(String),
+}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::WrongArity => f.write_str("ERR wrong number of arguments"),
+            Error::WrongType => {
+                f.write_str("WRONGTYPE Operation against a key holding the wrong kind of value")
+            }
+            Error::Reply(s) => f.write_str(s),
+        }
+    }
+}
+
+fn err(msg: impl Into<String>) -> Error {
+    Error::Reply(format!("ERR {}", msg.into()))
+}
+
+pub fn ttl_not_positive() -> Error {
+    err("ttl-ms must be a positive integer")
+}
+
+pub fn ttl_too_large() -> Error {
+    err("ttl-ms is too large")
+}
+
+pub fn owner_empty() -> Error {
+    err("owner must not be empty")
+}
+
+pub fn owner_too_long(max: usize) -> Error {
+    err(format!("owner is longer than lock.max-owner-bytes ({max})"))
+}
+
+pub fn unexpected_argument(arg: &[u8]) -> Error {
+    err(format!(
+        "syntax error: unexpected argument '{}'",
+        String::from_utf8_lossy(arg)
+    ))
+}
+
+pub fn option_repeated(name: &str) -> Error {
+    err(format!("syntax error: {name} given more than once"))
+}
+
+pub fn option_needs_value(name: &str, what: &str) -> Error {
+    err(format!("syntax error: {name} needs {what}"))
+}
+
+pub fn timeout_invalid() -> Error {
+    err("BLOCK timeout-ms must be a non-negative integer")
+}
+
+pub fn timeout_too_large() -> Error {
+    err("BLOCK timeout-ms is too large")
+}
+
+pub fn token_invalid() -> Error {
+    err("token must be a positive integer")
+}
+
+pub fn deadline_invalid() -> Error {
+    err("deadline-ms must be a non-negative integer")
+}
+
+pub fn too_many_waiters(max: usize) -> Error {
+    err(format!(
+        "too many waiters on this key (lock.max-waiters is {max})"
+    ))
+}
+
+pub fn internal_only() -> Error {
+    err("LOCK.LOAD is internal: only the replication link and AOF loading may call it")
+}
+
+pub fn internal(what: &str) -> Error {
+    err(format!("internal error in redis-lock: {what} (see the server log)"))
+}

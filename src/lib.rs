@@ -1,0 +1,93 @@
+//! redis-lock: distributed locks as native Redis commands.
+//!
+//! `LOCK.ACQUIRE`, `LOCK.RELEASE`, `LOCK.EXTEND` and `LOCK.FENCE` check ownership and the
+//! deadline inside the server, mint monotonic fencing tokens, and queue blocked acquirers per
+//! key so the lock is handed to the next one the moment it is free.
+//!
+//! # Layout
+//! - `lock`: the state machine (holds, deadlines, tokens, waiter queues). Pure Rust; every
+//!   function takes `now`, so unit tests choose the clock.
+//! - `parse`: arguments to typed structs; nothing changes before parsing succeeds.
+//! - `error`: the one error type; every message starts with its Redis error code.
+//! - `commands`: one file per command, parse then apply. No `unsafe`.
+//! - `redis`: the FFI boundary (keys, data type, blocking, panic guard). All `unsafe` is here.
+//! - `state`: module-wide token mint and configuration values.
+//!
+//! This file only registers things with the server.
+
+pub mod commands;
+pub mod error;
+pub mod lock;
+pub mod parse;
+pub mod redis;
+pub mod state;
+
+#[cfg(not(test))]
+mod module {
+    use redis_module::configuration::ConfigurationFlags;
+    use redis_module::{raw, redis_module, Context, RedisResult, RedisString, Status};
+
+    use crate::commands::{acquire, extend, fence, load, release};
+    use crate::redis::{blocking, datatype::LOCK_TYPE, guard};
+    use crate::state::{
+        DEFAULT_MAX_OWNER_BYTES, DEFAULT_MAX_WAITERS, MAX_OWNER_BYTES, MAX_WAITERS,
+    };
+
+    fn init(ctx: &Context, _args: &[RedisString]) -> Status {
+        // SAFETY: called once from RedisModule_OnLoad with the load context.
+        unsafe {
+            raw::RedisModule_SetModuleOptions.unwrap()(
+                ctx.ctx,
+                raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS as i32,
+            )
+        };
+        if !blocking::subscribe(ctx) {
+            ctx.log_warning("redis-lock: could not subscribe to keyspace and server events");
+            return Status::Err;
+        }
+        Status::Ok
+    }
+
+    fn lock_acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+        guard::command(ctx, args, acquire::run)
+    }
+    fn lock_release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+        guard::command(ctx, args, release::run)
+    }
+    fn lock_extend(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+        guard::command(ctx, args, extend::run)
+    }
+    fn lock_fence(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+        guard::command(ctx, args, fence::run)
+    }
+    fn lock_load(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+        guard::command(ctx, args, load::run)
+    }
+
+    // ACL categories are left empty: mandatory categories need Redis 7.2
+    // (RedisModule_SetCommandACLCategories) and the module must load on 7.0.
+    redis_module! {
+        name: "lock",
+        version: 1,
+        allocator: (redis_module::alloc::RedisAlloc, redis_module::alloc::RedisAlloc),
+        data_types: [LOCK_TYPE],
+        init: init,
+        commands: [
+            ["lock.acquire", lock_acquire, "write deny-oom fast", 1, 1, 1, ""],
+            ["lock.release", lock_release, "write fast", 1, 1, 1, ""],
+            ["lock.extend", lock_extend, "write fast", 1, 1, 1, ""],
+            ["lock.fence", lock_fence, "readonly fast", 1, 1, 1, ""],
+            ["lock.load", lock_load, "write", 1, 1, 1, ""],
+        ],
+        configurations: [
+            i64: [
+                ["max-owner-bytes", &MAX_OWNER_BYTES, DEFAULT_MAX_OWNER_BYTES, 1, 1 << 20, ConfigurationFlags::DEFAULT, None],
+                ["max-waiters", &MAX_WAITERS, DEFAULT_MAX_WAITERS, 0, 10_000_000, ConfigurationFlags::DEFAULT, None],
+            ],
+            string: [],
+            bool: [],
+            enum: [],
+            module_args_as_configuration: true,
+        ]
+    }
+}

@@ -1,0 +1,315 @@
+//! The lock state machine: plain Rust, no Redis types, no `unsafe`.
+//!
+//! Every decision takes `now` (milliseconds since the Unix epoch) as an argument so that the
+//! unit tests choose the clock. The Redis side (`crate::redis`) stores a [`Hold`] as the value of
+//! the lock key and a [`WaitQueue`] per key in module memory; it asks this module what to do and
+//! then does it.
+
+use std::collections::VecDeque;
+
+/// Milliseconds since the Unix epoch, as Redis keeps its own expiries.
+pub type Millis = i64;
+
+/// The largest deadline we accept. Redis adds the current time to relative expiries itself, so
+/// leave room above it rather than letting a huge ttl wrap around into the past.
+pub const MAX_DEADLINE: Millis = i64::MAX / 2;
+
+/// A granted lock: who holds it, with which fencing token, until when.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Hold {
+    /// The owner string the client chose (binary-safe; non-empty).
+    pub owner: Vec<u8>,
+    /// The fencing token minted when this hold was granted; retries keep it.
+    pub token: u64,
+    /// Absolute deadline; the hold is free from this millisecond on.
+    pub deadline: Millis,
+}
+
+impl Hold {
+    /// A hold is live strictly before its deadline: at the deadline it is already free, so a
+    /// waiter woken by a timer at exactly that millisecond gets the lock.
+    pub fn is_live(&self, now: Millis) -> bool {
+        now < self.deadline
+    }
+}
+
+/// The live hold, if any: an expired hold the server has not deleted yet counts as free.
+pub fn live(hold: Option<&Hold>, now: Millis) -> Option<&Hold> {
+    hold.filter(|h| h.is_live(now))
+}
+
+/// `now + ttl`, or `None` when that deadline would overflow (the caller reports `ttl-ms is too
+/// large`).
+pub fn deadline_after(now: Millis, ttl: Millis) -> Option<Millis> {
+    now.checked_add(ttl).filter(|d| *d <= MAX_DEADLINE)
+}
+
+/// Token floor: the wall clock in milliseconds shifted left by this many bits.
+///
+/// Why: a node that lost every bit of state (restart with no persistence, or a replica promoted
+/// before it saw the newest grants) must still mint tokens larger than any it or its old primary
+/// ever issued. Tokens are `max(high_water + 1, now_ms << CLOCK_SHIFT)`; with 2^20 tokens of
+/// room per millisecond, the counter can only outrun the clock by minting over a million
+/// tokens in one millisecond, which a single Redis thread cannot do. So every token issued at
+/// time `t` is below `(t + 1) << CLOCK_SHIFT`, and a node whose clock reads later than `t + 1`
+/// starts above it. The one assumption: clocks do not step back (across restart, or between a
+/// primary and the replica that replaces it) by more than the time between the last grant and
+/// the first grant after the restart or failover. 2^63 >> 20 milliseconds lasts past year 2200.
+pub const CLOCK_SHIFT: u32 = 20;
+
+/// Mints fencing tokens: one counter for the whole server, so every key's tokens increase.
+#[derive(Debug, Default, Clone)]
+pub struct TokenMint {
+    high_water: u64,
+}
+
+impl TokenMint {
+    pub const fn new() -> Self {
+        TokenMint { high_water: 0 }
+    }
+
+    /// The lowest token the clock allows at `now`.
+    pub fn floor(now: Millis) -> u64 {
+        (now.max(0) as u64) << CLOCK_SHIFT
+    }
+
+    /// A new token, larger than every token minted or observed before and than the clock floor.
+    pub fn next(&mut self, now: Millis) -> u64 {
+        let token = self.high_water.saturating_add(1).max(Self::floor(now));
+        self.high_water = token;
+        token
+    }
+
+    /// Remember a token issued elsewhere (loaded from RDB/AOF or replicated) so ours stay larger.
+    pub fn observe(&mut self, token: u64) {
+        self.high_water = self.high_water.max(token);
+    }
+
+    pub fn high_water(&self) -> u64 {
+        self.high_water
+    }
+}
+
+/// What `LOCK.ACQUIRE` should do, decided from the current value of the key.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Acquire {
+    /// The caller already holds it: keep the token, move the deadline.
+    Retry { token: u64 },
+    /// Free and nobody queued: grant a new token to the caller.
+    Grant,
+    /// Free, but waiters are queued: they go first (no barging), then the caller is refused or
+    /// queued behind them.
+    ServeQueue,
+    /// Held by another owner.
+    Busy,
+}
+
+pub fn decide_acquire(current: Option<&Hold>, owner: &[u8], now: Millis, queued: bool) -> Acquire {
+    match live(current, now) {
+        Some(h) if h.owner == owner => Acquire::Retry { token: h.token },
+        Some(_) => Acquire::Busy,
+        None if queued => Acquire::ServeQueue,
+        None => Acquire::Grant,
+    }
+}
+
+/// True when `owner` holds a live lock: the condition for `LOCK.RELEASE` and `LOCK.EXTEND`.
+pub fn held_by(current: Option<&Hold>, owner: &[u8], now: Millis) -> bool {
+    live(current, now).is_some_and(|h| h.owner == owner)
+}
+
+/// `LOCK.FENCE key token`: is `token` the token of the live hold?
+pub fn fence_matches(current: Option<&Hold>, token: u64, now: Millis) -> bool {
+    live(current, now).is_some_and(|h| h.token == token)
+}
+
+/// A per-key FIFO queue of waiters. `W` is whatever the Redis side needs to reach the blocked
+/// client; the queue only keeps order, a cap, and removal of waiters that went away.
+#[derive(Debug)]
+pub struct WaitQueue<W> {
+    waiters: VecDeque<W>,
+}
+
+/// Returned by [`WaitQueue::push`] when the queue is at its cap; nothing was queued.
+#[derive(Debug, PartialEq, Eq)]
+pub struct QueueFull;
+
+impl<W> Default for WaitQueue<W> {
+    fn default() -> Self {
+        WaitQueue {
+            waiters: VecDeque::new(),
+        }
+    }
+}
+
+impl<W> WaitQueue<W> {
+    pub fn len(&self) -> usize {
+        self.waiters.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.waiters.is_empty()
+    }
+
+    /// Queue at the back, unless `cap` waiters are already queued.
+    pub fn push(&mut self, waiter: W, cap: usize) -> Result<(), QueueFull> {
+        if self.waiters.len() >= cap {
+            return Err(QueueFull);
+        }
+        self.waiters.push_back(waiter);
+        Ok(())
+    }
+
+    /// The longest-waiting waiter, removed from the queue.
+    pub fn pop_front(&mut self) -> Option<W> {
+        self.waiters.pop_front()
+    }
+
+    /// Remove the first waiter matching `is`; O(n), and n is capped by `lock.max-waiters`.
+    pub fn remove(&mut self, is: impl Fn(&W) -> bool) -> Option<W> {
+        let at = self.waiters.iter().position(is)?;
+        self.waiters.remove(at)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &W> {
+        self.waiters.iter()
+    }
+
+    pub fn drain(&mut self) -> impl Iterator<Item = W> + '_ {
+        self.waiters.drain(..)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T0: Millis = 1_700_000_000_000;
+
+    fn hold(owner: &str, token: u64, deadline: Millis) -> Hold {
+        Hold {
+            owner: owner.as_bytes().to_vec(),
+            token,
+            deadline,
+        }
+    }
+
+    #[test]
+    fn free_lock_is_granted() {
+        assert_eq!(decide_acquire(None, b"a", T0, false), Acquire::Grant);
+    }
+
+    #[test]
+    fn same_owner_retry_keeps_token() {
+        let h = hold("a", 7, T0 + 100);
+        assert_eq!(
+            decide_acquire(Some(&h), b"a", T0 + 50, false),
+            Acquire::Retry { token: 7 }
+        );
+        // Even with waiters queued, the holder's retry is not barging.
+        assert_eq!(
+            decide_acquire(Some(&h), b"a", T0 + 50, true),
+            Acquire::Retry { token: 7 }
+        );
+    }
+
+    #[test]
+    fn other_owner_is_refused_while_live() {
+        let h = hold("a", 7, T0 + 100);
+        assert_eq!(decide_acquire(Some(&h), b"b", T0 + 99, false), Acquire::Busy);
+    }
+
+    #[test]
+    fn hold_expires_at_the_exact_deadline() {
+        let h = hold("a", 7, T0 + 100);
+        assert!(h.is_live(T0 + 99));
+        assert!(!h.is_live(T0 + 100));
+        assert_eq!(decide_acquire(Some(&h), b"b", T0 + 100, false), Acquire::Grant);
+        // The old owner's retry after expiry is a fresh grant, not a retry of the old token.
+        assert_eq!(decide_acquire(Some(&h), b"a", T0 + 100, false), Acquire::Grant);
+        assert!(!held_by(Some(&h), b"a", T0 + 100));
+        assert!(held_by(Some(&h), b"a", T0 + 99));
+        assert!(!fence_matches(Some(&h), 7, T0 + 100));
+        assert!(fence_matches(Some(&h), 7, T0 + 99));
+    }
+
+    #[test]
+    fn queued_waiters_go_before_a_free_acquire() {
+        assert_eq!(decide_acquire(None, b"b", T0, true), Acquire::ServeQueue);
+        let expired = hold("a", 7, T0);
+        assert_eq!(
+            decide_acquire(Some(&expired), b"b", T0, true),
+            Acquire::ServeQueue
+        );
+    }
+
+    #[test]
+    fn release_and_fence_check_owner_and_token() {
+        let h = hold("a", 7, T0 + 100);
+        assert!(!held_by(Some(&h), b"b", T0));
+        assert!(!held_by(None, b"a", T0));
+        assert!(!fence_matches(Some(&h), 8, T0));
+        assert!(!fence_matches(None, 7, T0));
+    }
+
+    #[test]
+    fn tokens_increase_and_follow_the_clock() {
+        let mut mint = TokenMint::new();
+        let a = mint.next(T0);
+        let b = mint.next(T0);
+        let c = mint.next(T0 + 1);
+        assert_eq!(a, TokenMint::floor(T0));
+        assert_eq!(b, a + 1);
+        assert_eq!(c, TokenMint::floor(T0 + 1));
+        assert!(a < b && b < c);
+    }
+
+    #[test]
+    fn tokens_never_go_back_when_the_clock_does() {
+        let mut mint = TokenMint::new();
+        let a = mint.next(T0 + 1000);
+        let b = mint.next(T0);
+        assert_eq!(b, a + 1);
+    }
+
+    #[test]
+    fn observed_tokens_raise_the_high_water_mark() {
+        let mut mint = TokenMint::new();
+        let far = TokenMint::floor(T0 + 10_000) + 5;
+        mint.observe(far);
+        mint.observe(3); // lower observations never lower it
+        assert_eq!(mint.next(T0), far + 1);
+    }
+
+    #[test]
+    fn a_fresh_mint_outranks_tokens_from_before_a_restart() {
+        // A server that issued tokens at T0 restarts with nothing persisted a moment later.
+        let mut before = TokenMint::new();
+        let last = (0..1000).map(|_| before.next(T0)).last().unwrap();
+        let mut after = TokenMint::new();
+        assert!(after.next(T0 + 2) > last);
+    }
+
+    #[test]
+    fn deadline_overflow_is_refused() {
+        assert_eq!(deadline_after(T0, 10), Some(T0 + 10));
+        assert_eq!(deadline_after(T0, i64::MAX), None);
+        assert_eq!(deadline_after(T0, MAX_DEADLINE), None);
+        assert_eq!(deadline_after(T0, MAX_DEADLINE - T0), Some(MAX_DEADLINE));
+    }
+
+    #[test]
+    fn queue_is_fifo_with_a_cap_and_removal() {
+        let mut q = WaitQueue::default();
+        for w in 1..=5 {
+            q.push(w, 5).unwrap();
+        }
+        assert_eq!(q.push(6, 5), Err(QueueFull));
+        assert_eq!(q.len(), 5);
+        assert_eq!(q.remove(|w| *w == 3), Some(3));
+        assert_eq!(q.remove(|w| *w == 3), None);
+        let order: Vec<_> = std::iter::from_fn(|| q.pop_front()).collect();
+        assert_eq!(order, vec![1, 2, 4, 5]);
+        assert!(q.is_empty());
+    }
+}

@@ -1,0 +1,573 @@
+//! Blocking acquire: a FIFO queue of blocked clients per key, and the handoff of the lock to the
+//! head of the queue inside the server.
+//!
+//! Why a module-run queue on the raw blocking API, and not `BlockClientOnKeys`: on Redis 7.0 the
+//! latter does not wake waiters when the key is deleted or expires, and it wakes every waiter to
+//! race for the key; here exactly one waiter is granted, in arrival order, with no round trip.
+//!
+//! Lifecycle of a waiter (`bc` is its `RedisModuleBlockedClient`):
+//! - queued by [`block`], with a timeout and a disconnect callback;
+//! - then exactly one of: granted by [`serve`] (removed from the queue, `UnblockClient` with the
+//!   token), timed out (timeout callback: removed, nil reply), or gone (disconnect callback, also
+//!   for `CLIENT KILL`, `CLIENT UNBLOCK ... ERROR` and demotion to replica: removed).
+//!   Each path removes the waiter from the queue first, so `UnblockClient` runs once per waiter.
+//! - A grant whose client vanished before the reply was written is revoked (see `free_outcome`),
+//!   so a waiter that disconnects is never left holding a lock it never heard of.
+//!
+//! Work that keyspace notifications trigger (a lock key deleted, renamed, flushed...) is never
+//! done inside the notification: it is queued and run from a zero-delay timer.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::os::raw::{c_char, c_int, c_void};
+
+use redis_module::{logging, raw, Context, RedisString};
+
+use crate::error::{self, Result};
+use crate::lock::{self, Hold, Millis, WaitQueue};
+use crate::redis::guard;
+use crate::redis::key::{self, LockKey};
+use crate::state;
+
+/// A lock key: database number and key name.
+type QueueKey = (i32, Vec<u8>);
+
+struct Waiter {
+    bc: *mut raw::RedisModuleBlockedClient,
+    owner: Vec<u8>,
+    ttl: Millis,
+}
+
+#[derive(Default)]
+struct Queue {
+    waiters: WaitQueue<Waiter>,
+    /// The timer armed at the current holder's deadline: (timer id, fires at).
+    timer: Option<(raw::RedisModuleTimerID, Millis)>,
+}
+
+/// What a waiter is told when it is unblocked by us (its blocked-client private data).
+enum Outcome {
+    Granted {
+        token: u64,
+        db: i32,
+        key: Vec<u8>,
+        /// Set by the reply callback; a grant never delivered is revoked when freed.
+        delivered: bool,
+    },
+    Failed(&'static str),
+}
+
+/// Deferred work, run from a zero-delay timer.
+enum Work {
+    /// Re-examine a key with waiters: grant if free, re-arm the deadline timer if held.
+    Settle(QueueKey),
+    /// A grant that was never delivered: free the lock again if that hold is still there.
+    Revoke(QueueKey, u64),
+}
+
+thread_local! {
+    static QUEUES: RefCell<HashMap<QueueKey, Queue>> = RefCell::new(HashMap::new());
+    /// Which queue each blocked client is in (keyed by its handle's address).
+    static CLIENTS: RefCell<HashMap<usize, QueueKey>> = RefCell::new(HashMap::new());
+    /// Number of keys with a queue: lets keyspace notifications return at once when zero.
+    static QUEUED_KEYS: Cell<usize> = const { Cell::new(0) };
+    static PENDING: RefCell<Vec<Work>> = const { RefCell::new(Vec::new()) };
+    static PENDING_ARMED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// True when `key` has queued waiters.
+pub fn has_waiters(db: i32, key: &[u8]) -> bool {
+    QUEUED_KEYS.with(Cell::get) > 0
+        && QUEUES.with(|q| q.borrow().contains_key(&(db, key.to_vec())))
+}
+
+/// Queue length of `key` (0 without a queue).
+pub fn waiters(db: i32, key: &[u8]) -> usize {
+    QUEUES.with(|q| {
+        q.borrow()
+            .get(&(db, key.to_vec()))
+            .map_or(0, |q| q.waiters.len())
+    })
+}
+
+/// True when the command runs where it must not block: `MULTI`, Lua, functions.
+pub fn may_block(ctx: &Context) -> bool {
+    let flags = key::context_flags(ctx.ctx);
+    flags
+        & (raw::REDISMODULE_CTX_FLAGS_DENY_BLOCKING
+            | raw::REDISMODULE_CTX_FLAGS_MULTI
+            | raw::REDISMODULE_CTX_FLAGS_LUA)
+        == 0
+}
+
+/// Block the calling client in `key`'s queue until it is granted the lock, times out
+/// (`timeout` ms; 0 waits forever) or goes away. `deadline` is the current holder's.
+pub fn block(
+    ctx: &Context,
+    key: &[u8],
+    owner: &[u8],
+    ttl: Millis,
+    timeout: Millis,
+    deadline: Millis,
+) -> Result<()> {
+    let db = key::selected_db(ctx.ctx);
+    let qk: QueueKey = (db, key.to_vec());
+    let cap = state::max_waiters();
+    if waiters(db, key) >= cap {
+        return Err(error::too_many_waiters(cap));
+    }
+    // SAFETY: ctx is the calling client's context; the callbacks match the signatures Redis
+    // expects and never unwind (each runs under guard::callback).
+    let bc = unsafe {
+        raw::RedisModule_BlockClient.unwrap()(
+            ctx.ctx,
+            Some(reply_callback),
+            Some(timeout_callback),
+            Some(free_outcome),
+            timeout,
+        )
+    };
+    if bc.is_null() {
+        return Err(error::internal("could not block the client"));
+    }
+    // SAFETY: bc was just returned by BlockClient and is live until we unblock it.
+    unsafe { raw::RedisModule_SetDisconnectCallback.unwrap()(bc, Some(disconnect_callback)) };
+    let waiter = Waiter {
+        bc,
+        owner: owner.to_vec(),
+        ttl,
+    };
+    let pushed = QUEUES.with(|q| {
+        let mut queues = q.borrow_mut();
+        let queue = queues.entry(qk.clone()).or_insert_with(|| {
+            QUEUED_KEYS.with(|n| n.set(n.get() + 1));
+            Queue::default()
+        });
+        queue.waiters.push(waiter, cap).is_ok()
+    });
+    if !pushed {
+        // Checked above and nothing runs in between; keep the invariant anyway.
+        unblock(bc, Outcome::Failed("ERR too many waiters on this key"));
+        return Ok(());
+    }
+    CLIENTS.with(|c| c.borrow_mut().insert(bc as usize, qk.clone()));
+    arm_deadline_timer(ctx.ctx, &qk, deadline);
+    Ok(())
+}
+
+/// Grant the lock in `lock_key` (which must be free) to the first waiter of `key`.
+/// Returns the granted hold, or `None` when nobody is queued.
+pub fn serve(
+    ctx: *mut raw::RedisModuleCtx,
+    lock_key: &mut LockKey,
+    key: &[u8],
+    now: Millis,
+) -> Result<Option<Hold>> {
+    if QUEUED_KEYS.with(Cell::get) == 0 {
+        return Ok(None);
+    }
+    let qk: QueueKey = (key::selected_db(ctx), key.to_vec());
+    let Some(waiter) = pop_front(ctx, &qk) else {
+        return Ok(None);
+    };
+    // The ttl was checked against the clock when the waiter queued; a long wait cannot push it
+    // past the cap by more than the wait itself, so clamp instead of failing the grant.
+    let deadline = lock::deadline_after(now, waiter.ttl).unwrap_or(lock::MAX_DEADLINE);
+    let hold = Hold {
+        owner: waiter.owner,
+        token: state::next_token(now),
+        deadline,
+    };
+    if let Err(e) = lock_key.put(hold.clone()) {
+        unblock(waiter.bc, Outcome::Failed("ERR could not grant the lock"));
+        return Err(e);
+    }
+    lock_key.replicate_hold(&hold);
+    unblock(
+        waiter.bc,
+        Outcome::Granted {
+            token: hold.token,
+            db: qk.0,
+            key: qk.1.clone(),
+            delivered: false,
+        },
+    );
+    arm_deadline_timer(ctx, &qk, deadline);
+    Ok(Some(hold))
+}
+
+/// After a holder's deadline moved (retry or extend), make sure the timer fires by then.
+pub fn deadline_changed(ctx: *mut raw::RedisModuleCtx, key: &[u8], deadline: Millis) {
+    let qk: QueueKey = (key::selected_db(ctx), key.to_vec());
+    if QUEUED_KEYS.with(Cell::get) > 0 {
+        arm_deadline_timer(ctx, &qk, deadline);
+    }
+}
+
+fn pop_front(ctx: *mut raw::RedisModuleCtx, qk: &QueueKey) -> Option<Waiter> {
+    let waiter = QUEUES.with(|q| q.borrow_mut().get_mut(qk)?.waiters.pop_front())?;
+    CLIENTS.with(|c| c.borrow_mut().remove(&(waiter.bc as usize)));
+    drop_queue_if_empty(ctx, qk);
+    Some(waiter)
+}
+
+/// Take a blocked client out of whichever queue holds it; false if it is in none (already
+/// granted or failed).
+fn remove_waiter(ctx: *mut raw::RedisModuleCtx, bc: *mut raw::RedisModuleBlockedClient) -> bool {
+    let Some(qk) = CLIENTS.with(|c| c.borrow_mut().remove(&(bc as usize))) else {
+        return false;
+    };
+    QUEUES.with(|q| {
+        if let Some(queue) = q.borrow_mut().get_mut(&qk) {
+            queue.waiters.remove(|w| w.bc == bc);
+        }
+    });
+    drop_queue_if_empty(ctx, &qk);
+    true
+}
+
+fn drop_queue_if_empty(ctx: *mut raw::RedisModuleCtx, qk: &QueueKey) {
+    let timer = QUEUES.with(|q| {
+        let mut queues = q.borrow_mut();
+        if queues.get(qk).is_some_and(|queue| queue.waiters.is_empty()) {
+            QUEUED_KEYS.with(|n| n.set(n.get() - 1));
+            queues.remove(qk).and_then(|queue| queue.timer)
+        } else {
+            None
+        }
+    });
+    if let Some((id, _)) = timer {
+        stop_timer(ctx, id);
+    }
+}
+
+/// Fail every waiter of `qk` with `reply` (the key stopped being a lock, or this server can no
+/// longer grant).
+fn fail_all(ctx: *mut raw::RedisModuleCtx, qk: &QueueKey, reply: &'static str) {
+    while let Some(waiter) = pop_front(ctx, qk) {
+        unblock(waiter.bc, Outcome::Failed(reply));
+    }
+}
+
+fn unblock(bc: *mut raw::RedisModuleBlockedClient, outcome: Outcome) {
+    let data = Box::into_raw(Box::new(outcome));
+    // SAFETY: bc is a blocked client that has been removed from every queue, so this is the one
+    // UnblockClient call it gets; Redis passes `data` to reply_callback, then free_outcome.
+    unsafe { raw::RedisModule_UnblockClient.unwrap()(bc, data.cast()) };
+}
+
+/// Make sure the queue's timer fires at `deadline`: keep an identical one, replace any other.
+fn arm_deadline_timer(ctx: *mut raw::RedisModuleCtx, qk: &QueueKey, deadline: Millis) {
+    let old = QUEUES.with(|q| {
+        let mut queues = q.borrow_mut();
+        let queue = queues.get_mut(qk)?;
+        match queue.timer {
+            Some((_, at)) if at == deadline => None,
+            _ => Some(queue.timer.take()),
+        }
+    });
+    let Some(old) = old else { return };
+    if let Some((id, _)) = old {
+        stop_timer(ctx, id);
+    }
+    let delay = (deadline - key::now()).max(0);
+    let data = Box::into_raw(Box::new(qk.clone()));
+    // SAFETY: the callback matches RedisModuleTimerProc; `data` is reclaimed by the callback or
+    // by stop_timer, exactly once.
+    let id = unsafe {
+        raw::RedisModule_CreateTimer.unwrap()(ctx, delay, Some(deadline_timer), data.cast())
+    };
+    QUEUES.with(|q| {
+        if let Some(queue) = q.borrow_mut().get_mut(qk) {
+            queue.timer = Some((id, deadline));
+        }
+    });
+}
+
+fn stop_timer(ctx: *mut raw::RedisModuleCtx, id: raw::RedisModuleTimerID) {
+    let mut data: *mut c_void = std::ptr::null_mut();
+    // SAFETY: on success Redis hands back the data pointer we boxed in arm_deadline_timer.
+    let ok = unsafe { raw::RedisModule_StopTimer.unwrap()(ctx, id, &mut data) };
+    if ok == raw::REDISMODULE_OK as c_int && !data.is_null() {
+        // SAFETY: see above; the timer will not fire any more, so the box is ours again.
+        drop(unsafe { Box::from_raw(data.cast::<QueueKey>()) });
+    }
+}
+
+extern "C" fn deadline_timer(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
+    // SAFETY: data is the Box<QueueKey> created in arm_deadline_timer; a fired timer's data is
+    // ours to free.
+    let qk = *unsafe { Box::from_raw(data.cast::<QueueKey>()) };
+    guard::callback("deadline timer", (), || {
+        QUEUES.with(|q| {
+            if let Some(queue) = q.borrow_mut().get_mut(&qk) {
+                queue.timer = None;
+            }
+        });
+        settle(ctx, &qk);
+    })
+}
+
+/// Re-examine a key with waiters: hand the lock over if it is free, otherwise wait for the
+/// holder's deadline; fail the waiters if the key is no longer a lock.
+fn settle(ctx: *mut raw::RedisModuleCtx, qk: &QueueKey) {
+    if !has_waiters(qk.0, &qk.1) {
+        return;
+    }
+    if key::context_flags(ctx) & raw::REDISMODULE_CTX_FLAGS_SLAVE != 0 {
+        fail_all(ctx, qk, "UNBLOCKED this server became a replica while the client waited");
+        return;
+    }
+    if !key::select_db(ctx, qk.0) {
+        return;
+    }
+    let name = RedisString::create_from_slice(ctx, &qk.1);
+    let mut lock_key = LockKey::open_raw(ctx, name.inner, raw::KeyMode::READ | raw::KeyMode::WRITE);
+    let now = key::now();
+    let deadline = match lock_key.hold() {
+        Err(_) => {
+            drop(lock_key);
+            fail_all(
+                ctx,
+                qk,
+                "WRONGTYPE the lock key now holds another kind of value",
+            );
+            return;
+        }
+        Ok(hold) => lock::live(hold, now).map(|h| h.deadline),
+    };
+    match deadline {
+        Some(deadline) => arm_deadline_timer(ctx, qk, deadline),
+        None => {
+            if let Err(e) = serve(ctx, &mut lock_key, &qk.1, now) {
+                logging::log_warning(format!("redis-lock: handoff failed: {e}"));
+            }
+        }
+    }
+}
+
+fn revoke(ctx: *mut raw::RedisModuleCtx, qk: &QueueKey, token: u64) {
+    if key::context_flags(ctx) & raw::REDISMODULE_CTX_FLAGS_SLAVE != 0 || !key::select_db(ctx, qk.0)
+    {
+        return;
+    }
+    let name = RedisString::create_from_slice(ctx, &qk.1);
+    let mut lock_key = LockKey::open_raw(ctx, name.inner, raw::KeyMode::READ | raw::KeyMode::WRITE);
+    let now = key::now();
+    if !matches!(lock_key.hold(), Ok(Some(h)) if h.token == token && h.is_live(now)) {
+        return;
+    }
+    match serve(ctx, &mut lock_key, &qk.1, now) {
+        Ok(Some(_)) => {}
+        Ok(None) => {
+            lock_key.delete();
+            lock_key.replicate_delete();
+        }
+        Err(e) => logging::log_warning(format!("redis-lock: revoke failed: {e}")),
+    }
+}
+
+/// Queue deferred work and make sure the zero-delay timer that runs it is armed.
+fn defer(ctx: *mut raw::RedisModuleCtx, work: Work) {
+    PENDING.with(|p| p.borrow_mut().push(work));
+    if !PENDING_ARMED.with(|a| a.replace(true)) {
+        // SAFETY: the callback matches RedisModuleTimerProc and takes no data.
+        unsafe {
+            raw::RedisModule_CreateTimer.unwrap()(ctx, 0, Some(pending_timer), std::ptr::null_mut())
+        };
+    }
+}
+
+extern "C" fn pending_timer(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
+    guard::callback("deferred work", (), || {
+        PENDING_ARMED.with(|a| a.set(false));
+        let mut work = PENDING.with(|p| std::mem::take(&mut *p.borrow_mut()));
+        work.dedup_by(|a, b| matches!((a, b), (Work::Settle(x), Work::Settle(y)) if x == y));
+        for item in work {
+            match item {
+                Work::Settle(qk) => settle(ctx, &qk),
+                Work::Revoke(qk, token) => revoke(ctx, &qk, token),
+            }
+        }
+    })
+}
+
+/// Keyspace notification: a key changed outside our commands (`DEL`, `RENAME`, `SET`, expiry,
+/// eviction...). If it has waiters, look at it again once the current command is done.
+extern "C" fn on_keyspace_event(
+    ctx: *mut raw::RedisModuleCtx,
+    _type: c_int,
+    _event: *const c_char,
+    key: *mut raw::RedisModuleString,
+) -> c_int {
+    guard::callback("keyspace notification", (), || {
+        if QUEUED_KEYS.with(Cell::get) == 0 {
+            return;
+        }
+        let name = RedisString::string_as_slice(key);
+        let qk = (key::selected_db(ctx), name.to_vec());
+        if QUEUES.with(|q| q.borrow().contains_key(&qk)) {
+            defer(ctx, Work::Settle(qk));
+        }
+    });
+    raw::REDISMODULE_OK as c_int
+}
+
+/// `FLUSHDB`, `FLUSHALL`, `SWAPDB` (and the flush inside `DEBUG RELOAD`) change many keys
+/// without per-key notifications: look at every key with waiters again.
+extern "C" fn on_dataset_event(
+    ctx: *mut raw::RedisModuleCtx,
+    _eid: raw::RedisModuleEvent,
+    _subevent: u64,
+    _data: *mut c_void,
+) {
+    guard::callback("flush/swapdb event", (), || {
+        let keys: Vec<QueueKey> = QUEUES.with(|q| q.borrow().keys().cloned().collect());
+        for qk in keys {
+            defer(ctx, Work::Settle(qk));
+        }
+    })
+}
+
+/// Demoted to replica: this server can no longer grant, so no waiter may stay queued.
+/// (Redis also disconnects blocked clients itself on `REPLICAOF`; this covers any that remain.)
+extern "C" fn on_role_changed(
+    ctx: *mut raw::RedisModuleCtx,
+    _eid: raw::RedisModuleEvent,
+    subevent: u64,
+    _data: *mut c_void,
+) {
+    guard::callback("role change event", (), || {
+        if subevent != raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_REPLICA as u64 {
+            return;
+        }
+        let keys: Vec<QueueKey> = QUEUES.with(|q| q.borrow().keys().cloned().collect());
+        for qk in keys {
+            fail_all(
+                ctx,
+                &qk,
+                "UNBLOCKED this server became a replica while the client waited",
+            );
+        }
+    })
+}
+
+extern "C" fn reply_callback(
+    ctx: *mut raw::RedisModuleCtx,
+    _argv: *mut *mut raw::RedisModuleString,
+    _argc: c_int,
+) -> c_int {
+    guard::callback("blocked reply", raw::REDISMODULE_OK as c_int, || {
+        // SAFETY: in a reply callback the private data is the Outcome we passed to
+        // UnblockClient; it stays ours until free_outcome.
+        let outcome = unsafe {
+            raw::RedisModule_GetBlockedClientPrivateData.unwrap()(ctx).cast::<Outcome>()
+        };
+        // SAFETY: non-null private data is a live Box<Outcome> (see above).
+        match unsafe { outcome.as_mut() } {
+            Some(Outcome::Granted {
+                token, delivered, ..
+            }) => {
+                *delivered = true;
+                // SAFETY: ctx is the blocked client's reply context.
+                unsafe { raw::RedisModule_ReplyWithLongLong.unwrap()(ctx, *token as i64) }
+            }
+            Some(Outcome::Failed(msg)) => reply_error(ctx, msg),
+            None => reply_error(ctx, "ERR internal error in redis-lock"),
+        }
+    })
+}
+
+fn reply_error(ctx: *mut raw::RedisModuleCtx, msg: &str) -> c_int {
+    let msg = std::ffi::CString::new(msg).unwrap_or_default();
+    // SAFETY: msg is a NUL-terminated string that outlives the call.
+    unsafe { raw::RedisModule_ReplyWithError.unwrap()(ctx, msg.as_ptr()) }
+}
+
+extern "C" fn timeout_callback(
+    ctx: *mut raw::RedisModuleCtx,
+    _argv: *mut *mut raw::RedisModuleString,
+    _argc: c_int,
+) -> c_int {
+    guard::callback("blocked timeout", raw::REDISMODULE_OK as c_int, || {
+        // SAFETY: in a timeout callback the context carries the blocked client's handle.
+        let bc = unsafe { raw::RedisModule_GetBlockedClientHandle.unwrap()(ctx) };
+        if remove_waiter(ctx, bc) {
+            // SAFETY: removed from the queue just now, so this is its only UnblockClient call;
+            // it releases the handle (Redis requires it even after a timeout).
+            unsafe { raw::RedisModule_UnblockClient.unwrap()(bc, std::ptr::null_mut()) };
+        }
+        // SAFETY: ctx is the timed-out client's context.
+        unsafe { raw::RedisModule_ReplyWithNull.unwrap()(ctx) }
+    })
+}
+
+extern "C" fn disconnect_callback(
+    ctx: *mut raw::RedisModuleCtx,
+    bc: *mut raw::RedisModuleBlockedClient,
+) {
+    guard::callback("blocked disconnect", (), || {
+        if remove_waiter(ctx, bc) {
+            // SAFETY: as in timeout_callback.
+            unsafe { raw::RedisModule_UnblockClient.unwrap()(bc, std::ptr::null_mut()) };
+        }
+    })
+}
+
+extern "C" fn free_outcome(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
+    if data.is_null() {
+        return;
+    }
+    // SAFETY: non-null private data is the Box<Outcome> from `unblock`, freed exactly once here.
+    let outcome = *unsafe { Box::from_raw(data.cast::<Outcome>()) };
+    guard::callback("blocked free", (), || {
+        if let Outcome::Granted {
+            token,
+            db,
+            key,
+            delivered: false,
+        } = outcome
+        {
+            // The client went away between the grant and its reply: nobody knows this token,
+            // so free the lock for the next waiter rather than let it sit until its deadline.
+            defer(ctx, Work::Revoke((db, key), token));
+        }
+    })
+}
+
+/// Subscribe to the notifications and server events that can free a lock behind our back.
+pub fn subscribe(ctx: &Context) -> bool {
+    // SAFETY: registration calls during module load with matching callback signatures.
+    unsafe {
+        let events = raw::REDISMODULE_NOTIFY_GENERIC
+            | raw::REDISMODULE_NOTIFY_STRING
+            | raw::REDISMODULE_NOTIFY_LIST
+            | raw::REDISMODULE_NOTIFY_SET
+            | raw::REDISMODULE_NOTIFY_HASH
+            | raw::REDISMODULE_NOTIFY_ZSET
+            | raw::REDISMODULE_NOTIFY_EXPIRED
+            | raw::REDISMODULE_NOTIFY_EVICTED
+            | raw::REDISMODULE_NOTIFY_STREAM;
+        let ok = raw::RedisModule_SubscribeToKeyspaceEvents.unwrap()(
+            ctx.ctx,
+            events as c_int,
+            Some(on_keyspace_event),
+        ) == raw::REDISMODULE_OK as c_int;
+        let subscribe = raw::RedisModule_SubscribeToServerEvent.unwrap();
+        let flush = raw::RedisModuleEvent {
+            id: raw::REDISMODULE_EVENT_FLUSHDB as u64,
+            dataver: 1,
+        };
+        let swap = raw::RedisModuleEvent {
+            id: raw::REDISMODULE_EVENT_SWAPDB as u64,
+            dataver: 1,
+        };
+        let role = raw::RedisModuleEvent {
+            id: raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED as u64,
+            dataver: 1,
+        };
+        ok && subscribe(ctx.ctx, flush, Some(on_dataset_event)) == raw::REDISMODULE_OK as c_int
+            && subscribe(ctx.ctx, swap, Some(on_dataset_event)) == raw::REDISMODULE_OK as c_int
+            && subscribe(ctx.ctx, role, Some(on_role_changed)) == raw::REDISMODULE_OK as c_int
+    }
+}

@@ -1,0 +1,154 @@
+//! The `redislock` data type: how a [`Hold`] is saved to and loaded from RDB, rewritten into an
+//! AOF, measured and freed, plus the aux field that carries the token high-water mark.
+
+use std::os::raw::{c_int, c_void};
+
+use redis_module::{logging, native_types::RedisType, raw};
+
+use crate::lock::Hold;
+use crate::redis::{guard, key};
+use crate::state;
+
+/// `TYPE key` shows this name (Redis requires exactly 9 characters).
+pub const TYPE_NAME: &str = "redislock";
+
+/// Version 1: owner (string buffer), token (unsigned), deadline (signed ms since the epoch).
+/// Bump it when the layout changes and keep a `match` arm for every version ever shipped.
+pub const ENCODING_VERSION: i32 = 1;
+
+pub static LOCK_TYPE: RedisType = RedisType::new(
+    TYPE_NAME,
+    ENCODING_VERSION,
+    raw::RedisModuleTypeMethods {
+        version: raw::REDISMODULE_TYPE_METHOD_VERSION as u64,
+        rdb_load: Some(rdb_load),
+        rdb_save: Some(rdb_save),
+        aof_rewrite: Some(aof_rewrite),
+        mem_usage: Some(mem_usage),
+        digest: None,
+        free: Some(free),
+        aux_load: Some(aux_load),
+        aux_save: Some(aux_save),
+        aux_save_triggers: raw::REDISMODULE_AUX_BEFORE_RDB as c_int,
+        free_effort: None,
+        unlink: None,
+        // No copy: `COPY` of a lock key is refused, because a copied hold would carry a token
+        // that may be lower than tokens already issued for the destination key.
+        copy: None,
+        defrag: None,
+        mem_usage2: None,
+        free_effort2: None,
+        unlink2: None,
+        copy2: None,
+        aux_save2: None,
+    },
+);
+
+/// The registered type, for type checks and `ModuleTypeSetValue`.
+pub fn raw_type() -> *mut raw::RedisModuleType {
+    *LOCK_TYPE.raw_type.borrow()
+}
+
+extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
+    guard::callback("rdb_save", (), || {
+        // SAFETY: Redis passes a value of our type: a Box<Hold> we created.
+        let hold = unsafe { &*value.cast::<Hold>() };
+        raw::save_slice(rdb, &hold.owner);
+        raw::save_unsigned(rdb, hold.token);
+        raw::save_signed(rdb, hold.deadline);
+    })
+}
+
+extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
+    guard::callback("rdb_load", std::ptr::null_mut(), || {
+        let hold = match encver {
+            1 => load_v1(rdb),
+            _ => {
+                logging::log_warning(format!(
+                    "redis-lock: cannot load a lock saved with encoding version {encver} \
+                     (this module reads version {ENCODING_VERSION}); upgrade the module"
+                ));
+                return std::ptr::null_mut();
+            }
+        };
+        match hold {
+            Some(hold) => {
+                // Whatever happens to this key next (even if it is already expired and Redis
+                // drops it), its token was issued: ours must stay above it.
+                state::observe_token(hold.token);
+                Box::into_raw(Box::new(hold)).cast()
+            }
+            None => std::ptr::null_mut(),
+        }
+    })
+}
+
+fn load_v1(rdb: *mut raw::RedisModuleIO) -> Option<Hold> {
+    let owner = raw::load_string_buffer(rdb).ok()?.as_ref().to_vec();
+    let token = raw::load_unsigned(rdb).ok()?;
+    let deadline = raw::load_signed(rdb).ok()?;
+    if owner.is_empty() || token == 0 {
+        return None;
+    }
+    Some(Hold {
+        owner,
+        token,
+        deadline,
+    })
+}
+
+extern "C" fn aof_rewrite(
+    aof: *mut raw::RedisModuleIO,
+    name: *mut raw::RedisModuleString,
+    value: *mut c_void,
+) {
+    guard::callback("aof_rewrite", (), || {
+        // SAFETY: as in rdb_save.
+        let hold = unsafe { &*value.cast::<Hold>() };
+        key::emit_aof(aof, name, hold);
+    })
+}
+
+extern "C" fn mem_usage(value: *const c_void) -> usize {
+    guard::callback("mem_usage", 0, || {
+        // SAFETY: as in rdb_save.
+        let hold = unsafe { &*value.cast::<Hold>() };
+        std::mem::size_of::<Hold>() + hold.owner.capacity()
+    })
+}
+
+extern "C" fn free(value: *mut c_void) {
+    // No guard: dropping a Box cannot panic, and this may run on the lazy-free thread, so it
+    // must not touch module state.
+    if !value.is_null() {
+        // SAFETY: Redis hands back a value we created with Box::into_raw, exactly once.
+        drop(unsafe { Box::from_raw(value.cast::<Hold>()) });
+    }
+}
+
+/// Aux data version 1: the token high-water mark (unsigned).
+const AUX_VERSION: c_int = 1;
+
+extern "C" fn aux_save(rdb: *mut raw::RedisModuleIO, when: c_int) {
+    guard::callback("aux_save", (), || {
+        if when == raw::REDISMODULE_AUX_BEFORE_RDB as c_int {
+            raw::save_unsigned(rdb, AUX_VERSION as u64);
+            raw::save_unsigned(rdb, state::token_high_water());
+        }
+    })
+}
+
+extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, when: c_int) -> c_int {
+    guard::callback("aux_load", raw::REDISMODULE_ERR as c_int, || {
+        if when != raw::REDISMODULE_AUX_BEFORE_RDB as c_int || encver != ENCODING_VERSION {
+            return raw::REDISMODULE_ERR as c_int;
+        }
+        match (raw::load_unsigned(rdb), raw::load_unsigned(rdb)) {
+            (Ok(1), Ok(high_water)) => {
+                state::observe_token(high_water);
+                raw::REDISMODULE_OK as c_int
+            }
+            _ => raw::REDISMODULE_ERR as c_int,
+        }
+    })
+}

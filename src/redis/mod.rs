@@ -1,0 +1,11 @@
+//! The boundary with the server. `unsafe` lives here and nowhere else.
+//!
+//! - `key`: open a lock key, read and write its hold, expiry and replication.
+//! - `datatype`: the `redislock` type's RDB, AOF and memory callbacks.
+//! - `blocking`: waiter queues, handoff, timers and keyspace notifications.
+//! - `guard`: turns panics into error replies and log lines.
+
+pub mod blocking;
+pub mod datatype;
+pub mod guard;
+pub mod key;
