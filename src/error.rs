@@ -89,5 +89,7 @@ pub fn internal_only() -> Error {
 }
 
 pub fn internal(what: &str) -> Error {
-    err(format!("internal error in redis-lock: {what} (see the server log)"))
+    err(format!(
+        "internal error in redis-lock: {what} (see the server log)"
+    ))
 }

@@ -15,14 +15,13 @@
 //!
 //! This file only registers things with the server.
 
-pub mod commands;
+mod commands;
 pub mod error;
 pub mod lock;
 pub mod parse;
-pub mod redis;
-pub mod state;
+mod redis;
+mod state;
 
-#[cfg(not(test))]
 mod module {
     use redis_module::configuration::ConfigurationFlags;
     use redis_module::{raw, redis_module, Context, RedisResult, RedisString, Status};
@@ -64,12 +63,22 @@ mod module {
         guard::command(ctx, args, load::run)
     }
 
+    // Unit tests run outside Redis, where the Redis allocator does not exist.
+    #[cfg(not(test))]
+    type Allocator = redis_module::alloc::RedisAlloc;
+    #[cfg(test)]
+    type Allocator = std::alloc::System;
+    #[cfg(not(test))]
+    const ALLOCATOR: Allocator = redis_module::alloc::RedisAlloc;
+    #[cfg(test)]
+    const ALLOCATOR: Allocator = std::alloc::System;
+
     // ACL categories are left empty: mandatory categories need Redis 7.2
     // (RedisModule_SetCommandACLCategories) and the module must load on 7.0.
     redis_module! {
         name: "lock",
         version: 1,
-        allocator: (redis_module::alloc::RedisAlloc, redis_module::alloc::RedisAlloc),
+        allocator: (Allocator, ALLOCATOR),
         data_types: [LOCK_TYPE],
         init: init,
         commands: [

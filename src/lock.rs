@@ -216,7 +216,10 @@ mod tests {
     #[test]
     fn other_owner_is_refused_while_live() {
         let h = hold("a", 7, T0 + 100);
-        assert_eq!(decide_acquire(Some(&h), b"b", T0 + 99, false), Acquire::Busy);
+        assert_eq!(
+            decide_acquire(Some(&h), b"b", T0 + 99, false),
+            Acquire::Busy
+        );
     }
 
     #[test]
@@ -224,9 +227,15 @@ mod tests {
         let h = hold("a", 7, T0 + 100);
         assert!(h.is_live(T0 + 99));
         assert!(!h.is_live(T0 + 100));
-        assert_eq!(decide_acquire(Some(&h), b"b", T0 + 100, false), Acquire::Grant);
+        assert_eq!(
+            decide_acquire(Some(&h), b"b", T0 + 100, false),
+            Acquire::Grant
+        );
         // The old owner's retry after expiry is a fresh grant, not a retry of the old token.
-        assert_eq!(decide_acquire(Some(&h), b"a", T0 + 100, false), Acquire::Grant);
+        assert_eq!(
+            decide_acquire(Some(&h), b"a", T0 + 100, false),
+            Acquire::Grant
+        );
         assert!(!held_by(Some(&h), b"a", T0 + 100));
         assert!(held_by(Some(&h), b"a", T0 + 99));
         assert!(!fence_matches(Some(&h), 7, T0 + 100));

@@ -205,21 +205,66 @@ mod tests {
         let cases: &[(&[&str], &str)] = &[
             (&["A", "k", "me"], "ERR wrong number of arguments"),
             (&["A", "k", "", "10"], "ERR owner must not be empty"),
-            (&["A", "k", "123456789", "10"], "ERR owner is longer than lock.max-owner-bytes (8)"),
-            (&["A", "k", "me", "0"], "ERR ttl-ms must be a positive integer"),
-            (&["A", "k", "me", "-5"], "ERR ttl-ms must be a positive integer"),
-            (&["A", "k", "me", "1.5"], "ERR ttl-ms must be a positive integer"),
-            (&["A", "k", "me", "+5"], "ERR ttl-ms must be a positive integer"),
-            (&["A", "k", "me", " 5"], "ERR ttl-ms must be a positive integer"),
-            (&["A", "k", "me", ""], "ERR ttl-ms must be a positive integer"),
-            (&["A", "k", "me", "99999999999999999999"], "ERR ttl-ms is too large"),
-            (&["A", "k", "me", "10", "FOO"], "ERR syntax error: unexpected argument 'FOO'"),
-            (&["A", "k", "me", "10", "BLOCK"], "ERR syntax error: BLOCK needs a timeout in milliseconds"),
-            (&["A", "k", "me", "10", "BLOCK", "-1"], "ERR BLOCK timeout-ms must be a non-negative integer"),
-            (&["A", "k", "me", "10", "BLOCK", "x"], "ERR BLOCK timeout-ms must be a non-negative integer"),
-            (&["A", "k", "me", "10", "BLOCK", "1e3"], "ERR BLOCK timeout-ms must be a non-negative integer"),
-            (&["A", "k", "me", "10", "BLOCK", "999999999999999999"], "ERR BLOCK timeout-ms is too large"),
-            (&["A", "k", "me", "10", "BLOCK", "1", "BLOCK", "2"], "ERR syntax error: BLOCK given more than once"),
+            (
+                &["A", "k", "123456789", "10"],
+                "ERR owner is longer than lock.max-owner-bytes (8)",
+            ),
+            (
+                &["A", "k", "me", "0"],
+                "ERR ttl-ms must be a positive integer",
+            ),
+            (
+                &["A", "k", "me", "-5"],
+                "ERR ttl-ms must be a positive integer",
+            ),
+            (
+                &["A", "k", "me", "1.5"],
+                "ERR ttl-ms must be a positive integer",
+            ),
+            (
+                &["A", "k", "me", "+5"],
+                "ERR ttl-ms must be a positive integer",
+            ),
+            (
+                &["A", "k", "me", " 5"],
+                "ERR ttl-ms must be a positive integer",
+            ),
+            (
+                &["A", "k", "me", ""],
+                "ERR ttl-ms must be a positive integer",
+            ),
+            (
+                &["A", "k", "me", "99999999999999999999"],
+                "ERR ttl-ms is too large",
+            ),
+            (
+                &["A", "k", "me", "10", "FOO"],
+                "ERR syntax error: unexpected argument 'FOO'",
+            ),
+            (
+                &["A", "k", "me", "10", "BLOCK"],
+                "ERR syntax error: BLOCK needs a timeout in milliseconds",
+            ),
+            (
+                &["A", "k", "me", "10", "BLOCK", "-1"],
+                "ERR BLOCK timeout-ms must be a non-negative integer",
+            ),
+            (
+                &["A", "k", "me", "10", "BLOCK", "x"],
+                "ERR BLOCK timeout-ms must be a non-negative integer",
+            ),
+            (
+                &["A", "k", "me", "10", "BLOCK", "1e3"],
+                "ERR BLOCK timeout-ms must be a non-negative integer",
+            ),
+            (
+                &["A", "k", "me", "10", "BLOCK", "999999999999999999"],
+                "ERR BLOCK timeout-ms is too large",
+            ),
+            (
+                &["A", "k", "me", "10", "BLOCK", "1", "BLOCK", "2"],
+                "ERR syntax error: BLOCK given more than once",
+            ),
         ];
         for (args, want) in cases {
             let got = with(args, |a| acquire(a, 8).map(|_| ()).map_err(msg));
@@ -229,20 +274,36 @@ mod tests {
 
     #[test]
     fn release_extend_fence_load() {
-        with(&["R", "k", "me"], |a| assert_eq!(release(a, 8).unwrap().owner, b"me"));
-        with(&["R", "k"], |a| assert_eq!(release(a, 8), Err(Error::WrongArity)));
-        with(&["E", "k", "me", "5"], |a| assert_eq!(extend(a, 8).unwrap().ttl, 5));
+        with(&["R", "k", "me"], |a| {
+            assert_eq!(release(a, 8).unwrap().owner, b"me")
+        });
+        with(&["R", "k"], |a| {
+            assert_eq!(release(a, 8), Err(Error::WrongArity))
+        });
+        with(&["E", "k", "me", "5"], |a| {
+            assert_eq!(extend(a, 8).unwrap().ttl, 5)
+        });
         with(&["E", "k", "me", "0"], |a| {
-            assert_eq!(extend(a, 8).map_err(msg), Err("ERR ttl-ms must be a positive integer".into()))
+            assert_eq!(
+                extend(a, 8).map_err(msg),
+                Err("ERR ttl-ms must be a positive integer".into())
+            )
         });
         with(&["F", "k"], |a| assert_eq!(fence(a).unwrap().token, None));
-        with(&["F", "k", "42"], |a| assert_eq!(fence(a).unwrap().token, Some(42)));
+        with(&["F", "k", "42"], |a| {
+            assert_eq!(fence(a).unwrap().token, Some(42))
+        });
         for bad in ["0", "-1", "x", ""] {
             with(&["F", "k", bad], |a| {
-                assert_eq!(fence(a).map_err(msg), Err("ERR token must be a positive integer".into()))
+                assert_eq!(
+                    fence(a).map_err(msg),
+                    Err("ERR token must be a positive integer".into())
+                )
             });
         }
-        with(&["F", "k", "1", "2"], |a| assert_eq!(fence(a), Err(Error::WrongArity)));
+        with(&["F", "k", "1", "2"], |a| {
+            assert_eq!(fence(a), Err(Error::WrongArity))
+        });
         with(&["L", "k", "me", "9", "100"], |a| {
             assert_eq!(
                 load(a).unwrap(),

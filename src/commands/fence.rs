@@ -16,9 +16,8 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let lock_key = LockKey::open_read(ctx, &args[1]);
     let current = lock_key.hold()?;
     Ok(match cmd.token {
-        None => lock::live(current, now).map_or(RedisValue::Null, |h| {
-            RedisValue::Integer(h.token as i64)
-        }),
+        None => lock::live(current, now)
+            .map_or(RedisValue::Null, |h| RedisValue::Integer(h.token as i64)),
         Some(token) => RedisValue::Integer(lock::fence_matches(current, token, now) as i64),
     })
 }

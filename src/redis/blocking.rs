@@ -77,8 +77,7 @@ thread_local! {
 
 /// True when `key` has queued waiters.
 pub fn has_waiters(db: i32, key: &[u8]) -> bool {
-    QUEUED_KEYS.with(Cell::get) > 0
-        && QUEUES.with(|q| q.borrow().contains_key(&(db, key.to_vec())))
+    QUEUED_KEYS.with(Cell::get) > 0 && QUEUES.with(|q| q.borrow().contains_key(&(db, key.to_vec())))
 }
 
 /// Queue length of `key` (0 without a queue).
@@ -315,7 +314,11 @@ fn settle(ctx: *mut raw::RedisModuleCtx, qk: &QueueKey) {
         return;
     }
     if key::context_flags(ctx) & raw::REDISMODULE_CTX_FLAGS_SLAVE != 0 {
-        fail_all(ctx, qk, "UNBLOCKED this server became a replica while the client waited");
+        fail_all(
+            ctx,
+            qk,
+            "UNBLOCKED this server became a replica while the client waited",
+        );
         return;
     }
     if !key::select_db(ctx, qk.0) {
@@ -438,7 +441,7 @@ extern "C" fn on_role_changed(
     _data: *mut c_void,
 ) {
     guard::callback("role change event", (), || {
-        if subevent != raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_REPLICA as u64 {
+        if subevent != raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_REPLICA {
             return;
         }
         let keys: Vec<QueueKey> = QUEUES.with(|q| q.borrow().keys().cloned().collect());
@@ -460,9 +463,8 @@ extern "C" fn reply_callback(
     guard::callback("blocked reply", raw::REDISMODULE_OK as c_int, || {
         // SAFETY: in a reply callback the private data is the Outcome we passed to
         // UnblockClient; it stays ours until free_outcome.
-        let outcome = unsafe {
-            raw::RedisModule_GetBlockedClientPrivateData.unwrap()(ctx).cast::<Outcome>()
-        };
+        let outcome =
+            unsafe { raw::RedisModule_GetBlockedClientPrivateData.unwrap()(ctx).cast::<Outcome>() };
         // SAFETY: non-null private data is a live Box<Outcome> (see above).
         match unsafe { outcome.as_mut() } {
             Some(Outcome::Granted {
@@ -555,15 +557,15 @@ pub fn subscribe(ctx: &Context) -> bool {
         ) == raw::REDISMODULE_OK as c_int;
         let subscribe = raw::RedisModule_SubscribeToServerEvent.unwrap();
         let flush = raw::RedisModuleEvent {
-            id: raw::REDISMODULE_EVENT_FLUSHDB as u64,
+            id: raw::REDISMODULE_EVENT_FLUSHDB,
             dataver: 1,
         };
         let swap = raw::RedisModuleEvent {
-            id: raw::REDISMODULE_EVENT_SWAPDB as u64,
+            id: raw::REDISMODULE_EVENT_SWAPDB,
             dataver: 1,
         };
         let role = raw::RedisModuleEvent {
-            id: raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED as u64,
+            id: raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED,
             dataver: 1,
         };
         ok && subscribe(ctx.ctx, flush, Some(on_dataset_event)) == raw::REDISMODULE_OK as c_int

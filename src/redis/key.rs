@@ -34,7 +34,11 @@ pub struct LockKey {
 impl LockKey {
     /// Open `name` for writing in the context's selected database.
     pub fn open(ctx: &Context, name: &RedisString) -> LockKey {
-        Self::open_raw(ctx.ctx, name.inner, raw::KeyMode::READ | raw::KeyMode::WRITE)
+        Self::open_raw(
+            ctx.ctx,
+            name.inner,
+            raw::KeyMode::READ | raw::KeyMode::WRITE,
+        )
     }
 
     /// Open `name` read-only (for `LOCK.FENCE`, which must work on replicas and under ACL
