@@ -41,8 +41,7 @@ run: build ## Start redis-server in the foreground with the module loaded (PORT=
 
 test: deps ## Unit tests, then integration tests against a real redis-server
 	$(CARGO) build
-	$(CARGO) test --lib
-	REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) $(CARGO) test --tests
+	REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) $(CARGO) test
 
 lint: ## cargo fmt --check and cargo clippy -D warnings
 	$(CARGO) fmt --all -- --check

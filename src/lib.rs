@@ -21,13 +21,14 @@ pub mod lock;
 pub mod parse;
 mod redis;
 mod state;
+pub mod stats;
 
 mod module {
     use redis_module::configuration::ConfigurationFlags;
-    use redis_module::{raw, redis_module, Context, RedisResult, RedisString, Status};
+    use redis_module::{raw, redis_module, Context, InfoContext, RedisResult, RedisString, Status};
 
-    use crate::commands::{acquire, extend, fence, load, release};
-    use crate::redis::{blocking, datatype::LOCK_TYPE, guard};
+    use crate::commands::{acquire, extend, fence, info, load, release};
+    use crate::redis::{blocking, datatype::LOCK_TYPE, docs, guard};
     use crate::state::{
         DEFAULT_MAX_OWNER_BYTES, DEFAULT_MAX_WAITERS, MAX_OWNER_BYTES, MAX_WAITERS,
     };
@@ -40,6 +41,21 @@ mod module {
                 raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS as i32,
             )
         };
+        for doc in [
+            &acquire::DOC,
+            &release::DOC,
+            &extend::DOC,
+            &fence::DOC,
+            &info::DOC,
+            &load::DOC,
+        ] {
+            if !docs::set(ctx, doc) {
+                ctx.log_notice(&format!(
+                    "redis-lock: no COMMAND DOCS for {} (needs Redis 7.0+)",
+                    doc.name.to_string_lossy()
+                ));
+            }
+        }
         if !blocking::subscribe(ctx) {
             ctx.log_warning("redis-lock: could not subscribe to keyspace and server events");
             return Status::Err;
@@ -58,6 +74,16 @@ mod module {
     }
     fn lock_fence(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         guard::command(ctx, args, fence::run)
+    }
+    fn lock_info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+        guard::command(ctx, args, info::run)
+    }
+    #[linkme::distributed_slice(redis_module::server_events::INFO_COMMAND_HANDLER_LIST)]
+    fn info_lock(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
+        guard::callback("INFO", (), || {
+            info::info_section(ctx);
+        });
+        Ok(())
     }
     fn lock_load(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         guard::command(ctx, args, load::run)
@@ -86,6 +112,7 @@ mod module {
             ["lock.release", lock_release, "write fast", 1, 1, 1, ""],
             ["lock.extend", lock_extend, "write fast", 1, 1, 1, ""],
             ["lock.fence", lock_fence, "readonly fast", 1, 1, 1, ""],
+            ["lock.info", lock_info, "readonly fast", 1, 1, 1, ""],
             ["lock.load", lock_load, "write", 1, 1, 1, ""],
         ],
         configurations: [

@@ -23,6 +23,9 @@ pub struct Hold {
     pub token: u64,
     /// Absolute deadline; the hold is free from this millisecond on.
     pub deadline: Millis,
+    /// When this server granted it, for the hold-time statistic only; 0 when the hold came
+    /// from a load or from replication. Not persisted.
+    pub granted_at: Millis,
 }
 
 impl Hold {
@@ -191,6 +194,7 @@ mod tests {
             owner: owner.as_bytes().to_vec(),
             token,
             deadline,
+            granted_at: 0,
         }
     }
 

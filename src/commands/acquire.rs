@@ -1,13 +1,13 @@
 //! `LOCK.ACQUIRE key owner ttl-ms [BLOCK timeout-ms]` -> token | nil
 
-use redis_module::{Context, RedisResult, RedisString, RedisValue};
+use redis_module::{raw, Context, RedisResult, RedisString, RedisValue};
 
 use crate::error;
 use crate::lock::{self, Acquire, Hold};
 use crate::parse;
-use crate::redis::blocking;
 use crate::redis::key::{self, LockKey};
-use crate::state;
+use crate::redis::{blocking, docs};
+use crate::{state, stats};
 
 pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let raw = super::bytes(&args);
@@ -27,41 +27,57 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     }
     match decision {
         Acquire::Retry { token } => {
-            let hold = Hold {
-                owner: cmd.owner.to_vec(),
-                token,
-                deadline,
-            };
             lock_key.set_deadline(deadline)?;
-            lock_key.replicate_hold(&hold);
+            lock_key.replicate_hold();
             blocking::deadline_changed(ctx.ctx, name.as_slice(), deadline);
             Ok(RedisValue::Integer(token as i64))
         }
         Acquire::Grant => {
+            let token = state::next_token(now);
             let hold = Hold {
                 owner: cmd.owner.to_vec(),
-                token: state::next_token(now),
+                token,
                 deadline,
+                granted_at: now,
             };
-            lock_key.put(hold.clone())?;
-            lock_key.replicate_hold(&hold);
-            Ok(RedisValue::Integer(hold.token as i64))
+            lock_key.put(hold, now)?;
+            lock_key.replicate_hold();
+            lock_key.notify(c"lock.acquired");
+            stats::ACQUIRED.incr();
+            Ok(RedisValue::Integer(token as i64))
         }
-        Acquire::Busy | Acquire::ServeQueue => match cmd.block {
-            Some(timeout) if blocking::may_block(ctx) => {
-                let holder_deadline = lock_key.hold()?.map_or(now, |h| h.deadline);
-                drop(lock_key);
-                blocking::block(
-                    ctx,
-                    name.as_slice(),
-                    cmd.owner,
-                    cmd.ttl,
-                    timeout,
-                    holder_deadline,
-                )?;
-                Ok(RedisValue::NoReply)
+        Acquire::Busy | Acquire::ServeQueue => {
+            stats::CONTENDED.incr();
+            match cmd.block {
+                Some(timeout) if blocking::may_block(ctx) => {
+                    let holder_deadline = lock_key.hold()?.map_or(now, |h| h.deadline);
+                    drop(lock_key);
+                    blocking::block(
+                        ctx,
+                        name.as_slice(),
+                        cmd.owner,
+                        cmd.ttl,
+                        timeout,
+                        holder_deadline,
+                    )?;
+                    Ok(RedisValue::NoReply)
+                }
+                _ => Ok(RedisValue::Null),
             }
-            _ => Ok(RedisValue::Null),
-        },
+        }
     }
 }
+
+pub const DOC: docs::Doc = docs::Doc {
+    name: c"lock.acquire",
+    summary: c"Acquires a lock for ttl-ms milliseconds and returns its fencing token; with BLOCK, waits in the key's FIFO queue.",
+    complexity: c"O(1)",
+    arity: -4,
+    key_flags: raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_UPDATE,
+    args: &[
+        docs::Arg { name: c"key", kind: docs::KEY, token: None, optional: false },
+        docs::Arg { name: c"owner", kind: docs::STRING, token: None, optional: false },
+        docs::Arg { name: c"ttl-ms", kind: docs::INTEGER, token: None, optional: false },
+        docs::Arg { name: c"timeout-ms", kind: docs::INTEGER, token: Some(c"BLOCK"), optional: true },
+    ],
+};

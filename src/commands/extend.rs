@@ -1,13 +1,13 @@
 //! `LOCK.EXTEND key owner ttl-ms` -> 1 | 0
 
-use redis_module::{Context, RedisResult, RedisString, RedisValue};
+use redis_module::{raw, Context, RedisResult, RedisString, RedisValue};
 
 use crate::error;
-use crate::lock::{self, Hold};
+use crate::lock;
 use crate::parse;
-use crate::redis::blocking;
 use crate::redis::key::{self, LockKey};
-use crate::state;
+use crate::redis::{blocking, docs};
+use crate::{state, stats};
 
 pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let raw = super::bytes(&args);
@@ -16,17 +16,41 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let deadline = lock::deadline_after(now, cmd.ttl).ok_or_else(error::ttl_too_large)?;
     let name = &args[1];
     let mut lock_key = LockKey::open(ctx, name);
-    let current = lock_key.hold()?;
-    if !lock::held_by(current, cmd.owner, now) {
+    if !lock::held_by(lock_key.hold()?, cmd.owner, now) {
         return Ok(RedisValue::Integer(0));
     }
-    let token = current.map_or(0, |h| h.token);
     lock_key.set_deadline(deadline)?;
-    lock_key.replicate_hold(&Hold {
-        owner: cmd.owner.to_vec(),
-        token,
-        deadline,
-    });
+    lock_key.replicate_hold();
+    lock_key.notify(c"lock.extended");
+    stats::EXTENDED.incr();
     blocking::deadline_changed(ctx.ctx, name.as_slice(), deadline);
     Ok(RedisValue::Integer(1))
 }
+
+pub const DOC: docs::Doc = docs::Doc {
+    name: c"lock.extend",
+    summary: c"Moves the deadline of a lock owner holds to ttl-ms milliseconds from now.",
+    complexity: c"O(1)",
+    arity: 4,
+    key_flags: raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_UPDATE,
+    args: &[
+        docs::Arg {
+            name: c"key",
+            kind: docs::KEY,
+            token: None,
+            optional: false,
+        },
+        docs::Arg {
+            name: c"owner",
+            kind: docs::STRING,
+            token: None,
+            optional: false,
+        },
+        docs::Arg {
+            name: c"ttl-ms",
+            kind: docs::INTEGER,
+            token: None,
+            optional: false,
+        },
+    ],
+};

@@ -3,10 +3,11 @@
 //! Read-only, so it runs on replicas, under read-only ACL key permissions, and inside Lua
 //! scripts that fence a write: `if redis.call('LOCK.FENCE', KEYS[1], ARGV[1]) == 1 then ...`.
 
-use redis_module::{Context, RedisResult, RedisString, RedisValue};
+use redis_module::{raw, Context, RedisResult, RedisString, RedisValue};
 
 use crate::lock;
 use crate::parse;
+use crate::redis::docs;
 use crate::redis::key::{self, LockKey};
 
 pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
@@ -21,3 +22,26 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         Some(token) => RedisValue::Integer(lock::fence_matches(current, token, now) as i64),
     })
 }
+
+pub const DOC: docs::Doc = docs::Doc {
+    name: c"lock.fence",
+    summary:
+        c"Returns the live holder's fencing token, or with a token, whether it is the live one.",
+    complexity: c"O(1)",
+    arity: -2,
+    key_flags: raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS,
+    args: &[
+        docs::Arg {
+            name: c"key",
+            kind: docs::KEY,
+            token: None,
+            optional: false,
+        },
+        docs::Arg {
+            name: c"token",
+            kind: docs::INTEGER,
+            token: None,
+            optional: true,
+        },
+    ],
+};

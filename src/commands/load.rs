@@ -9,6 +9,7 @@ use redis_module::{raw, Context, RedisResult, RedisString, RedisValue};
 use crate::error;
 use crate::lock::Hold;
 use crate::parse;
+use crate::redis::docs;
 use crate::redis::key::{self, LockKey};
 use crate::state;
 
@@ -22,18 +23,55 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     state::observe_token(cmd.token);
     let mut lock_key = LockKey::open(ctx, &args[1]);
     let existing = lock_key.hold()?.is_some();
-    if cmd.deadline <= key::now() {
+    let now = key::now();
+    if cmd.deadline <= now {
         // Already expired here (replication lag, or an old AOF): the hold is over, but its
         // token was issued, which observe_token remembered.
         if existing {
             lock_key.delete();
         }
     } else {
-        lock_key.put(Hold {
+        let hold = Hold {
             owner: cmd.owner.to_vec(),
             token: cmd.token,
             deadline: cmd.deadline,
-        })?;
+            granted_at: 0,
+        };
+        lock_key.put(hold, now)?;
     }
     Ok(RedisValue::SimpleStringStatic("OK"))
 }
+
+pub const DOC: docs::Doc = docs::Doc {
+    name: c"lock.load",
+    summary: c"Internal: applies a replicated or AOF-loaded hold. Refused from ordinary clients.",
+    complexity: c"O(1)",
+    arity: 5,
+    key_flags: raw::REDISMODULE_CMD_KEY_OW | raw::REDISMODULE_CMD_KEY_UPDATE,
+    args: &[
+        docs::Arg {
+            name: c"key",
+            kind: docs::KEY,
+            token: None,
+            optional: false,
+        },
+        docs::Arg {
+            name: c"owner",
+            kind: docs::STRING,
+            token: None,
+            optional: false,
+        },
+        docs::Arg {
+            name: c"token",
+            kind: docs::INTEGER,
+            token: None,
+            optional: false,
+        },
+        docs::Arg {
+            name: c"deadline-ms",
+            kind: docs::INTEGER,
+            token: None,
+            optional: false,
+        },
+    ],
+};

@@ -4,6 +4,7 @@
 pub mod acquire;
 pub mod extend;
 pub mod fence;
+pub mod info;
 pub mod load;
 pub mod release;
 

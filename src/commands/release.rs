@@ -1,12 +1,12 @@
 //! `LOCK.RELEASE key owner` -> 1 | 0
 
-use redis_module::{Context, RedisResult, RedisString, RedisValue};
+use redis_module::{raw, Context, RedisResult, RedisString, RedisValue};
 
 use crate::lock;
 use crate::parse;
-use crate::redis::blocking;
 use crate::redis::key::{self, LockKey};
-use crate::state;
+use crate::redis::{blocking, docs};
+use crate::{state, stats};
 
 pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let raw = super::bytes(&args);
@@ -14,9 +14,15 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let now = key::now();
     let name = &args[1];
     let mut lock_key = LockKey::open(ctx, name);
-    if !lock::held_by(lock_key.hold()?, cmd.owner, now) {
+    let current = lock_key.hold()?;
+    if !lock::held_by(current, cmd.owner, now) {
         return Ok(RedisValue::Integer(0));
     }
+    if let Some(granted_at) = current.map(|h| h.granted_at).filter(|t| *t > 0) {
+        stats::HOLD_US.record(((now - granted_at).max(0) as u64) * 1000);
+    }
+    stats::RELEASED.incr();
+    lock_key.notify(c"lock.released");
     // With waiters queued, the lock goes straight to the first of them (overwriting this
     // hold); otherwise the key goes away.
     if blocking::serve(ctx.ctx, &mut lock_key, name.as_slice(), now)?.is_none() {
@@ -25,3 +31,25 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     }
     Ok(RedisValue::Integer(1))
 }
+
+pub const DOC: docs::Doc = docs::Doc {
+    name: c"lock.release",
+    summary: c"Releases a lock if owner holds it, handing it to the first waiter if any.",
+    complexity: c"O(1)",
+    arity: 3,
+    key_flags: raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_DELETE,
+    args: &[
+        docs::Arg {
+            name: c"key",
+            kind: docs::KEY,
+            token: None,
+            optional: false,
+        },
+        docs::Arg {
+            name: c"owner",
+            kind: docs::STRING,
+            token: None,
+            optional: false,
+        },
+    ],
+};

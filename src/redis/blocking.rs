@@ -27,7 +27,8 @@ use crate::error::{self, Result};
 use crate::lock::{self, Hold, Millis, WaitQueue};
 use crate::redis::guard;
 use crate::redis::key::{self, LockKey};
-use crate::state;
+use crate::{state, stats};
+use std::time::Instant;
 
 /// A lock key: database number and key name.
 type QueueKey = (i32, Vec<u8>);
@@ -36,6 +37,8 @@ struct Waiter {
     bc: *mut raw::RedisModuleBlockedClient,
     owner: Vec<u8>,
     ttl: Millis,
+    /// When it queued, for the wait-time statistic.
+    queued: Instant,
 }
 
 #[derive(Default)]
@@ -89,6 +92,16 @@ pub fn waiters(db: i32, key: &[u8]) -> usize {
     })
 }
 
+/// Blocked clients across every key.
+pub fn total_waiters() -> usize {
+    CLIENTS.with(|c| c.borrow().len())
+}
+
+/// Keys with at least one blocked client.
+pub fn waiting_keys() -> usize {
+    QUEUED_KEYS.with(Cell::get)
+}
+
 /// True when the command runs where it must not block: `MULTI`, Lua, functions.
 pub fn may_block(ctx: &Context) -> bool {
     let flags = key::context_flags(ctx.ctx);
@@ -135,6 +148,7 @@ pub fn block(
         bc,
         owner: owner.to_vec(),
         ttl,
+        queued: Instant::now(),
     };
     let pushed = QUEUES.with(|q| {
         let mut queues = q.borrow_mut();
@@ -176,12 +190,17 @@ pub fn serve(
         owner: waiter.owner,
         token: state::next_token(now),
         deadline,
+        granted_at: now,
     };
-    if let Err(e) = lock_key.put(hold.clone()) {
+    if let Err(e) = lock_key.put(hold.clone(), now) {
         unblock(waiter.bc, Outcome::Failed("ERR could not grant the lock"));
         return Err(e);
     }
-    lock_key.replicate_hold(&hold);
+    lock_key.replicate_hold();
+    lock_key.notify(c"lock.acquired");
+    stats::ACQUIRED.incr();
+    stats::HANDED_OFF.incr();
+    stats::WAIT_US.record(waiter.queued.elapsed().as_micros() as u64);
     unblock(
         waiter.bc,
         Outcome::Granted {
@@ -363,6 +382,7 @@ fn revoke(ctx: *mut raw::RedisModuleCtx, qk: &QueueKey, token: u64) {
     match serve(ctx, &mut lock_key, &qk.1, now) {
         Ok(Some(_)) => {}
         Ok(None) => {
+            lock_key.notify(c"lock.released");
             lock_key.delete();
             lock_key.replicate_delete();
         }
@@ -495,6 +515,7 @@ extern "C" fn timeout_callback(
         // SAFETY: in a timeout callback the context carries the blocked client's handle.
         let bc = unsafe { raw::RedisModule_GetBlockedClientHandle.unwrap()(ctx) };
         if remove_waiter(ctx, bc) {
+            stats::TIMED_OUT.incr();
             // SAFETY: removed from the queue just now, so this is its only UnblockClient call;
             // it releases the handle (Redis requires it even after a timeout).
             unsafe { raw::RedisModule_UnblockClient.unwrap()(bc, std::ptr::null_mut()) };

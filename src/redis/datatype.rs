@@ -7,7 +7,14 @@ use redis_module::{logging, native_types::RedisType, raw};
 
 use crate::lock::Hold;
 use crate::redis::{guard, key};
-use crate::state;
+use crate::{state, stats};
+use std::sync::atomic::Ordering::Relaxed;
+
+fn wall_clock_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
 
 /// `TYPE key` shows this name (Redis requires exactly 9 characters).
 pub const TYPE_NAME: &str = "redislock";
@@ -76,6 +83,7 @@ extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_vo
                 // Whatever happens to this key next (even if it is already expired and Redis
                 // drops it), its token was issued: ours must stay above it.
                 state::observe_token(hold.token);
+                stats::LOCK_VALUES.fetch_add(1, Relaxed);
                 Box::into_raw(Box::new(hold)).cast()
             }
             None => std::ptr::null_mut(),
@@ -94,6 +102,7 @@ fn load_v1(rdb: *mut raw::RedisModuleIO) -> Option<Hold> {
         owner,
         token,
         deadline,
+        granted_at: 0,
     })
 }
 
@@ -118,11 +127,15 @@ extern "C" fn mem_usage(value: *const c_void) -> usize {
 }
 
 extern "C" fn free(value: *mut c_void) {
-    // No guard: dropping a Box cannot panic, and this may run on the lazy-free thread, so it
-    // must not touch module state.
+    // No guard: nothing here can panic. This may run on the lazy-free thread, so it touches
+    // only atomics and the system clock, never the main thread's module state.
     if !value.is_null() {
         // SAFETY: Redis hands back a value we created with Box::into_raw, exactly once.
-        drop(unsafe { Box::from_raw(value.cast::<Hold>()) });
+        let hold = unsafe { Box::from_raw(value.cast::<Hold>()) };
+        stats::LOCK_VALUES.fetch_sub(1, Relaxed);
+        if !hold.is_live(wall_clock_ms()) {
+            stats::EXPIRED.incr();
+        }
     }
 }
 

@@ -4,13 +4,16 @@
 //! Why raw calls and not the crate's `RedisKeyWritable`: that type hides its key pointer, and we
 //! need the type check, the absolute expiry (7.2+) and in-place updates that it does not offer.
 
+use std::ffi::CStr;
 use std::os::raw::{c_char, c_int, c_longlong, c_void};
+use std::sync::atomic::Ordering::Relaxed;
 
 use redis_module::{raw, Context, RedisString};
 
 use crate::error::{Error, Result};
 use crate::lock::{Hold, Millis};
 use crate::redis::datatype;
+use crate::stats;
 
 /// The current wall-clock time as Redis reads it, in milliseconds since the epoch.
 pub fn now() -> Millis {
@@ -89,9 +92,16 @@ impl LockKey {
     }
 
     /// Store `hold` (replacing any previous one) and set the key's expiry to its deadline.
-    pub fn put(&mut self, hold: Hold) -> Result<()> {
+    /// Replacing a hold whose deadline passed before Redis removed the key counts as its
+    /// expiry (`lock.expired`).
+    pub fn put(&mut self, hold: Hold, now: Millis) -> Result<()> {
         let deadline = hold.deadline;
         let current = self.raw_value()?;
+        // SAFETY: a non-null current is our live Hold (see `hold`).
+        if unsafe { current.as_ref() }.is_some_and(|h| !h.is_live(now)) {
+            stats::EXPIRED.incr();
+            self.notify(c"lock.expired");
+        }
         if current.is_null() {
             let value = Box::into_raw(Box::new(hold));
             // SAFETY: the key is open for writing and empty; on success Redis owns `value` and
@@ -108,6 +118,7 @@ impl LockKey {
                 drop(unsafe { Box::from_raw(value) });
                 return Err(crate::error::internal("could not store the lock value"));
             }
+            stats::LOCK_VALUES.fetch_add(1, Relaxed);
         } else {
             // SAFETY: current points at our live Hold; no other reference to it exists now.
             unsafe { *current = hold };
@@ -146,10 +157,26 @@ impl LockKey {
         }
     }
 
-    /// Send the hold to replicas and the AOF as `LOCK.LOAD key owner token deadline`: the
-    /// deterministic effect of a grant, retry, extend or handoff.
-    pub fn replicate_hold(&self, hold: &Hold) {
-        replicate_load(self.ctx, self.name, hold);
+    /// Send the stored hold to replicas and the AOF as `LOCK.LOAD key owner token deadline`:
+    /// the deterministic effect of a grant, retry, extend or handoff.
+    pub fn replicate_hold(&self) {
+        if let Ok(Some(hold)) = self.hold() {
+            replicate_load(self.ctx, self.name, hold);
+        }
+    }
+
+    /// Publish a keyspace event of class `d` (module events), e.g. `lock.acquired`, delivered
+    /// when `notify-keyspace-events` enables it.
+    pub fn notify(&self, event: &CStr) {
+        // SAFETY: ctx and name are live; the event name is a static C string.
+        unsafe {
+            raw::RedisModule_NotifyKeyspaceEvent.unwrap()(
+                self.ctx,
+                raw::REDISMODULE_NOTIFY_MODULE as c_int,
+                event.as_ptr(),
+                self.name,
+            )
+        };
     }
 
     /// Send `DEL key` to replicas and the AOF.

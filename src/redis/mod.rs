@@ -7,5 +7,6 @@
 
 pub mod blocking;
 pub mod datatype;
+pub mod docs;
 pub mod guard;
 pub mod key;

@@ -1,0 +1,131 @@
+//! Command metadata for `COMMAND DOCS` and `COMMAND INFO`: summary, complexity, arity, key
+//! specs and arguments, so `redis-cli` shows hints and tools can discover the commands.
+//!
+//! `RedisModule_SetCommandInfo` exists since Redis 7.0. The server reads the argument and key
+//! spec arrays using the sizes we declare in the version struct, so describing our own layout
+//! (from the crate's bindings) is safe on servers whose structs are smaller or larger.
+
+use std::ffi::CStr;
+use std::os::raw::c_int;
+
+use redis_module::{raw, Context};
+
+/// One argument as `COMMAND DOCS` shows it.
+pub struct Arg {
+    pub name: &'static CStr,
+    pub kind: raw::RedisModuleCommandArgType,
+    /// The literal keyword before the value (`BLOCK`), if any.
+    pub token: Option<&'static CStr>,
+    pub optional: bool,
+}
+
+/// One command's documentation.
+pub struct Doc {
+    pub name: &'static CStr,
+    pub summary: &'static CStr,
+    pub complexity: &'static CStr,
+    /// Redis arity: positive is exact, negative is a minimum (both count the command name).
+    pub arity: c_int,
+    /// `REDISMODULE_CMD_KEY_*` flags of the key at position 1.
+    pub key_flags: u32,
+    pub args: &'static [Arg],
+}
+
+pub const STRING: raw::RedisModuleCommandArgType =
+    raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING;
+pub const INTEGER: raw::RedisModuleCommandArgType =
+    raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER;
+pub const KEY: raw::RedisModuleCommandArgType =
+    raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_KEY;
+
+/// The version we publish the module's commands under (`since` in `COMMAND DOCS`).
+const SINCE: &CStr = c"0.1.0";
+
+/// Attach `doc` to its registered command. Returns false when the server lacks the API
+/// (older than 7.0) or refuses the description; the command works either way.
+pub fn set(ctx: &Context, doc: &Doc) -> bool {
+    // SAFETY: plain reads of function pointers filled in by RedisModule_Init.
+    let (Some(get_command), Some(set_info)) = (unsafe { raw::RedisModule_GetCommand }, unsafe {
+        raw::RedisModule_SetCommandInfo
+    }) else {
+        return false;
+    };
+    // SAFETY: called during module load with the load context and a registered name.
+    let command = unsafe { get_command(ctx.ctx, doc.name.as_ptr()) };
+    if command.is_null() {
+        return false;
+    }
+    // Arrays end with a zeroed entry; Redis copies what it keeps, and the rest lives until
+    // this function returns.
+    let args = raw_args(doc.args);
+    let mut key_specs = [key_spec(doc.key_flags), zeroed_key_spec()];
+    let version = raw::RedisModuleCommandInfoVersion {
+        version: 1,
+        sizeof_historyentry: std::mem::size_of::<raw::RedisModuleCommandHistoryEntry>(),
+        sizeof_keyspec: std::mem::size_of::<raw::RedisModuleCommandKeySpec>(),
+        sizeof_arg: std::mem::size_of::<raw::RedisModuleCommandArg>(),
+    };
+    let info = raw::RedisModuleCommandInfo {
+        version: &version,
+        summary: doc.summary.as_ptr(),
+        complexity: doc.complexity.as_ptr(),
+        since: SINCE.as_ptr(),
+        history: std::ptr::null_mut(),
+        tips: std::ptr::null(),
+        arity: doc.arity,
+        key_specs: key_specs.as_mut_ptr(),
+        args: args.as_ptr().cast_mut(),
+    };
+    // SAFETY: every pointer in `info` points into data that outlives this call.
+    unsafe { set_info(command, &info) == raw::REDISMODULE_OK as c_int }
+}
+
+fn raw_args(args: &[Arg]) -> Vec<raw::RedisModuleCommandArg> {
+    let mut array: Vec<raw::RedisModuleCommandArg> = args
+        .iter()
+        .map(|a| raw::RedisModuleCommandArg {
+            name: a.name.as_ptr(),
+            type_: a.kind,
+            key_spec_index: if a.kind == KEY { 0 } else { -1 },
+            token: a.token.map_or(std::ptr::null(), CStr::as_ptr),
+            summary: std::ptr::null(),
+            since: std::ptr::null(),
+            flags: if a.optional {
+                raw::REDISMODULE_CMD_ARG_OPTIONAL as c_int
+            } else {
+                0
+            },
+            deprecated_since: std::ptr::null(),
+            subargs: std::ptr::null_mut(),
+            display_text: std::ptr::null(),
+        })
+        .collect();
+    // SAFETY: the C API ends argument arrays with an all-zero entry.
+    array.push(unsafe { std::mem::zeroed() });
+    array
+}
+
+/// The key is argument 1, and there is exactly one.
+fn key_spec(flags: u32) -> raw::RedisModuleCommandKeySpec {
+    raw::RedisModuleCommandKeySpec {
+        notes: std::ptr::null(),
+        flags: flags as u64,
+        begin_search_type: raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX,
+        bs: raw::RedisModuleCommandKeySpec__bindgen_ty_1 {
+            index: raw::RedisModuleCommandKeySpec__bindgen_ty_1__bindgen_ty_1 { pos: 1 },
+        },
+        find_keys_type: raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE,
+        fk: raw::RedisModuleCommandKeySpec__bindgen_ty_2 {
+            range: raw::RedisModuleCommandKeySpec__bindgen_ty_2__bindgen_ty_1 {
+                lastkey: 0,
+                keystep: 1,
+                limit: 0,
+            },
+        },
+    }
+}
+
+fn zeroed_key_spec() -> raw::RedisModuleCommandKeySpec {
+    // SAFETY: the C API ends key spec arrays with an all-zero entry.
+    unsafe { std::mem::zeroed() }
+}
