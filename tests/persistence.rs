@@ -236,16 +236,20 @@ fn aof_restart_keeps_holds(rdb_preamble: &str) {
     // module writes with its AOF rewrite callback).
     let base = aof_base_file(&server);
     let head = std::fs::read(&base).unwrap_or_else(|e| panic!("{}: {e}", base.display()));
-    let expected_magic: &[u8] = if rdb_preamble == "yes" {
-        b"REDIS"
+    // Valkey 9 writes RDB files that start with "VALKEY" instead of "REDIS".
+    let expected_magic: &[&[u8]] = if rdb_preamble == "yes" {
+        &[b"REDIS", b"VALKEY"]
     } else {
-        b"*"
+        &[b"*"]
     };
     assert!(
-        head.starts_with(expected_magic),
-        "AOF base {} does not start with {:?}",
+        expected_magic.iter().any(|m| head.starts_with(m)),
+        "AOF base {} does not start with any of {:?}",
         base.display(),
-        String::from_utf8_lossy(expected_magic)
+        expected_magic
+            .iter()
+            .map(|m| String::from_utf8_lossy(m))
+            .collect::<Vec<_>>()
     );
 
     // After the rewrite: these go to the incremental file only.
