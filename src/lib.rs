@@ -24,16 +24,23 @@ mod state;
 pub mod stats;
 
 mod module {
-    use redis_module::configuration::ConfigurationFlags;
     use redis_module::{raw, redis_module, Context, InfoContext, RedisResult, RedisString, Status};
 
     use crate::commands::{acquire, extend, fence, info, load, release};
-    use crate::redis::{blocking, datatype::LOCK_TYPE, docs, guard};
-    use crate::state::{
-        DEFAULT_MAX_OWNER_BYTES, DEFAULT_MAX_WAITERS, MAX_OWNER_BYTES, MAX_WAITERS,
-    };
+    use crate::redis::{blocking, config, datatype::LOCK_TYPE, docs, guard};
 
-    fn init(ctx: &Context, _args: &[RedisString]) -> Status {
+    fn init(ctx: &Context, args: &[RedisString]) -> Status {
+        if !config::server_supported() {
+            ctx.log_warning(
+                "redis-lock needs Redis 7.0 or later (or Valkey 7.2+): this server lacks module \
+                 configs or the blocking API; the module is not loaded",
+            );
+            return Status::Err;
+        }
+        if let Err(e) = config::register(ctx, args) {
+            ctx.log_warning(&format!("redis-lock: {e}; the module is not loaded"));
+            return Status::Err;
+        }
         // SAFETY: called once from RedisModule_OnLoad with the load context.
         unsafe {
             raw::RedisModule_SetModuleOptions.unwrap()(
@@ -115,15 +122,5 @@ mod module {
             ["lock.info", lock_info, "readonly fast", 1, 1, 1, ""],
             ["lock.load", lock_load, "write", 1, 1, 1, ""],
         ],
-        configurations: [
-            i64: [
-                ["max-owner-bytes", &MAX_OWNER_BYTES, DEFAULT_MAX_OWNER_BYTES, 1, 1 << 20, ConfigurationFlags::DEFAULT, None],
-                ["max-waiters", &MAX_WAITERS, DEFAULT_MAX_WAITERS, 0, 10_000_000, ConfigurationFlags::DEFAULT, None],
-            ],
-            string: [],
-            bool: [],
-            enum: [],
-            module_args_as_configuration: true,
-        ]
     }
 }
