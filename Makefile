@@ -14,7 +14,7 @@ help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 	@echo "  Variables: PORT=$(PORT) (make run), REDIS_SERVER=$(REDIS_SERVER)"
 
-deps: ## Install what a fresh Debian machine lacks (redis-server, libclang-dev, clang)
+deps: ## Install what a fresh Debian machine lacks (redis-server, libclang-dev, clang, redis-py)
 	@missing=$$(for p in $(APT_PACKAGES); do \
 		dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
@@ -29,6 +29,7 @@ deps: ## Install what a fresh Debian machine lacks (redis-server, libclang-dev, 
 			exit 1; \
 		fi; \
 	fi
+	@python3 -c 'import redis' 2>/dev/null || python3 -m pip install -q --disable-pip-version-check redis==8.1.0
 
 build: deps ## Build the release module (target/release/libredis_lock.so)
 	$(CARGO) build --release

@@ -1,0 +1,458 @@
+//! The use cases in `examples/` run against a real server, so they never rot:
+//!
+//! - `examples/python/one_job.py`: of five worker processes exactly one runs the job (needs
+//!   redis-py; skipped with a message on stderr when `python3 -c "import redis"` fails).
+//! - `examples/leader.rs`: two candidates take turns as leader with growing tokens, and a leader
+//!   whose lease disappears says `lost`. The binary is `target/debug/examples/leader`, which
+//!   `cargo test` builds; `cargo test --test examples` alone does not, so this file builds it
+//!   first (see [`leader_bin`]).
+//! - `examples/inventory.lua`: a fenced decrement; stale tokens and overdrafts change nothing.
+//!
+//! Child processes write to files in a scratch directory and are killed if they outlive a
+//! deadline. Nothing sleeps to wait for them: the tests poll their output and the server.
+
+mod common;
+
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::Once;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::*;
+use redis::{Connection, RedisResult, Value};
+
+/// The longest any example process may run before the test kills it and fails. Generous: a
+/// healthy run takes a second or two even on a busy machine.
+const PATIENCE: Duration = Duration::from_secs(30);
+
+/// A ttl long enough that no hold in these tests expires by accident.
+const LONG_TTL: i64 = 100_000;
+
+fn manifest_dir() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+// --- Child processes -----------------------------------------------------------
+
+/// A directory for the output of child processes, removed on drop unless the test is failing
+/// (then its path is printed, for diagnosis).
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new() -> Scratch {
+        let dir = std::env::temp_dir()
+            .join("redis-lock-examples")
+            .join(uuid::Uuid::new_v4().to_string());
+        fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
+        Scratch(dir)
+    }
+
+    /// A file in the scratch directory opened for appending: children that share it write
+    /// whole lines in the order they make them.
+    fn append(&self, name: &str) -> File {
+        OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.0.join(name))
+            .unwrap_or_else(|e| panic!("cannot open {name} in {}: {e}", self.0.display()))
+    }
+
+    fn read(&self, name: &str) -> String {
+        fs::read_to_string(self.0.join(name)).unwrap_or_default()
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if thread::panicking() {
+            eprintln!("examples: keeping child output in {}", self.0.display());
+        } else {
+            let _ = fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+/// Spawn `cmd` with stdout appended to `stdout` and stderr to `stderr` in `scratch`.
+fn spawn(cmd: &mut Command, scratch: &Scratch, stdout: &str, stderr: &str) -> Child {
+    cmd.stdin(Stdio::null())
+        .stdout(scratch.append(stdout))
+        .stderr(scratch.append(stderr))
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"))
+}
+
+/// Wait for `child` to exit; kill it and panic with `stderr`'s content if it runs past
+/// [`PATIENCE`].
+fn wait_exit(child: &mut Child, what: &str, scratch: &Scratch, stderr: &str) -> ExitStatus {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        if let Some(status) = child.try_wait().expect("cannot poll child") {
+            return status;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "{what} still running after {PATIENCE:?}; killed; stderr:\n{}",
+                scratch.read(stderr)
+            );
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
+// --- Python: one job, one worker ------------------------------------------------
+
+/// True if `python3` runs and imports redis-py.
+fn python_has_redis() -> bool {
+    Command::new("python3")
+        .args(["-c", "import redis"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success())
+}
+
+#[test]
+fn python_one_job_runs_once() {
+    if !python_has_redis() {
+        // Straight to stderr, past the test harness's capture, so a skip is never silent.
+        let _ = writeln!(
+            std::io::stderr(),
+            "skipped: redis-py not installed (python_one_job_runs_once; `pip install redis`)"
+        );
+        return;
+    }
+    let server = Server::start();
+    let scratch = Scratch::new();
+    let script = manifest_dir().join("examples/python/one_job.py");
+    // Work for 1.5 leases, so the winner extends its hold while it works.
+    let mut child = spawn(
+        Command::new("python3").arg(&script).args([
+            "--port",
+            &server.port().to_string(),
+            "--workers",
+            "5",
+            "--ttl-ms",
+            "600",
+            "--work-ms",
+            "900",
+        ]),
+        &scratch,
+        "stdout",
+        "stderr",
+    );
+    let status = wait_exit(&mut child, "one_job.py", &scratch, "stderr");
+    let (stdout, stderr) = (scratch.read("stdout"), scratch.read("stderr"));
+    assert!(
+        status.success(),
+        "one_job.py exited with {status}; stdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+
+    // job=NAME workers=5 ran=1 runner=ID skipped=4 busy=.. done=.. lost=0 errors=0 extends=N
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 1, "expected one summary line, got:\n{stdout}");
+    let fields: Vec<(&str, &str)> = lines[0]
+        .split(' ')
+        .map(|f| {
+            f.split_once('=')
+                .unwrap_or_else(|| panic!("bad field {f:?}"))
+        })
+        .collect();
+    let field = |name: &str| {
+        fields
+            .iter()
+            .find(|(n, _)| *n == name)
+            .unwrap_or_else(|| panic!("no {name}= in {:?}", lines[0]))
+            .1
+    };
+    assert_eq!(field("workers"), "5", "{}", lines[0]);
+    assert_eq!(field("ran"), "1", "{}", lines[0]);
+    assert_eq!(field("skipped"), "4", "{}", lines[0]);
+    assert_eq!(field("lost"), "0", "{}", lines[0]);
+    assert_eq!(field("errors"), "0", "{}", lines[0]);
+    let extends: u32 = field("extends").parse().expect("extends= is a number");
+    assert!(extends >= 1, "the winner never extended: {}", lines[0]);
+
+    // The server agrees: one run, by the runner, and the lock is free again.
+    let job = format!("job:{}", field("job"));
+    let mut conn = server.conn();
+    let runs: Vec<String> = redis::cmd("LRANGE")
+        .arg(format!("{job}:runs"))
+        .arg(0)
+        .arg(-1)
+        .query(&mut conn)
+        .expect("LRANGE runs");
+    assert_eq!(runs, vec![field("runner").to_string()]);
+    assert_absent(&mut conn, &job);
+}
+
+// --- Rust: leader election --------------------------------------------------------
+
+/// `target/debug/examples/leader`, built if need be.
+///
+/// `cargo test` builds every example before it runs any test, but `cargo test --test examples`
+/// builds only this test. So the first call runs `cargo build --example leader`, which is a
+/// no-op when the binary is up to date and otherwise keeps it from being stale.
+fn leader_bin() -> PathBuf {
+    static BUILD: Once = Once::new();
+    BUILD.call_once(|| {
+        let out = Command::new(env!("CARGO"))
+            .args(["build", "--quiet", "--example", "leader"])
+            .current_dir(manifest_dir())
+            .output()
+            .expect("cannot run cargo");
+        assert!(
+            out.status.success(),
+            "cargo build --example leader failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    });
+    let bin = manifest_dir().join("target/debug/examples/leader");
+    assert!(bin.is_file(), "{} not found", bin.display());
+    bin
+}
+
+/// A leader candidate: `leader --url ... --id ID --lease-ms .. --run-ms .. --campaign-ms ..`.
+fn leader(server: &Server, id: &str, lease_ms: u64, run_ms: u64) -> Command {
+    let mut cmd = Command::new(leader_bin());
+    cmd.args(["--url", &format!("redis://127.0.0.1:{}", server.port())])
+        .args(["--id", id])
+        .args(["--lease-ms", &lease_ms.to_string()])
+        .args(["--run-ms", &run_ms.to_string()])
+        .args(["--campaign-ms", "20000"]);
+    cmd
+}
+
+/// One line of the leader's output.
+#[derive(Debug, PartialEq)]
+enum Event {
+    /// `leader ID token T`
+    Elected(String, i64),
+    /// `resigned ID`
+    Resigned(String),
+    /// `lost ID`
+    Lost(String),
+}
+
+fn events(output: &str) -> Vec<Event> {
+    output
+        .lines()
+        .map(|line| match line.split(' ').collect::<Vec<_>>()[..] {
+            ["leader", id, "token", token] => Event::Elected(
+                id.to_string(),
+                token
+                    .parse()
+                    .unwrap_or_else(|e| panic!("token in {line:?}: {e}")),
+            ),
+            ["resigned", id] => Event::Resigned(id.to_string()),
+            ["lost", id] => Event::Lost(id.to_string()),
+            _ => panic!("unexpected leader output line {line:?} in:\n{output}"),
+        })
+        .collect()
+}
+
+#[test]
+fn leaders_take_turns_with_growing_tokens() {
+    let server = Server::start();
+    let scratch = Scratch::new();
+    // Both candidates write to one file opened for appending, so its lines are in the order the
+    // processes wrote them. A leader prints `resigned` before it releases the lease, and the
+    // next one prints `leader` after it was granted: so the leaderships did not overlap if and
+    // only if the lines alternate. The lease is renewed every 333 ms and survives a 667 ms
+    // stall, plenty on a busy machine.
+    let mut a = spawn(
+        &mut leader(&server, "a", 1000, 800),
+        &scratch,
+        "out",
+        "a.err",
+    );
+    let mut b = spawn(
+        &mut leader(&server, "b", 1000, 800),
+        &scratch,
+        "out",
+        "b.err",
+    );
+    let a_status = wait_exit(&mut a, "leader a", &scratch, "a.err");
+    let b_status = wait_exit(&mut b, "leader b", &scratch, "b.err");
+    let out = scratch.read("out");
+    let diag = format!(
+        "output:\n{out}\na stderr:\n{}\nb stderr:\n{}",
+        scratch.read("a.err"),
+        scratch.read("b.err")
+    );
+    assert!(
+        a_status.success(),
+        "leader a exited with {a_status}; {diag}"
+    );
+    assert!(
+        b_status.success(),
+        "leader b exited with {b_status}; {diag}"
+    );
+
+    let events = events(&out);
+    let (first, t1, second, t2) = match &events[..] {
+        [Event::Elected(a, t1), Event::Resigned(ra), Event::Elected(b, t2), Event::Resigned(rb)]
+            if ra == a && rb == b =>
+        {
+            (a, t1, b, t2)
+        }
+        _ => panic!("expected leader X, resigned X, leader Y, resigned Y; {diag}"),
+    };
+    let mut ids = [first.as_str(), second.as_str()];
+    ids.sort();
+    assert_eq!(ids, ["a", "b"], "{diag}");
+    assert!(t2 > t1, "the second leader's token is not larger; {diag}");
+
+    let mut conn = server.conn();
+    assert_absent(&mut conn, "election");
+}
+
+#[test]
+fn leader_says_lost_when_its_lease_disappears() {
+    let server = Server::start();
+    let scratch = Scratch::new();
+    let mut child = spawn(
+        &mut leader(&server, "c", 1000, 20_000),
+        &scratch,
+        "out",
+        "err",
+    );
+    wait_until("leader c to be elected", PATIENCE, || {
+        scratch.read("out").starts_with("leader c token ")
+    });
+    let Event::Elected(_, token) = &events(&scratch.read("out"))[0] else {
+        unreachable!("the first line was checked above");
+    };
+    let mut conn = server.conn();
+    assert_eq!(
+        fence(&mut conn, "election"),
+        Some(*token),
+        "LOCK.FENCE election"
+    );
+
+    // The lease disappears under the leader, as if it had lapsed; the next renewal sees it.
+    let _: i64 = redis::cmd("DEL")
+        .arg("election")
+        .query(&mut conn)
+        .expect("DEL election");
+    let status = wait_exit(&mut child, "leader c", &scratch, "err");
+    let out = scratch.read("out");
+    assert_eq!(
+        status.code(),
+        Some(1),
+        "leader c exited with {status}; output:\n{out}\nstderr:\n{}",
+        scratch.read("err")
+    );
+    assert_eq!(
+        events(&out),
+        [Event::Elected("c".into(), *token), Event::Lost("c".into())],
+        "output:\n{out}"
+    );
+}
+
+// --- Lua: inventory with a fenced write ---------------------------------------------
+
+const LOCK: &str = "{sku:42}:lock";
+const STOCK: &str = "{sku:42}:stock";
+
+/// `SCRIPT LOAD` examples/inventory.lua; returns its SHA1.
+fn load_inventory(conn: &mut Connection) -> String {
+    let path = manifest_dir().join("examples/inventory.lua");
+    let source =
+        fs::read_to_string(&path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(source)
+        .query(conn)
+        .expect("SCRIPT LOAD examples/inventory.lua")
+}
+
+/// `EVALSHA sha 2 LOCK STOCK token quantity`.
+fn take(conn: &mut Connection, sha: &str, token: i64, quantity: i64) -> RedisResult<Value> {
+    redis::cmd("EVALSHA")
+        .arg(sha)
+        .arg(2)
+        .arg(LOCK)
+        .arg(STOCK)
+        .arg(token)
+        .arg(quantity)
+        .query(conn)
+}
+
+fn stock(conn: &mut Connection) -> String {
+    redis::cmd("GET").arg(STOCK).query(conn).expect("GET stock")
+}
+
+/// A server with the script loaded and 10 items in stock.
+fn inventory() -> (Server, Connection, String) {
+    let server = Server::start();
+    let mut conn = server.conn();
+    let sha = load_inventory(&mut conn);
+    let _: () = redis::cmd("SET")
+        .arg(STOCK)
+        .arg(10)
+        .query(&mut conn)
+        .expect("SET stock");
+    (server, conn, sha)
+}
+
+#[test]
+fn inventory_live_token_decrements() {
+    let (_server, mut conn, sha) = inventory();
+    let token = must_acquire(&mut conn, LOCK, "clerk-a", LONG_TTL);
+    assert_eq!(take(&mut conn, &sha, token, 3), Ok(Value::Int(7)));
+    assert_eq!(take(&mut conn, &sha, token, 2), Ok(Value::Int(5)));
+    assert_eq!(stock(&mut conn), "5");
+    assert_err(
+        take(&mut conn, &sha, token, 0),
+        "ERR quantity must be a positive integer, got 0",
+    );
+
+    // examples/inventory.md shows the script's SHA1: it must be this file's.
+    let doc = fs::read_to_string(manifest_dir().join("examples/inventory.md"))
+        .expect("read examples/inventory.md");
+    assert!(
+        doc.contains(&sha),
+        "examples/inventory.md does not show the script's SHA1 {sha}: update it"
+    );
+}
+
+#[test]
+fn inventory_stale_token_is_refused() {
+    let (_server, mut conn, sha) = inventory();
+    let old = must_acquire(&mut conn, LOCK, "clerk-a", LONG_TTL);
+    assert_eq!(take(&mut conn, &sha, old, 1), Ok(Value::Int(9)));
+    assert_eq!(release(&mut conn, LOCK, "clerk-a"), 1);
+
+    // Free lock: the old token is stale already.
+    let stale = format!("STALE token {old} is not the live hold on {LOCK}");
+    assert_err(take(&mut conn, &sha, old, 1), &stale);
+
+    // Granted to someone else: still stale, and the new token works.
+    let new = must_acquire(&mut conn, LOCK, "clerk-b", LONG_TTL);
+    assert!(new > old, "token {new} after {old}");
+    assert_err(take(&mut conn, &sha, old, 1), &stale);
+    assert_eq!(stock(&mut conn), "9");
+    assert_eq!(take(&mut conn, &sha, new, 4), Ok(Value::Int(5)));
+}
+
+#[test]
+fn inventory_never_goes_below_zero() {
+    let (_server, mut conn, sha) = inventory();
+    let token = must_acquire(&mut conn, LOCK, "clerk-a", LONG_TTL);
+    assert_err(
+        take(&mut conn, &sha, token, 11),
+        &format!("NOSTOCK {STOCK} has 10, asked for 11"),
+    );
+    assert_eq!(stock(&mut conn), "10");
+    assert_eq!(take(&mut conn, &sha, token, 10), Ok(Value::Int(0)));
+    assert_err(
+        take(&mut conn, &sha, token, 1),
+        &format!("NOSTOCK {STOCK} has 0, asked for 1"),
+    );
+    assert_eq!(stock(&mut conn), "0");
+}
