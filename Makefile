@@ -8,13 +8,14 @@ MODULE_RELEASE := target/release/libredis_lock.so
 MODULE_DEBUG := target/debug/libredis_lock.so
 APT_PACKAGES := redis-server libclang-dev clang
 
-.PHONY: help deps build run test test-valkey lint fmt clean
+
+.PHONY: help deps test-deps build run test test-valkey lint fmt clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 	@echo "  Variables: PORT=$(PORT) (make run), REDIS_SERVER=$(REDIS_SERVER)"
 
-deps: ## Install what a fresh Debian machine lacks (redis-server, libclang-dev, clang, redis-py)
+deps: ## Install what a fresh Debian machine lacks (redis-server, libclang-dev, clang)
 	@missing=$$(for p in $(APT_PACKAGES); do \
 		dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
@@ -29,6 +30,8 @@ deps: ## Install what a fresh Debian machine lacks (redis-server, libclang-dev, 
 			exit 1; \
 		fi; \
 	fi
+
+test-deps: deps ## What the tests need beyond the build: redis-py for the Python example
 	@python3 -c 'import redis' 2>/dev/null || python3 -m pip install -q --disable-pip-version-check redis==8.1.0
 
 build: deps ## Build the release module (target/release/libredis_lock.so)
@@ -41,7 +44,7 @@ run: build ## Start redis-server in the foreground with the module loaded (PORT=
 	fi
 	$(REDIS_SERVER) redis.conf.example --port $(PORT)
 
-test: deps ## Unit tests, then integration tests against a real redis-server
+test: test-deps ## Unit tests, then integration tests against a real redis-server
 	$(CARGO) build
 	REDIS_SERVER=$(REDIS_SERVER) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) $(CARGO) test
 
