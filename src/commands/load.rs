@@ -14,8 +14,7 @@ use crate::redis::key::{self, LockKey};
 use crate::state;
 
 pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    let trusted = raw::REDISMODULE_CTX_FLAGS_REPLICATED | raw::REDISMODULE_CTX_FLAGS_LOADING;
-    if key::context_flags(ctx.ctx) & trusted == 0 {
+    if !key::applying_effects(ctx.ctx) {
         return Err(error::internal_only().into());
     }
     let raw = super::bytes(&args);

@@ -27,6 +27,20 @@ pub fn context_flags(ctx: *mut raw::RedisModuleCtx) -> u32 {
     unsafe { raw::RedisModule_GetContextFlags.unwrap()(ctx) as u32 }
 }
 
+/// True when the command replays an effect the primary already decided: it came over the
+/// replication link or from the AOF being loaded.
+pub fn applying_effects(ctx: *mut raw::RedisModuleCtx) -> bool {
+    context_flags(ctx)
+        & (raw::REDISMODULE_CTX_FLAGS_REPLICATED | raw::REDISMODULE_CTX_FLAGS_LOADING)
+        != 0
+}
+
+/// Propagate the current command as it was called.
+pub fn replicate_verbatim(ctx: *mut raw::RedisModuleCtx) {
+    // SAFETY: ctx is the live context of the command being executed.
+    unsafe { raw::RedisModule_ReplicateVerbatim.unwrap()(ctx) };
+}
+
 /// An open lock key, closed on drop.
 pub struct LockKey {
     ctx: *mut raw::RedisModuleCtx,
