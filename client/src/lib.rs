@@ -1,0 +1,133 @@
+//! A Rust client for the redis-lock Redis module: lock guards with fencing tokens, a
+//! lease watchdog, and Redlock over several independent masters.
+//!
+//! The module does the lock logic inside the server (`LOCK.ACQUIRE`, `LOCK.RELEASE`,
+//! `LOCK.EXTEND`, `LOCK.FENCE`); this crate wraps it in RAII types over the synchronous
+//! [`redis`] client. No async runtime: the watchdog is a plain thread.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use redis_lock_client::Client;
+//!
+//! # fn main() -> Result<(), redis_lock_client::Error> {
+//! let client = Client::open("redis://127.0.0.1:6379/")?;
+//!
+//! // Non-blocking: Ok(None) means someone else holds it; Err means a failure.
+//! match client.acquire("invoice:42", Duration::from_secs(10))? {
+//!     Some(guard) => {
+//!         println!("holding {} with token {}", guard.key(), guard.token());
+//!         // ... write to the resource, passing guard.token() along for fencing ...
+//!     } // dropped here: LOCK.RELEASE
+//!     None => println!("busy"),
+//! }
+//!
+//! // Wait up to 2 s in the server's FIFO queue, then keep the lock alive while working.
+//! if let Some(guard) =
+//!     client.acquire_blocking("job:nightly", Duration::from_secs(3), Duration::from_secs(2))?
+//! {
+//!     let mut guard = guard;
+//!     guard.start_watchdog()?; // LOCK.EXTEND every ttl / 3
+//!     for _step in 0..10 {
+//!         if guard.is_lost() {
+//!             eprintln!("lost the lock: {:?}", guard.loss_reason());
+//!             break;
+//!         }
+//!         // ... one step of work ...
+//!     }
+//!     guard.release()?;
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Redlock over five independent masters:
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use redis_lock_client::{Redlock, RedlockError};
+//!
+//! let urls = [
+//!     "redis://10.0.0.1:6379/", "redis://10.0.0.2:6379/", "redis://10.0.0.3:6379/",
+//!     "redis://10.0.0.4:6379/", "redis://10.0.0.5:6379/",
+//! ];
+//! let redlock = Redlock::new(&urls).expect("valid URLs");
+//! match redlock.acquire("report", Duration::from_secs(5)) {
+//!     Ok(guard) => println!("token {} valid for {:?}", guard.token(), guard.validity()),
+//!     Err(RedlockError::Contended { granted, needed }) => {
+//!         println!("held by someone else ({granted}/{needed}); retry after a random delay")
+//!     }
+//!     Err(e) => eprintln!("failure: {e}"),
+//! }
+//! ```
+//!
+//! # Contention versus failure
+//!
+//! - [`Client::acquire`]: `Ok(Some(guard))` granted, `Ok(None)` held by someone else,
+//!   `Err(`[`Error`]`)` a failure (unreachable, timeout, error reply).
+//! - [`Redlock::acquire`]: [`RedlockError::Contended`] held by someone else,
+//!   [`RedlockError::Unavailable`] too few masters answered, [`RedlockError::Expired`] the
+//!   round took longer than the TTL allows.
+//!
+//! # Layout
+//!
+//! - `client.rs`: [`Client`], its connection pool, and the command wrappers.
+//! - `guard.rs`: [`Guard`], release on drop, extend, fence check, watchdog control.
+//! - `watchdog.rs`: the renewal thread and [`LossReason`].
+//! - `redlock.rs`: [`Redlock`] and [`RedlockGuard`], including how tokens are combined.
+//! - `error.rs`: [`Error`] and [`RedlockError`].
+
+#![warn(missing_docs)]
+
+mod client;
+mod error;
+mod guard;
+mod redlock;
+mod watchdog;
+
+pub use client::{Client, DEFAULT_CONNECT_TIMEOUT, DEFAULT_IO_TIMEOUT};
+pub use error::{Error, RedlockError};
+pub use guard::Guard;
+pub use redlock::{
+    Redlock, RedlockGuard, DEFAULT_MASTER_CONNECT_TIMEOUT, DEFAULT_MASTER_IO_TIMEOUT,
+};
+pub use watchdog::LossReason;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn send_sync<T: Send + Sync>() {}
+    fn send<T: Send>() {}
+
+    /// Clients are shared between threads; guards move to the thread that uses them.
+    #[test]
+    fn thread_safety() {
+        send_sync::<Client>();
+        send_sync::<Redlock>();
+        send_sync::<Error>();
+        send_sync::<RedlockError>();
+        send_sync::<LossReason>();
+        send::<Guard>();
+        send::<RedlockGuard>();
+    }
+
+    #[test]
+    fn invalid_arguments_are_rejected_before_sending() {
+        // Port 1 on loopback: nothing is sent anyway, since the check comes first.
+        let client = Client::open("redis://127.0.0.1:1/").unwrap();
+        assert!(matches!(
+            client.acquire("k", std::time::Duration::ZERO),
+            Err(Error::InvalidArgument(_))
+        ));
+        assert!(matches!(
+            Redlock::new::<&str>(&[]),
+            Err(Error::InvalidArgument(_))
+        ));
+        let redlock = Redlock::new(&["redis://127.0.0.1:1/"]).unwrap();
+        assert_eq!(redlock.quorum(), 1);
+        assert!(matches!(
+            redlock.acquire("k", std::time::Duration::ZERO),
+            Err(RedlockError::InvalidArgument(_))
+        ));
+    }
+}

@@ -1,0 +1,324 @@
+//! [`Redlock`]: one lock over N independent masters, granted by a majority, using the module's
+//! native commands (no scripts).
+//!
+//! The algorithm is the one described for Redis's Redlock, with `LOCK.ACQUIRE` in place of
+//! `SET NX PX` and `LOCK.RELEASE` in place of the compare-and-delete script:
+//!
+//! 1. Note the start time; pick a random owner id.
+//! 2. Send `LOCK.ACQUIRE key owner ttl` to each master in turn, each with short connect and read
+//!    timeouts so that a dead master costs little.
+//! 3. The lock is granted if a majority (`N / 2 + 1`) granted it and time is left:
+//!    `validity = ttl - elapsed - drift`, with `drift = ttl / 100 + 2 ms` for clock rate
+//!    differences between the masters and this process.
+//! 4. Otherwise release it on every master that granted it (or may have: no reply) and report
+//!    why: [`RedlockError::Contended`], [`RedlockError::Unavailable`] or
+//!    [`RedlockError::Expired`].
+
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use crate::client::{cmd_acquire, cmd_release, ttl_ms, Client, Failure};
+use crate::error::{Error, RedlockError};
+
+/// Connect timeout per master, unless [`Redlock::with_timeouts`] says otherwise. Small compared
+/// to a typical TTL, so that a master that is down costs little of the validity time.
+pub const DEFAULT_MASTER_CONNECT_TIMEOUT: Duration = Duration::from_millis(100);
+
+/// Read/write timeout per master, unless [`Redlock::with_timeouts`] says otherwise.
+pub const DEFAULT_MASTER_IO_TIMEOUT: Duration = Duration::from_millis(100);
+
+/// A lock manager over N independent Redis masters (not replicas of each other), each with the
+/// redis-lock module loaded.
+///
+/// Cheap to share by reference between threads; each master has its own small connection pool.
+pub struct Redlock {
+    /// One client per master, in the order of the URLs.
+    masters: Vec<Client>,
+}
+
+/// What one master answered to `LOCK.ACQUIRE`.
+enum Vote {
+    /// Granted, with this master's token.
+    Granted(u64),
+    /// Held by someone else there.
+    Refused,
+    /// No answer, or an error reply; and whether the request may have been granted anyway
+    /// (its reply was lost).
+    Failed(Error, bool),
+}
+
+impl Redlock {
+    /// A lock manager over the masters at `urls` (at least one; use an odd number, typically
+    /// 5). Only parses the URLs; nothing is connected until the first acquisition.
+    pub fn new<S: AsRef<str>>(urls: &[S]) -> Result<Redlock, Error> {
+        if urls.is_empty() {
+            return Err(Error::InvalidArgument("Redlock needs at least one master"));
+        }
+        let masters = urls
+            .iter()
+            .map(|url| {
+                Client::open(url.as_ref()).map(|client| {
+                    client.with_timeouts(DEFAULT_MASTER_CONNECT_TIMEOUT, DEFAULT_MASTER_IO_TIMEOUT)
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Redlock { masters })
+    }
+
+    /// The same masters with other per-master timeouts: `connect` to open a connection, `io` for
+    /// each reply. Keep both well below the TTLs you use: a master that does not answer costs up
+    /// to `connect + io` of the validity time.
+    pub fn with_timeouts(self, connect: Duration, io: Duration) -> Redlock {
+        Redlock {
+            masters: self
+                .masters
+                .into_iter()
+                .map(|m| m.with_timeouts(connect, io))
+                .collect(),
+        }
+    }
+
+    /// How many masters there are.
+    pub fn masters(&self) -> usize {
+        self.masters.len()
+    }
+
+    /// How many masters must grant the lock: `masters / 2 + 1`.
+    pub fn quorum(&self) -> usize {
+        self.masters.len() / 2 + 1
+    }
+
+    /// Try once to take `key` for `ttl` on a majority of the masters.
+    ///
+    /// On success the guard's [`RedlockGuard::validity`] tells how long the lock can be relied
+    /// on. On failure nothing is held (the lock was released wherever it was granted) and the
+    /// error tells contention ([`RedlockError::Contended`]: retry after a random delay) from
+    /// failure ([`RedlockError::Unavailable`], [`RedlockError::Expired`]).
+    pub fn acquire(&self, key: &str, ttl: Duration) -> Result<RedlockGuard, RedlockError> {
+        let ms = ttl_ms(ttl).map_err(|_| RedlockError::InvalidArgument("ttl must be >= 1 ms"))?;
+        let owner = uuid::Uuid::new_v4().to_string();
+        let start = Instant::now();
+        let votes: Vec<Vote> = self
+            .masters
+            .iter()
+            .map(|master| {
+                let inner = &master.inner;
+                match inner.with_conn_sent(inner.io_timeout, inner.connect_timeout, |conn| {
+                    cmd_acquire(conn, key, &owner, ms, None)
+                }) {
+                    Ok(Some(token)) => Vote::Granted(token),
+                    Ok(None) => Vote::Refused,
+                    Err(Failure { error, maybe_sent }) => Vote::Failed(error, maybe_sent),
+                }
+            })
+            .collect();
+        let elapsed = start.elapsed();
+        let drift = ttl / 100 + Duration::from_millis(2);
+        let validity = ttl.checked_sub(elapsed + drift).filter(|v| !v.is_zero());
+
+        let needed = self.quorum();
+        let granted = votes
+            .iter()
+            .filter(|v| matches!(v, Vote::Granted(_)))
+            .count();
+        let reachable = granted + votes.iter().filter(|v| matches!(v, Vote::Refused)).count();
+        // Where the lock is, or may be, ours: granted, or sent with the reply lost. A refusal,
+        // an error reply or a failed connection left nothing behind.
+        let maybe_held: Vec<bool> = votes
+            .iter()
+            .map(|v| match v {
+                Vote::Granted(_) => true,
+                Vote::Failed(_, maybe_sent) => *maybe_sent,
+                Vote::Refused => false,
+            })
+            .collect();
+
+        if granted >= needed {
+            if let Some(validity) = validity {
+                let tokens: Vec<Option<u64>> = votes
+                    .iter()
+                    .map(|v| match v {
+                        Vote::Granted(t) => Some(*t),
+                        _ => None,
+                    })
+                    .collect();
+                return Ok(RedlockGuard {
+                    masters: self.masters.clone(),
+                    key: key.to_string(),
+                    owner,
+                    token: tokens.iter().flatten().copied().max().unwrap_or(0),
+                    tokens,
+                    maybe_held,
+                    valid_until: start + ttl - drift,
+                    validity_at_grant: validity,
+                    released: false,
+                });
+            }
+        }
+
+        release_on(&self.masters, &maybe_held, key, &owner);
+        if granted >= needed {
+            return Err(RedlockError::Expired { granted, elapsed });
+        }
+        if reachable < needed {
+            let errors = votes
+                .into_iter()
+                .enumerate()
+                .filter_map(|(i, v)| match v {
+                    Vote::Failed(e, _) => Some((i, e)),
+                    _ => None,
+                })
+                .collect();
+            return Err(RedlockError::Unavailable {
+                reachable,
+                needed,
+                errors,
+            });
+        }
+        Err(RedlockError::Contended { granted, needed })
+    }
+}
+
+impl fmt::Debug for Redlock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Redlock")
+            .field("masters", &self.masters.len())
+            .field("quorum", &self.quorum())
+            .finish()
+    }
+}
+
+/// `LOCK.RELEASE key owner` on each master flagged in `which`; returns how many released a hold.
+fn release_on(masters: &[Client], which: &[bool], key: &str, owner: &str) -> usize {
+    masters
+        .iter()
+        .zip(which)
+        .filter(|(_, &flag)| flag)
+        .filter(|(master, _)| {
+            let inner = &master.inner;
+            matches!(
+                inner.with_conn(inner.io_timeout, inner.connect_timeout, |conn| {
+                    cmd_release(conn, key, owner)
+                }),
+                Ok(true)
+            )
+        })
+        .count()
+}
+
+/// A lock held on a majority of the masters. Dropping it releases the lock on every master
+/// (best effort).
+///
+/// There is no watchdog: a Redlock lock is meant to be used within its validity time
+/// ([`RedlockGuard::validity`]) and then released.
+pub struct RedlockGuard {
+    /// The masters, in the order of the URLs.
+    masters: Vec<Client>,
+    /// The lock's key.
+    key: String,
+    /// The random owner id used on every master.
+    owner: String,
+    /// The combined token: the largest of `tokens`.
+    token: u64,
+    /// Each master's token, `None` where it did not grant.
+    tokens: Vec<Option<u64>>,
+    /// Masters where the lock is or may be held (granted, or no reply): released on drop.
+    maybe_held: Vec<bool>,
+    /// When the validity time ends: start of the acquisition + ttl - drift.
+    valid_until: Instant,
+    /// The validity time left right after the acquisition.
+    validity_at_grant: Duration,
+    /// Set once [`RedlockGuard::release`] ran.
+    released: bool,
+}
+
+impl RedlockGuard {
+    /// One fencing token for the whole lock: the **largest** of the tokens the granting masters
+    /// returned.
+    ///
+    /// Why the maximum: on each master the tokens of a key strictly increase, and every token a
+    /// master mints at time `t` (its clock, in ms) lies in `[t << 20, (t + 1) << 20)` as long as
+    /// that clock never stepped back (see "Fencing tokens" in the module's README). Any two majorities
+    /// share at least one master, and on that master the later acquisition got the larger
+    /// token. With clocks in step, a lock acquired at least a millisecond (plus the clock skew)
+    /// after another therefore has a larger maximum: the later maximum is at least the shared
+    /// master's token, whose clock floor is above every token the earlier majority minted.
+    ///
+    /// The limit: tokens of *different* masters are ordered only through their clocks. If the
+    /// masters' clocks disagree by more than the time between two acquisitions, the earlier
+    /// majority may include a master whose clock runs ahead, and its token can exceed every
+    /// token of the later majority: the maximum then does **not** increase, and a resource that
+    /// fences on it would wrongly reject the newer holder (or, with a stale holder still
+    /// writing, accept the stale one after the newer). A master restarted without persistence
+    /// also forgets its holds, which breaks Redlock's mutual exclusion itself.
+    ///
+    /// When strict fencing matters, either fence per master with [`RedlockGuard::tokens`] (the
+    /// resource keeps the largest token seen from each master and rejects a request any of whose
+    /// tokens is below that master's largest: the intersecting master guarantees a stale holder
+    /// has one), or use a single primary with replicas and `WAIT` after each grant, whose tokens
+    /// are strictly increasing without any clock assumption.
+    pub fn token(&self) -> u64 {
+        self.token
+    }
+
+    /// Each master's token, in the order of the URLs; `None` for masters that did not grant the
+    /// lock. See [`RedlockGuard::token`] for per-master fencing.
+    pub fn tokens(&self) -> &[Option<u64>] {
+        &self.tokens
+    }
+
+    /// How many masters granted the lock.
+    pub fn granted(&self) -> usize {
+        self.tokens.iter().flatten().count()
+    }
+
+    /// The lock's key.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The random owner id the lock is held as on every master.
+    pub fn owner(&self) -> &str {
+        &self.owner
+    }
+
+    /// The validity time left: how much longer the lock can be relied on (zero once past). It
+    /// started as `ttl - elapsed - drift`, counted from the start of the acquisition.
+    pub fn validity(&self) -> Duration {
+        self.valid_until.saturating_duration_since(Instant::now())
+    }
+
+    /// The validity time left right after the acquisition.
+    pub fn validity_at_grant(&self) -> Duration {
+        self.validity_at_grant
+    }
+
+    /// Release the lock on every master that granted it (or may have); returns how many
+    /// released a live hold. Masters that cannot be reached keep it until the TTL passes.
+    pub fn release(mut self) -> usize {
+        self.released = true;
+        release_on(&self.masters, &self.maybe_held, &self.key, &self.owner)
+    }
+}
+
+impl Drop for RedlockGuard {
+    /// Release everywhere unless [`RedlockGuard::release`] already did. Errors are ignored: an
+    /// unreachable master keeps the lock until the TTL passes.
+    fn drop(&mut self) {
+        if !self.released {
+            release_on(&self.masters, &self.maybe_held, &self.key, &self.owner);
+        }
+    }
+}
+
+impl fmt::Debug for RedlockGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedlockGuard")
+            .field("key", &self.key)
+            .field("owner", &self.owner)
+            .field("token", &self.token)
+            .field("tokens", &self.tokens)
+            .field("validity", &self.validity())
+            .finish()
+    }
+}

@@ -1,0 +1,151 @@
+//! The lease watchdog: a thread that renews a guard's lock every fraction of its TTL and tells
+//! the holder the moment a renewal fails.
+//!
+//! Its lifetime is tied to the [`Guard`](crate::Guard): the guard owns the sending half of a
+//! stop channel, and the thread waits on the other half with `recv_timeout` between renewals.
+//! Dropping or releasing the guard (including while a panic unwinds the holder's stack) drops the
+//! sender, which wakes the thread at once; the guard then joins it before releasing the lock, so
+//! no renewal can reach the server after the release.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use crate::client::{cmd_extend, Inner};
+use crate::error::Error;
+
+/// Why the watchdog gave up a lock. It sends one and stops renewing.
+#[derive(Debug, Clone)]
+pub enum LossReason {
+    /// `LOCK.EXTEND` answered 0: the hold had expired (e.g. this process or the server was
+    /// paused past the deadline), its key was deleted, or another owner holds it now.
+    NotHeld,
+    /// `LOCK.EXTEND` did not get an answer: the server was unreachable or did not reply within
+    /// the renewal period. The lock may still be held until its deadline, but the holder can no
+    /// longer count on it, so the watchdog reports it as lost at once (before the deadline,
+    /// with the default period) rather than letting the holder run past an expiry it cannot see.
+    ExtendFailed(Arc<Error>),
+}
+
+impl fmt::Display for LossReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LossReason::NotHeld => write!(f, "lock no longer held (expired, deleted or taken)"),
+            LossReason::ExtendFailed(e) => write!(f, "lock renewal failed: {e}"),
+        }
+    }
+}
+
+/// Where a loss is reported: the slot the guard reads in `is_lost`, and the channel it exposes
+/// in `lost`.
+#[derive(Clone)]
+pub(crate) struct LossSignal {
+    /// The first loss seen; kept so that `is_lost` stays true after the message was received.
+    pub(crate) reason: Arc<Mutex<Option<LossReason>>>,
+    /// Wakes whoever waits on the guard's receiver.
+    pub(crate) notify: Sender<LossReason>,
+}
+
+impl LossSignal {
+    fn report(&self, reason: LossReason) {
+        *self.reason.lock().unwrap_or_else(PoisonError::into_inner) = Some(reason.clone());
+        // The guard holds the receiver; if it is gone there is no one left to tell.
+        let _ = self.notify.send(reason);
+    }
+}
+
+/// What the watchdog thread renews, and how often.
+pub(crate) struct Lease {
+    /// The server and its connection pool.
+    pub(crate) client: Arc<Inner>,
+    /// The lock's key.
+    pub(crate) key: String,
+    /// The holder's owner id.
+    pub(crate) owner: String,
+    /// The TTL each renewal asks for; [`Guard::extend`](crate::Guard::extend) updates it.
+    pub(crate) ttl_ms: Arc<AtomicU64>,
+    /// Time between renewals; `None` for a third of the current TTL.
+    pub(crate) period: Option<Duration>,
+    /// Where to report a loss.
+    pub(crate) loss: LossSignal,
+}
+
+/// A running watchdog thread. Dropping it stops and joins the thread.
+pub(crate) struct Watchdog {
+    /// Dropped to stop the thread: its `recv_timeout` then returns `Disconnected` at once.
+    stop: Option<Sender<()>>,
+    /// Joined on stop, so that no renewal is in flight afterwards.
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Watchdog {
+    /// Start renewing `lease`.
+    pub(crate) fn spawn(lease: Lease) -> std::io::Result<Watchdog> {
+        let (stop_tx, stop_rx) = mpsc::channel();
+        let thread = thread::Builder::new()
+            .name("redis-lock-watchdog".to_string())
+            .spawn(move || run(lease, stop_rx))?;
+        Ok(Watchdog {
+            stop: Some(stop_tx),
+            thread: Some(thread),
+        })
+    }
+
+    /// Stop renewing and wait for the thread to end. A renewal already in flight finishes first;
+    /// it is bounded by the renewal period (its read and connect timeouts are at most that).
+    pub(crate) fn stop(&mut self) {
+        drop(self.stop.take());
+        if let Some(thread) = self.thread.take() {
+            // The thread never panics by design; if it somehow did, there is nothing to add.
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// The thread: sleep until the next renewal unless stopped, renew, report a failure and quit.
+fn run(lease: Lease, stop: Receiver<()>) {
+    let mut next = Instant::now();
+    loop {
+        let period = lease
+            .period
+            .unwrap_or_else(|| Duration::from_millis(lease.ttl_ms.load(Ordering::Relaxed)) / 3);
+        let period = period.max(Duration::from_millis(1));
+        // Renewals are scheduled from the previous one's start, so the round trip does not
+        // stretch the interval.
+        next += period;
+        match stop.recv_timeout(next.saturating_duration_since(Instant::now())) {
+            Err(RecvTimeoutError::Timeout) => {}
+            // Stopped, or the guard (and with it the sender) is gone.
+            Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
+        }
+        if next < Instant::now() {
+            // This process was paused (or starved) past a renewal: restart the schedule now.
+            next = Instant::now();
+        }
+        let ttl_ms = lease.ttl_ms.load(Ordering::Relaxed);
+        // A renewal must not outlast the period: with the default period (ttl / 3), a server
+        // that stops answering is reported within two periods of the last successful renewal,
+        // i.e. before the lock's deadline.
+        let reply = lease.client.with_conn(
+            lease.client.io_timeout.min(period),
+            lease.client.connect_timeout.min(period),
+            |conn| cmd_extend(conn, &lease.key, &lease.owner, ttl_ms),
+        );
+        let reason = match reply {
+            Ok(true) => continue,
+            Ok(false) => LossReason::NotHeld,
+            Err(e) => LossReason::ExtendFailed(Arc::new(e)),
+        };
+        lease.loss.report(reason);
+        return;
+    }
+}
