@@ -25,8 +25,8 @@ use redis_module::{logging, raw, Context, RedisString};
 
 use crate::error::{self, Result};
 use crate::lock::{self, Hold, Millis, WaitQueue};
-use crate::redis::guard;
 use crate::redis::key::{self, LockKey};
+use crate::redis::{cluster, guard};
 use crate::{state, stats};
 use std::time::Instant;
 
@@ -343,6 +343,16 @@ fn settle(ctx: *mut raw::RedisModuleCtx, qk: &QueueKey) {
     if !key::select_db(ctx, qk.0) {
         return;
     }
+    if !cluster::serves_key(ctx, &qk.1) {
+        // The slot moved (MIGRATE, then SETSLOT): the lock lives on another node now. Granting
+        // here would make a second owner; a retried command is redirected to the right node.
+        fail_all(
+            ctx,
+            qk,
+            "TRYAGAIN the lock key's slot moved to another node while the client waited; retry",
+        );
+        return;
+    }
     let name = RedisString::create_from_slice(ctx, &qk.1);
     let mut lock_key = LockKey::open_raw(ctx, name.inner, raw::KeyMode::READ | raw::KeyMode::WRITE);
     let now = key::now();
@@ -369,7 +379,9 @@ fn settle(ctx: *mut raw::RedisModuleCtx, qk: &QueueKey) {
 }
 
 fn revoke(ctx: *mut raw::RedisModuleCtx, qk: &QueueKey, token: u64) {
-    if key::context_flags(ctx) & raw::REDISMODULE_CTX_FLAGS_SLAVE != 0 || !key::select_db(ctx, qk.0)
+    if key::context_flags(ctx) & raw::REDISMODULE_CTX_FLAGS_SLAVE != 0
+        || !key::select_db(ctx, qk.0)
+        || !cluster::serves_key(ctx, &qk.1)
     {
         return;
     }

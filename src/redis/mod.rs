@@ -6,6 +6,7 @@
 //! - `guard`: turns panics into error replies and log lines.
 
 pub mod blocking;
+pub mod cluster;
 pub mod config;
 pub mod datatype;
 pub mod docs;

@@ -1,0 +1,82 @@
+//! Cluster awareness for grants made outside a client's command.
+//!
+//! A command reaches this node only if the node serves the key's slot (Redis redirects it
+//! otherwise). A grant from a timer or after a keyspace event has no such check: after
+//! `MIGRATE` moved a held lock to another node, the key is absent here, and granting it to a
+//! local waiter would make a second owner. So before such a grant, ask the server whether this
+//! node still serves the slot and is not migrating it away. This runs only in cluster mode and
+//! only for keys with waiters whose lock became free without a release, so its cost (a
+//! `CLUSTER NODES`) does not touch the hot path.
+
+use redis_module::{raw, Context, RedisValue};
+
+use crate::redis::key;
+
+/// True outside cluster mode, or when this node serves `key`'s slot and is not migrating it.
+pub fn serves_key(ctx: *mut raw::RedisModuleCtx, key_name: &[u8]) -> bool {
+    if key::context_flags(ctx) & raw::REDISMODULE_CTX_FLAGS_CLUSTER == 0 {
+        return true;
+    }
+    let ctx = Context::new(ctx);
+    let slot = match ctx.call("CLUSTER", &[b"KEYSLOT".as_slice(), key_name]) {
+        Ok(RedisValue::Integer(slot)) => slot,
+        _ => return false,
+    };
+    let nodes = match ctx.call("CLUSTER", &["NODES"]) {
+        Ok(RedisValue::SimpleString(s)) => s,
+        Ok(RedisValue::BulkString(s)) => s,
+        Ok(RedisValue::StringBuffer(b)) => String::from_utf8_lossy(&b).into_owned(),
+        Ok(RedisValue::BulkRedisString(s)) => s.to_string_lossy(),
+        _ => return false,
+    };
+    serves_slot(&nodes, slot)
+}
+
+/// Reads this node's line of `CLUSTER NODES`: its slot ranges (`0-5460`, `7000`) and migrating
+/// markers (`[5461->-<target id>]`).
+pub fn serves_slot(cluster_nodes: &str, slot: i64) -> bool {
+    let Some(me) = cluster_nodes
+        .lines()
+        .find(|line| line.split(' ').nth(2).is_some_and(|f| f.contains("myself")))
+    else {
+        return false;
+    };
+    let mut owned = false;
+    for field in me.split(' ').skip(8) {
+        if let Some(migration) = field.strip_prefix('[') {
+            if let Some((from, _)) = migration.split_once("->-") {
+                if from.parse() == Ok(slot) {
+                    return false;
+                }
+            }
+            continue;
+        }
+        let (lo, hi) = field.split_once('-').unwrap_or((field, field));
+        if let (Ok(lo), Ok(hi)) = (lo.parse::<i64>(), hi.parse::<i64>()) {
+            owned |= (lo..=hi).contains(&slot);
+        }
+    }
+    owned
+}
+
+#[cfg(test)]
+mod tests {
+    use super::serves_slot;
+
+    const NODES: &str = "\
+07c3 127.0.0.1:30004@40004 slave e7d1 0 1426238317239 4 connected
+e7d1 127.0.0.1:30001@40001 myself,master - 0 0 1 connected 0-5460 7000 [5461->-292f] [5470-<-67ed]
+292f 127.0.0.1:30002@40002 master - 0 1426238316232 2 connected 5461-10922
+";
+
+    #[test]
+    fn reads_ranges_single_slots_and_migrations() {
+        assert!(serves_slot(NODES, 0));
+        assert!(serves_slot(NODES, 5460));
+        assert!(serves_slot(NODES, 7000));
+        assert!(!serves_slot(NODES, 5461)); // migrating away
+        assert!(!serves_slot(NODES, 6000)); // another node's
+        assert!(!serves_slot(NODES, 5470)); // importing: not ours until SETSLOT NODE
+        assert!(!serves_slot("garbage", 1));
+    }
+}
