@@ -1,5 +1,6 @@
 # redis-lock: `make run` to try it, `make test` to check it. `make help` lists every target.
 
+SHELL := /bin/bash
 PORT ?= 6379
 CARGO ?= cargo
 # Debian's server by default, even if another redis-server comes first on PATH.
