@@ -15,6 +15,13 @@ pub enum Error {
 
 pub type Result<T> = std::result::Result<T, Error>;
 
+impl Error {
+    /// The reply text, guaranteed printable ASCII.
+    pub fn reply_text(&self) -> String {
+        printable(self.to_string().as_bytes())
+    }
+}
+
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -50,8 +57,21 @@ pub fn owner_too_long(max: usize) -> Error {
 pub fn unexpected_argument(arg: &[u8]) -> Error {
     err(format!(
         "syntax error: unexpected argument '{}'",
-        String::from_utf8_lossy(arg)
+        printable(arg)
     ))
+}
+
+/// Client bytes made safe to echo in an error reply: printable ASCII stays, anything else
+/// becomes `\xNN`. Why: an error reply is one line of text, and the crate's reply path
+/// panics (aborting the server) on some non-ASCII text.
+pub fn printable(bytes: &[u8]) -> String {
+    bytes
+        .iter()
+        .map(|&b| match b {
+            0x20..=0x7e => (b as char).to_string(),
+            _ => format!("\\x{b:02x}"),
+        })
+        .collect()
 }
 
 pub fn option_repeated(name: &str) -> Error {

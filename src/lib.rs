@@ -23,6 +23,9 @@ mod redis;
 mod state;
 pub mod stats;
 
+#[cfg(test)]
+mod fuzz_tests;
+
 mod module {
     use redis_module::{raw, redis_module, Context, InfoContext, RedisResult, RedisString, Status};
 

@@ -49,16 +49,23 @@ pub fn deadline_after(now: Millis, ttl: Millis) -> Option<Millis> {
 
 /// Token floor: the wall clock in milliseconds shifted left by this many bits.
 ///
-/// Why: a node that lost every bit of state (restart with no persistence, or a replica promoted
-/// before it saw the newest grants) must still mint tokens larger than any it or its old primary
-/// ever issued. Tokens are `max(high_water + 1, now_ms << CLOCK_SHIFT)`; with 2^20 tokens of
-/// room per millisecond, the counter can only outrun the clock by minting over a million
-/// tokens in one millisecond, which a single Redis thread cannot do. So every token issued at
-/// time `t` is below `(t + 1) << CLOCK_SHIFT`, and a node whose clock reads later than `t + 1`
-/// starts above it. The one assumption: clocks do not step back (across restart, or between a
-/// primary and the replica that replaces it) by more than the time between the last grant and
-/// the first grant after the restart or failover. 2^63 >> 20 milliseconds lasts past year 2200.
-pub const CLOCK_SHIFT: u32 = 20;
+/// Why a clock floor: a node that lost every bit of state (restart with no persistence, or a
+/// replica promoted before it saw the newest grants) must still mint tokens larger than any it
+/// or its old primary ever issued. Tokens are `max(high_water + 1, now_ms << CLOCK_SHIFT)`;
+/// with 2^11 = 2048 tokens of room per millisecond, the counter outruns the clock only while
+/// more than two million grants a second are sustained, which one Redis thread cannot do. So
+/// every token issued at time `t` is below `(t + 1) << CLOCK_SHIFT`, and a node whose clock
+/// reads later than `t + 1` starts above it. The one assumption: clocks do not step back
+/// (across restart, or between a primary and the replica that replaces it) by more than the
+/// time between the last grant and the first grant after the restart or failover.
+///
+/// Why 11 bits and not more: tokens must stay below 2^53, so that JavaScript numbers (ioredis,
+/// node-redis), Lua numbers inside scripts, JSON and doubles hold them exactly. `now_ms` reaches
+/// 2^42 in the year 2109; until then `now_ms << 11` is below 2^53.
+pub const CLOCK_SHIFT: u32 = 11;
+
+/// Tokens stay below this (2^53): exact in every client's number type.
+pub const EXACT_NUMBER_LIMIT: u64 = 1 << 53;
 
 /// Mints fencing tokens: one counter for the whole server, so every key's tokens increase.
 #[derive(Debug, Default, Clone)]
@@ -133,9 +140,10 @@ pub struct WaitQueue<W> {
     waiters: VecDeque<W>,
 }
 
-/// Returned by [`WaitQueue::push`] when the queue is at its cap; nothing was queued.
+/// Returned by [`WaitQueue::push`] when the queue is at its cap: nothing was queued, and the
+/// waiter comes back so the caller can release what it holds.
 #[derive(Debug, PartialEq, Eq)]
-pub struct QueueFull;
+pub struct QueueFull<W>(pub W);
 
 impl<W> Default for WaitQueue<W> {
     fn default() -> Self {
@@ -155,9 +163,9 @@ impl<W> WaitQueue<W> {
     }
 
     /// Queue at the back, unless `cap` waiters are already queued.
-    pub fn push(&mut self, waiter: W, cap: usize) -> Result<(), QueueFull> {
+    pub fn push(&mut self, waiter: W, cap: usize) -> Result<(), QueueFull<W>> {
         if self.waiters.len() >= cap {
-            return Err(QueueFull);
+            return Err(QueueFull(waiter));
         }
         self.waiters.push_back(waiter);
         Ok(())
@@ -317,7 +325,7 @@ mod tests {
         for w in 1..=5 {
             q.push(w, 5).unwrap();
         }
-        assert_eq!(q.push(6, 5), Err(QueueFull));
+        assert_eq!(q.push(6, 5), Err(QueueFull(6)));
         assert_eq!(q.len(), 5);
         assert_eq!(q.remove(|w| *w == 3), Some(3));
         assert_eq!(q.remove(|w| *w == 3), None);

@@ -41,8 +41,8 @@ fn acquire_free_lock_grants_a_token() {
 
 #[test]
 fn first_token_is_derived_from_the_wall_clock() {
-    // Tokens are roughly `unix_ms << 20`, which is what keeps them increasing
-    // across restarts that lose all state.
+    // Tokens are roughly `unix_ms << 11`, which is what keeps them increasing
+    // across restarts that lose all state, and stay below 2^53 (exact in JS and Lua numbers).
     let server = Server::start();
     let mut c = server.conn();
     let key = new_key();
@@ -51,11 +51,12 @@ fn first_token_is_derived_from_the_wall_clock() {
     let token = must_acquire(&mut c, &key, "alice", LONG_TTL);
     let after = unix_ms();
 
-    let token_ms = token >> 20;
+    let token_ms = token >> 11;
     assert!(
         token_ms >= before - 1_000 && token_ms <= after + 1_000,
-        "token {token} >> 20 = {token_ms}, wall clock was {before}..={after}"
+        "token {token} >> 11 = {token_ms}, wall clock was {before}..={after}"
     );
+    assert!(token < 1 << 53, "token {token} is not exact as a double");
 }
 
 #[test]
@@ -740,4 +741,37 @@ fn config_get(c: &mut Connection, name: &str) -> String {
     assert_eq!(pair.len(), 2, "CONFIG GET {name}: {pair:?}");
     assert_eq!(pair[0], name);
     pair[1].clone()
+}
+
+#[test]
+fn tokens_survive_lua_numbers_exactly() {
+    // Inside a script a token is a Lua number (a double). Tokens stay below 2^53, so a token
+    // read in Lua, compared in Lua, or passed back to LOCK.FENCE is exact, including tokens
+    // that are not the first of their millisecond (floor + 1, + 2, ...).
+    let server = Server::start();
+    let mut c = server.conn();
+    let keys: Vec<String> = (0..8).map(|_| new_key()).collect();
+    let mut pipe = redis::pipe();
+    for key in &keys {
+        pipe.cmd("LOCK.ACQUIRE").arg(key).arg("alice").arg(LONG_TTL);
+    }
+    let tokens: Vec<i64> = pipe.query(&mut c).unwrap();
+    assert!(
+        tokens.windows(2).all(|w| w[0] < w[1]),
+        "tokens {tokens:?} do not increase"
+    );
+    let roundtrip = "local t = redis.call('LOCK.FENCE', KEYS[1]) \
+                     return {t, redis.call('LOCK.FENCE', KEYS[1], t)}";
+    for (key, token) in keys.iter().zip(&tokens) {
+        assert_eq!(
+            eval(&mut c, roundtrip, &[key], &[]).unwrap(),
+            Value::Array(vec![Value::Int(*token), Value::Int(1)]),
+            "key {key}"
+        );
+    }
+    let distinct = "return redis.call('LOCK.FENCE', KEYS[1]) ~= redis.call('LOCK.FENCE', KEYS[2])";
+    assert_eq!(
+        eval(&mut c, distinct, &[&keys[0], &keys[1]], &[]).unwrap(),
+        Value::Int(1)
+    );
 }

@@ -237,7 +237,7 @@ impl RedlockGuard {
     /// returned.
     ///
     /// Why the maximum: on each master the tokens of a key strictly increase, and every token a
-    /// master mints at time `t` (its clock, in ms) lies in `[t << 20, (t + 1) << 20)` as long as
+    /// master mints at time `t` (its clock, in ms) lies in `[t << 11, (t + 1) << 11)` as long as
     /// that clock never stepped back (see "Fencing tokens" in the module's README). Any two majorities
     /// share at least one master, and on that master the later acquisition got the larger
     /// token. With clocks in step, a lock acquired at least a millisecond (plus the clock skew)

@@ -17,7 +17,7 @@ impl From<Error> for RedisError {
         match e {
             Error::WrongArity => RedisError::WrongArity,
             Error::WrongType => RedisError::WrongType,
-            Error::Reply(msg) => RedisError::String(msg),
+            reply @ Error::Reply(_) => RedisError::String(reply.reply_text()),
         }
     }
 }

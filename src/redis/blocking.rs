@@ -35,6 +35,10 @@ type QueueKey = (i32, Vec<u8>);
 
 struct Waiter {
     bc: *mut raw::RedisModuleBlockedClient,
+    /// Unique per blocked call: a handle's address can be reused once Redis frees it.
+    id: u64,
+    /// The module timer that ends the wait at its `BLOCK` timeout (none for `BLOCK 0`).
+    timeout_timer: Option<raw::RedisModuleTimerID>,
     owner: Vec<u8>,
     ttl: Millis,
     /// When it queued, for the wait-time statistic.
@@ -58,6 +62,8 @@ enum Outcome {
         delivered: bool,
     },
     Failed(&'static str),
+    /// The `BLOCK` timeout passed: the reply is nil.
+    TimedOut,
 }
 
 /// Deferred work, run from a zero-delay timer.
@@ -76,6 +82,7 @@ thread_local! {
     static QUEUED_KEYS: Cell<usize> = const { Cell::new(0) };
     static PENDING: RefCell<Vec<Work>> = const { RefCell::new(Vec::new()) };
     static PENDING_ARMED: Cell<bool> = const { Cell::new(false) };
+    static NEXT_WAITER_ID: Cell<u64> = const { Cell::new(0) };
 }
 
 /// True when `key` has queued waiters.
@@ -128,6 +135,10 @@ pub fn block(
     if waiters(db, key) >= cap {
         return Err(error::too_many_waiters(cap));
     }
+    // Why Redis gets no timeout (0) and a module timer ends the wait instead: on Redis 7.0 a
+    // client whose timeout Redis processes after we unblocked it with a grant (same event-loop
+    // turn) gets no reply at all. With one path for every unblock, that race cannot happen.
+    // The timeout callback stays registered so that CLIENT UNBLOCK works.
     // SAFETY: ctx is the calling client's context; the callbacks match the signatures Redis
     // expects and never unwind (each runs under guard::callback).
     let bc = unsafe {
@@ -136,7 +147,7 @@ pub fn block(
             Some(reply_callback),
             Some(timeout_callback),
             Some(free_outcome),
-            timeout,
+            0,
         )
     };
     if bc.is_null() {
@@ -144,8 +155,27 @@ pub fn block(
     }
     // SAFETY: bc was just returned by BlockClient and is live until we unblock it.
     unsafe { raw::RedisModule_SetDisconnectCallback.unwrap()(bc, Some(disconnect_callback)) };
+    let id = NEXT_WAITER_ID.with(|n| {
+        n.set(n.get() + 1);
+        n.get()
+    });
+    let timeout_timer = (timeout > 0).then(|| {
+        let data = Box::into_raw(Box::new((bc as usize, id)));
+        // SAFETY: the callback matches RedisModuleTimerProc; `data` is reclaimed by the
+        // callback or by `retire`, exactly once.
+        unsafe {
+            raw::RedisModule_CreateTimer.unwrap()(
+                ctx.ctx,
+                timeout,
+                Some(block_timeout_timer),
+                data.cast(),
+            )
+        }
+    });
     let waiter = Waiter {
         bc,
+        id,
+        timeout_timer,
         owner: owner.to_vec(),
         ttl,
         queued: Instant::now(),
@@ -156,10 +186,11 @@ pub fn block(
             QUEUED_KEYS.with(|n| n.set(n.get() + 1));
             Queue::default()
         });
-        queue.waiters.push(waiter, cap).is_ok()
+        queue.waiters.push(waiter, cap)
     });
-    if !pushed {
+    if let Err(lock::QueueFull(waiter)) = pushed {
         // Checked above and nothing runs in between; keep the invariant anyway.
+        retire(ctx.ctx, &waiter);
         unblock(bc, Outcome::Failed("ERR too many waiters on this key"));
         return Ok(());
     }
@@ -226,22 +257,56 @@ fn pop_front(ctx: *mut raw::RedisModuleCtx, qk: &QueueKey) -> Option<Waiter> {
     let waiter = QUEUES.with(|q| q.borrow_mut().get_mut(qk)?.waiters.pop_front())?;
     CLIENTS.with(|c| c.borrow_mut().remove(&(waiter.bc as usize)));
     drop_queue_if_empty(ctx, qk);
+    retire(ctx, &waiter);
     Some(waiter)
 }
 
-/// Take a blocked client out of whichever queue holds it; false if it is in none (already
-/// granted or failed).
-fn remove_waiter(ctx: *mut raw::RedisModuleCtx, bc: *mut raw::RedisModuleBlockedClient) -> bool {
-    let Some(qk) = CLIENTS.with(|c| c.borrow_mut().remove(&(bc as usize))) else {
-        return false;
-    };
-    QUEUES.with(|q| {
-        if let Some(queue) = q.borrow_mut().get_mut(&qk) {
-            queue.waiters.remove(|w| w.bc == bc);
-        }
-    });
+/// Take a blocked client out of whichever queue holds it (`id` narrows it to one blocked
+/// call); `None` if it is in none (already granted or failed). The caller retires it: a
+/// timer callback must not stop its own timer (Redis frees a fired timer after the callback).
+fn remove_waiter(
+    ctx: *mut raw::RedisModuleCtx,
+    bc: *mut raw::RedisModuleBlockedClient,
+    id: Option<u64>,
+) -> Option<Waiter> {
+    let qk = CLIENTS.with(|c| c.borrow().get(&(bc as usize)).cloned())?;
+    let waiter = QUEUES.with(|q| {
+        q.borrow_mut()
+            .get_mut(&qk)?
+            .waiters
+            .remove(|w| w.bc == bc && id.is_none_or(|id| w.id == id))
+    })?;
+    CLIENTS.with(|c| c.borrow_mut().remove(&(bc as usize)));
     drop_queue_if_empty(ctx, &qk);
-    true
+    Some(waiter)
+}
+
+/// A waiter leaves its queue: its timeout timer must not fire any more.
+fn retire(ctx: *mut raw::RedisModuleCtx, waiter: &Waiter) {
+    if let Some(id) = waiter.timeout_timer {
+        let mut data: *mut c_void = std::ptr::null_mut();
+        // SAFETY: on success Redis hands back the data boxed in `block`; a timer that already
+        // fired has freed its own data and StopTimer fails.
+        let ok = unsafe { raw::RedisModule_StopTimer.unwrap()(ctx, id, &mut data) };
+        if ok == raw::REDISMODULE_OK as c_int && !data.is_null() {
+            // SAFETY: see above.
+            drop(unsafe { Box::from_raw(data.cast::<(usize, u64)>()) });
+        }
+    }
+}
+
+/// A waiter's `BLOCK` timeout passed: it leaves the queue with a nil reply.
+extern "C" fn block_timeout_timer(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
+    // SAFETY: data is the Box<(usize, u64)> created in `block`; a fired timer's data is ours.
+    let (bc, id) = *unsafe { Box::from_raw(data.cast::<(usize, u64)>()) };
+    guard::callback("BLOCK timeout", (), || {
+        let bc = bc as *mut raw::RedisModuleBlockedClient;
+        if let Some(waiter) = remove_waiter(ctx, bc, Some(id)) {
+            // Not retired: this timer is the one firing, and Redis frees it.
+            stats::TIMED_OUT.incr();
+            unblock(waiter.bc, Outcome::TimedOut);
+        }
+    })
 }
 
 fn drop_queue_if_empty(ctx: *mut raw::RedisModuleCtx, qk: &QueueKey) {
@@ -507,6 +572,8 @@ extern "C" fn reply_callback(
                 unsafe { raw::RedisModule_ReplyWithLongLong.unwrap()(ctx, *token as i64) }
             }
             Some(Outcome::Failed(msg)) => reply_error(ctx, msg),
+            // SAFETY: ctx is the blocked client's reply context.
+            Some(Outcome::TimedOut) => unsafe { raw::RedisModule_ReplyWithNull.unwrap()(ctx) },
             None => reply_error(ctx, "ERR internal error in redis-lock"),
         }
     })
@@ -526,7 +593,8 @@ extern "C" fn timeout_callback(
     guard::callback("blocked timeout", raw::REDISMODULE_OK as c_int, || {
         // SAFETY: in a timeout callback the context carries the blocked client's handle.
         let bc = unsafe { raw::RedisModule_GetBlockedClientHandle.unwrap()(ctx) };
-        if remove_waiter(ctx, bc) {
+        if let Some(waiter) = remove_waiter(ctx, bc, None) {
+            retire(ctx, &waiter);
             stats::TIMED_OUT.incr();
             // SAFETY: removed from the queue just now, so this is its only UnblockClient call;
             // it releases the handle (Redis requires it even after a timeout).
@@ -542,7 +610,8 @@ extern "C" fn disconnect_callback(
     bc: *mut raw::RedisModuleBlockedClient,
 ) {
     guard::callback("blocked disconnect", (), || {
-        if remove_waiter(ctx, bc) {
+        if let Some(waiter) = remove_waiter(ctx, bc, None) {
+            retire(ctx, &waiter);
             // SAFETY: as in timeout_callback.
             unsafe { raw::RedisModule_UnblockClient.unwrap()(bc, std::ptr::null_mut()) };
         }
