@@ -7,10 +7,10 @@ CARGO ?= cargo
 REDIS_SERVER ?= $(shell [ -x /usr/bin/redis-server ] && echo /usr/bin/redis-server || echo redis-server)
 MODULE_RELEASE := target/release/libredis_lock.so
 MODULE_DEBUG := target/debug/libredis_lock.so
-APT_PACKAGES := redis-server libclang-dev clang
+APT_PACKAGES := redis-server redis-sentinel libclang-dev clang
 
 
-.PHONY: help deps test-deps build run test test-valkey lint fmt clean
+.PHONY: help deps test-deps build run test test-valkey cluster cluster-stop bench-cluster lint fmt clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -66,6 +66,15 @@ test-valkey: deps ## The integration suite on Valkey 8.1 and 9.1; the refusal to
 		echo "== $$($$server --version)"; \
 		REDIS_SERVER=$$server REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) $(CARGO) test --tests || exit 1; \
 	done
+
+cluster: build ## Start a local Redis Cluster (3 masters, 3 replicas, module on each); prints its ports
+	REDIS_SERVER=$(REDIS_SERVER) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_RELEASE) tests/cluster/start.sh
+
+cluster-stop: ## Stop the cluster that 'make cluster' started
+	tests/cluster/start.sh stop
+
+bench-cluster: build ## Print lock throughput on 1 vs 3 cluster masters (a measurement, no checks)
+	REDIS_SERVER=$(REDIS_SERVER) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_RELEASE) $(CARGO) test --release --test cluster -- --ignored --nocapture throughput
 
 lint: ## cargo fmt --check and cargo clippy -D warnings
 	$(CARGO) fmt --all -- --check

@@ -435,6 +435,10 @@ fn settle(ctx: *mut raw::RedisModuleCtx, qk: &QueueKey) {
     };
     match deadline {
         Some(deadline) => arm_deadline_timer(ctx, qk, deadline),
+        None if !cluster::replicas_allow_writes(ctx) => {
+            drop(lock_key);
+            fail_all(ctx, qk, "NOREPLICAS Not enough good replicas to write.");
+        }
         None => {
             if let Err(e) = serve(ctx, &mut lock_key, &qk.1, now) {
                 logging::log_warning(format!("redis-lock: handoff failed: {e}"));
@@ -453,7 +457,9 @@ fn revoke(ctx: *mut raw::RedisModuleCtx, qk: &QueueKey, token: u64) {
     let name = RedisString::create_from_slice(ctx, &qk.1);
     let mut lock_key = LockKey::open_raw(ctx, name.inner, raw::KeyMode::READ | raw::KeyMode::WRITE);
     let now = key::now();
-    if !matches!(lock_key.hold(), Ok(Some(h)) if h.token == token && h.is_live(now)) {
+    if !matches!(lock_key.hold(), Ok(Some(h)) if h.token == token && h.is_live(now))
+        || !cluster::replicas_allow_writes(ctx)
+    {
         return;
     }
     match serve(ctx, &mut lock_key, &qk.1, now) {

@@ -1,4 +1,4 @@
-//! Cluster awareness for grants made outside a client's command.
+//! Cluster and replication awareness for grants made outside a client's command.
 //!
 //! A command reaches this node only if the node serves the key's slot (Redis redirects it
 //! otherwise). A grant from a timer or after a keyspace event has no such check: after
@@ -23,13 +23,47 @@ pub fn serves_key(ctx: *mut raw::RedisModuleCtx, key_name: &[u8]) -> bool {
         _ => return false,
     };
     let nodes = match ctx.call("CLUSTER", &["NODES"]) {
-        Ok(RedisValue::SimpleString(s)) => s,
-        Ok(RedisValue::BulkString(s)) => s,
-        Ok(RedisValue::StringBuffer(b)) => String::from_utf8_lossy(&b).into_owned(),
-        Ok(RedisValue::BulkRedisString(s)) => s.to_string_lossy(),
-        _ => return false,
+        Ok(reply) => match value_text(&reply) {
+            Some(text) => text,
+            None => return false,
+        },
+        Err(_) => return false,
     };
     serves_slot(&nodes, slot)
+}
+
+/// False when `min-replicas-to-write` is set and fewer good replicas are connected: the server
+/// refuses writes (`NOREPLICAS`), and a grant made from a timer must be refused too, since it
+/// would reach no replica and a failover could hand the lock to a second owner.
+pub fn replicas_allow_writes(ctx: *mut raw::RedisModuleCtx) -> bool {
+    let ctx = Context::new(ctx);
+    let needed = match ctx.call("CONFIG", &["GET", "min-replicas-to-write"]) {
+        Ok(RedisValue::Array(reply)) => reply.get(1).and_then(value_text),
+        _ => None,
+    };
+    let needed: i64 = needed.and_then(|v| v.parse().ok()).unwrap_or(0);
+    if needed == 0 {
+        return true;
+    }
+    let info = match ctx.call("INFO", &["replication"]) {
+        Ok(reply) => value_text(&reply).unwrap_or_default(),
+        Err(_) => return false,
+    };
+    // Present only while min-replicas-to-write and min-replicas-max-lag are both set.
+    let good = info
+        .lines()
+        .find_map(|line| line.strip_prefix("min_slaves_good_slaves:"))
+        .map(|v| v.trim().parse::<i64>().unwrap_or(0));
+    good.is_none_or(|good| good >= needed)
+}
+
+fn value_text(value: &RedisValue) -> Option<String> {
+    match value {
+        RedisValue::SimpleString(s) | RedisValue::BulkString(s) => Some(s.clone()),
+        RedisValue::StringBuffer(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        RedisValue::BulkRedisString(s) => Some(s.to_string_lossy()),
+        _ => None,
+    }
 }
 
 /// Reads this node's line of `CLUSTER NODES`: its slot ranges (`0-5460`, `7000`) and migrating
