@@ -70,14 +70,22 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 
 pub const DOC: docs::Doc = docs::Doc {
     name: c"lock.acquire",
-    summary: c"Acquires a lock for ttl-ms milliseconds and returns its fencing token; with BLOCK, waits in the key's FIFO queue.",
+    summary: c"Acquires a lock for ttl-ms milliseconds and returns its fencing token; \
+               with BLOCK, waits in the key's FIFO queue.",
     complexity: c"O(1)",
     arity: -4,
-    key_flags: raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_UPDATE,
+    key_flags: raw::REDISMODULE_CMD_KEY_RW
+        | raw::REDISMODULE_CMD_KEY_ACCESS
+        | raw::REDISMODULE_CMD_KEY_UPDATE,
     args: &[
-        docs::Arg { name: c"key", kind: docs::KEY, token: None, optional: false },
-        docs::Arg { name: c"owner", kind: docs::STRING, token: None, optional: false },
-        docs::Arg { name: c"ttl-ms", kind: docs::INTEGER, token: None, optional: false },
-        docs::Arg { name: c"timeout-ms", kind: docs::INTEGER, token: Some(c"BLOCK"), optional: true },
+        docs::KEY_ARG,
+        docs::OWNER_ARG,
+        docs::TTL_ARG,
+        docs::Arg {
+            name: c"timeout-ms",
+            kind: docs::INTEGER,
+            token: Some(c"BLOCK"),
+            optional: true,
+        },
     ],
 };

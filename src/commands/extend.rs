@@ -33,24 +33,5 @@ pub const DOC: docs::Doc = docs::Doc {
     complexity: c"O(1)",
     arity: 4,
     key_flags: raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_UPDATE,
-    args: &[
-        docs::Arg {
-            name: c"key",
-            kind: docs::KEY,
-            token: None,
-            optional: false,
-        },
-        docs::Arg {
-            name: c"owner",
-            kind: docs::STRING,
-            token: None,
-            optional: false,
-        },
-        docs::Arg {
-            name: c"ttl-ms",
-            kind: docs::INTEGER,
-            token: None,
-            optional: false,
-        },
-    ],
+    args: &[docs::KEY_ARG, docs::OWNER_ARG, docs::TTL_ARG],
 };

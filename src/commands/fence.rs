@@ -31,12 +31,7 @@ pub const DOC: docs::Doc = docs::Doc {
     arity: -2,
     key_flags: raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS,
     args: &[
-        docs::Arg {
-            name: c"key",
-            kind: docs::KEY,
-            token: None,
-            optional: false,
-        },
+        docs::KEY_ARG,
         docs::Arg {
             name: c"token",
             kind: docs::INTEGER,

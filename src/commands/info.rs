@@ -86,10 +86,5 @@ pub const DOC: docs::Doc = docs::Doc {
     complexity: c"O(1)",
     arity: 2,
     key_flags: raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS,
-    args: &[docs::Arg {
-        name: c"key",
-        kind: docs::KEY,
-        token: None,
-        optional: false,
-    }],
+    args: &[docs::KEY_ARG],
 };

@@ -48,29 +48,9 @@ pub const DOC: docs::Doc = docs::Doc {
     arity: 5,
     key_flags: raw::REDISMODULE_CMD_KEY_OW | raw::REDISMODULE_CMD_KEY_UPDATE,
     args: &[
-        docs::Arg {
-            name: c"key",
-            kind: docs::KEY,
-            token: None,
-            optional: false,
-        },
-        docs::Arg {
-            name: c"owner",
-            kind: docs::STRING,
-            token: None,
-            optional: false,
-        },
-        docs::Arg {
-            name: c"token",
-            kind: docs::INTEGER,
-            token: None,
-            optional: false,
-        },
-        docs::Arg {
-            name: c"deadline-ms",
-            kind: docs::INTEGER,
-            token: None,
-            optional: false,
-        },
+        docs::KEY_ARG,
+        docs::OWNER_ARG,
+        docs::Arg::required(c"token", docs::INTEGER),
+        docs::Arg::required(c"deadline-ms", docs::INTEGER),
     ],
 };

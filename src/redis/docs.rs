@@ -38,6 +38,23 @@ pub const INTEGER: raw::RedisModuleCommandArgType =
 pub const KEY: raw::RedisModuleCommandArgType =
     raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_KEY;
 
+impl Arg {
+    /// A required argument.
+    pub const fn required(name: &'static CStr, kind: raw::RedisModuleCommandArgType) -> Arg {
+        Arg {
+            name,
+            kind,
+            token: None,
+            optional: false,
+        }
+    }
+}
+
+/// The arguments most commands share.
+pub const KEY_ARG: Arg = Arg::required(c"key", KEY);
+pub const OWNER_ARG: Arg = Arg::required(c"owner", STRING);
+pub const TTL_ARG: Arg = Arg::required(c"ttl-ms", INTEGER);
+
 /// The version we publish the module's commands under (`since` in `COMMAND DOCS`).
 const SINCE: &CStr = c"0.1.0";
 
