@@ -14,12 +14,13 @@
 //! - A grant whose client vanished before the reply was written is revoked (see `free_outcome`),
 //!   so a waiter that disconnects is never left holding a lock it never heard of.
 //!
-//! Work that keyspace notifications trigger (a lock key deleted, renamed, flushed...) is never
+//! Work triggered from inside the server's own operations (a lock key unlinked by `DEL`, `RENAME`,
+//! expiry; a flush or `SWAPDB`) is never
 //! done inside the notification: it is queued and run from a zero-delay timer.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
-use std::os::raw::{c_char, c_int, c_void};
+use std::os::raw::{c_int, c_void};
 
 use redis_module::{logging, raw, Context, RedisString};
 
@@ -78,11 +79,13 @@ thread_local! {
     static QUEUES: RefCell<HashMap<QueueKey, Queue>> = RefCell::new(HashMap::new());
     /// Which queue each blocked client is in (keyed by its handle's address).
     static CLIENTS: RefCell<HashMap<usize, QueueKey>> = RefCell::new(HashMap::new());
-    /// Number of keys with a queue: lets keyspace notifications return at once when zero.
+    /// Number of keys with a queue: lets unlink callbacks return at once when zero.
     static QUEUED_KEYS: Cell<usize> = const { Cell::new(0) };
     static PENDING: RefCell<Vec<Work>> = const { RefCell::new(Vec::new()) };
     static PENDING_ARMED: Cell<bool> = const { Cell::new(false) };
     static NEXT_WAITER_ID: Cell<u64> = const { Cell::new(0) };
+    /// A context of our own for creating timers where Redis gives us none (unlink callbacks).
+    static DETACHED: Cell<*mut raw::RedisModuleCtx> = const { Cell::new(std::ptr::null_mut()) };
 }
 
 /// True when `key` has queued waiters.
@@ -498,25 +501,20 @@ extern "C" fn pending_timer(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
     })
 }
 
-/// Keyspace notification: a key changed outside our commands (`DEL`, `RENAME`, `SET`, expiry,
-/// eviction...). If it has waiters, look at it again once the current command is done.
-extern "C" fn on_keyspace_event(
-    ctx: *mut raw::RedisModuleCtx,
-    _type: c_int,
-    _event: *const c_char,
-    key: *mut raw::RedisModuleString,
-) -> c_int {
-    guard::callback("keyspace notification", (), || {
-        if QUEUED_KEYS.with(Cell::get) == 0 {
-            return;
-        }
-        let name = RedisString::string_as_slice(key);
-        let qk = (key::selected_db(ctx), name.to_vec());
-        if QUEUES.with(|q| q.borrow().contains_key(&qk)) {
+/// A lock key left the keyspace (called from the type's unlink callback, in the middle of the
+/// deletion): if it has waiters, look at it again once the current command is done.
+pub fn key_unlinked(db: i32, key: &[u8]) {
+    if QUEUED_KEYS.with(Cell::get) == 0 {
+        return;
+    }
+    let qk = (db, key.to_vec());
+    let queued = QUEUES.with(|q| q.try_borrow().map_or(true, |q| q.contains_key(&qk)));
+    if queued {
+        let ctx = DETACHED.with(Cell::get);
+        if !ctx.is_null() {
             defer(ctx, Work::Settle(qk));
         }
-    });
-    raw::REDISMODULE_OK as c_int
+    }
 }
 
 /// `FLUSHDB`, `FLUSHALL`, `SWAPDB` (and the flush inside `DEBUG RELOAD`) change many keys
@@ -645,24 +643,15 @@ extern "C" fn free_outcome(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
     })
 }
 
-/// Subscribe to the notifications and server events that can free a lock behind our back.
+/// Subscribe to the server events that can free many locks behind our back. (Single keys are
+/// watched through the type's unlink callback, see `datatype::unlink`.)
 pub fn subscribe(ctx: &Context) -> bool {
-    // SAFETY: registration calls during module load with matching callback signatures.
+    // SAFETY: registration calls during module load with matching callback signatures; the
+    // detached context lives as long as the module (it is never freed).
     unsafe {
-        let events = raw::REDISMODULE_NOTIFY_GENERIC
-            | raw::REDISMODULE_NOTIFY_STRING
-            | raw::REDISMODULE_NOTIFY_LIST
-            | raw::REDISMODULE_NOTIFY_SET
-            | raw::REDISMODULE_NOTIFY_HASH
-            | raw::REDISMODULE_NOTIFY_ZSET
-            | raw::REDISMODULE_NOTIFY_EXPIRED
-            | raw::REDISMODULE_NOTIFY_EVICTED
-            | raw::REDISMODULE_NOTIFY_STREAM;
-        let ok = raw::RedisModule_SubscribeToKeyspaceEvents.unwrap()(
-            ctx.ctx,
-            events as c_int,
-            Some(on_keyspace_event),
-        ) == raw::REDISMODULE_OK as c_int;
+        let detached = raw::RedisModule_GetDetachedThreadSafeContext.unwrap()(ctx.ctx);
+        DETACHED.with(|d| d.set(detached));
+        let ok = !detached.is_null();
         let subscribe = raw::RedisModule_SubscribeToServerEvent.unwrap();
         let flush = raw::RedisModuleEvent {
             id: raw::REDISMODULE_EVENT_FLUSHDB,

@@ -6,7 +6,7 @@ use std::os::raw::{c_int, c_void};
 use redis_module::{logging, native_types::RedisType, raw};
 
 use crate::lock::Hold;
-use crate::redis::{guard, key};
+use crate::redis::{blocking, guard, key};
 use crate::{state, stats};
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -45,7 +45,7 @@ pub static LOCK_TYPE: RedisType = RedisType::new(
         defrag: None,
         mem_usage2: None,
         free_effort2: None,
-        unlink2: None,
+        unlink2: Some(unlink),
         copy2: None,
         aux_save2: None,
     },
@@ -137,6 +137,27 @@ extern "C" fn free(value: *mut c_void) {
             stats::EXPIRED.incr();
         }
     }
+}
+
+/// A lock key leaves the keyspace: `DEL`, `UNLINK`, expiry, eviction, `RENAME`/`MOVE`/`MIGRATE`
+/// away, or an overwrite by `SET`/`RESTORE REPLACE`. Redis calls this only for keys of our type,
+/// so watching lock keys costs other writes nothing (a keyspace-event subscription would run a
+/// callback on every write of the server). Waiters are looked at again after the command.
+extern "C" fn unlink(ctx: *mut raw::RedisModuleKeyOptCtx, _value: *const c_void) {
+    guard::callback("unlink", (), || {
+        // SAFETY: ctx is the option context Redis passes to unlink2; the key name lives for
+        // the duration of the call.
+        let (db, name) = unsafe {
+            (
+                raw::RedisModule_GetDbIdFromOptCtx.unwrap()(ctx),
+                raw::RedisModule_GetKeyNameFromOptCtx.unwrap()(ctx),
+            )
+        };
+        if !name.is_null() {
+            let name = redis_module::RedisString::string_as_slice(name.cast_mut());
+            blocking::key_unlinked(db, name);
+        }
+    })
 }
 
 /// Aux data version 1: the token high-water mark (unsigned).

@@ -2,7 +2,7 @@
 //!
 //! - `key`: open a lock key, read and write its hold, expiry and replication.
 //! - `datatype`: the `redislock` type's RDB, AOF and memory callbacks.
-//! - `blocking`: waiter queues, handoff, timers and keyspace notifications.
+//! - `blocking`: waiter queues, handoff, timers, and reacting to locks freed behind our back.
 //! - `guard`: turns panics into error replies and log lines.
 
 pub mod blocking;
