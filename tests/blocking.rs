@@ -874,3 +874,27 @@ fn demotion_to_replica_fails_the_waiters() {
     }
     wait_blocked(&mut c, 0);
 }
+
+#[test]
+fn waiting_behind_a_hold_of_centuries_times_out_cleanly() {
+    // A holder's deadline far in the future (the largest ttl accepted is about 146 million
+    // years) must not break the timer armed at it: the waiter gets its nil at its timeout.
+    let server = Server::start();
+    let mut c = server.conn();
+    let key = unique_key("centuries");
+    must_acquire(&mut c, &key, "holder", 4_000_000_000_000_000_000);
+    let reply: Value = redis::cmd("LOCK.ACQUIRE")
+        .arg(&key)
+        .arg("waiter")
+        .arg(WAITER_TTL)
+        .arg("BLOCK")
+        .arg(50)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(reply, Value::Nil);
+    assert_eq!(
+        info_field(&mut c, "lock", "lock_timed_out").as_deref(),
+        Some("1")
+    );
+    assert!(!server.log().contains("panicked"), "{}", server.log());
+}

@@ -356,7 +356,11 @@ fn arm_deadline_timer(ctx: *mut raw::RedisModuleCtx, qk: &QueueKey, deadline: Mi
     if let Some((id, _)) = old {
         stop_timer(ctx, id);
     }
-    let delay = (deadline - key::now()).max(0);
+    // From the clock in microseconds, rounded up: a delay computed from milliseconds fires up
+    // to a millisecond late, and one that fires early only finds the hold live and re-arms.
+    let delay = (deadline.saturating_mul(1000) - key::now_micros() + 999)
+        .div_euclid(1000)
+        .max(0);
     let data = Box::into_raw(Box::new(qk.clone()));
     // SAFETY: the callback matches RedisModuleTimerProc; `data` is reclaimed by the callback or
     // by stop_timer, exactly once.

@@ -21,6 +21,13 @@ pub fn now() -> Millis {
     unsafe { raw::RedisModule_Milliseconds.unwrap()() }
 }
 
+/// The same wall clock in microseconds (Redis's `mstime()` is `gettimeofday` in milliseconds).
+pub fn now_micros() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as i64)
+}
+
 /// Flags of the context a command or callback runs in (`REDISMODULE_CTX_FLAGS_*`).
 pub fn context_flags(ctx: *mut raw::RedisModuleCtx) -> u32 {
     // SAFETY: ctx is the live context the server passed to the current callback.
