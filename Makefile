@@ -10,7 +10,7 @@ MODULE_DEBUG := target/debug/libredis_lock.so
 APT_PACKAGES := redis-server redis-sentinel libclang-dev clang
 
 
-.PHONY: help deps test-deps build run test test-valkey bench cluster cluster-stop bench-cluster lint fmt clean
+.PHONY: help deps test-deps build run test test-valkey torture bench cluster cluster-stop bench-cluster lint fmt clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -66,6 +66,11 @@ test-valkey: deps ## The integration suite on Valkey 8.1 and 9.1; the refusal to
 		echo "== $$($$server --version)"; \
 		REDIS_SERVER=$$server REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) $(CARGO) test --tests || exit 1; \
 	done
+
+torture: test-deps ## The fault-injection suite, 60 s per scenario (TORTURE_SECS=...); ends with a table
+	$(CARGO) build
+	REDIS_SERVER=$(REDIS_SERVER) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) TORTURE_SECS=$${TORTURE_SECS:-60} \
+		$(CARGO) test --release --test torture -- --nocapture --test-threads 1
 
 bench: build ## Benchmarks vs the classic pattern; writes BENCHMARKS.md and bench/ (QUICK=1: smoke run)
 	REDIS_SERVER=$(REDIS_SERVER) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_RELEASE) QUICK=$(QUICK) $(CARGO) bench --bench lockbench
