@@ -312,6 +312,14 @@ mod tests {
     }
 
     #[test]
+    fn tokens_stay_exact_as_doubles_until_2109() {
+        let late_2108: Millis = 4_386_000_000_000; // 2108-12-26
+        assert!(TokenMint::floor(late_2108) < EXACT_NUMBER_LIMIT);
+        assert!(TokenMint::floor(T0) as f64 as u64 == TokenMint::floor(T0));
+        assert!(TokenMint::floor(T0) + 1 == (TokenMint::floor(T0) + 1) as f64 as u64);
+    }
+
+    #[test]
     fn deadline_overflow_is_refused() {
         assert_eq!(deadline_after(T0, 10), Some(T0 + 10));
         assert_eq!(deadline_after(T0, i64::MAX), None);
