@@ -250,9 +250,8 @@ pub fn serve(
 
 /// After a holder's deadline moved (retry or extend), make sure the timer fires by then.
 pub fn deadline_changed(ctx: *mut raw::RedisModuleCtx, key: &[u8], deadline: Millis) {
-    let qk: QueueKey = (key::selected_db(ctx), key.to_vec());
     if QUEUED_KEYS.with(Cell::get) > 0 {
-        arm_deadline_timer(ctx, &qk, deadline);
+        arm_deadline_timer(ctx, &(key::selected_db(ctx), key.to_vec()), deadline);
     }
 }
 
