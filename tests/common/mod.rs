@@ -232,6 +232,21 @@ impl Server {
     /// Kill (if still alive) and reap the child.
     fn reap(&mut self) {
         if let Some(mut child) = self.child.take() {
+            // Under valgrind (tests/memcheck.sh sets REDIS_LOCK_GRACEFUL_STOP) stop with SIGTERM,
+            // so the server shuts down and valgrind runs its leak check; SIGKILL after a
+            // deadline. Otherwise SIGKILL at once: tests should not wait for shutdowns.
+            if std::env::var_os("REDIS_LOCK_GRACEFUL_STOP").is_some() {
+                let _ = Command::new("kill")
+                    .args(["-TERM", &child.id().to_string()])
+                    .status();
+                let deadline = Instant::now() + Duration::from_secs(30);
+                while Instant::now() < deadline {
+                    if let Ok(Some(_)) = child.try_wait() {
+                        return;
+                    }
+                    thread::sleep(Duration::from_millis(20));
+                }
+            }
             let _ = child.kill();
             let _ = child.wait();
         }
