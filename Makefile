@@ -16,7 +16,7 @@ help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 	@echo "  Variables: PORT=$(PORT) (make run), REDIS_SERVER=$(REDIS_SERVER)"
 
-deps: ## Install what a fresh Debian machine lacks (redis-server, libclang-dev, clang)
+deps: ## Install what a fresh Debian machine lacks (redis-server, redis-sentinel, libclang-dev, clang)
 	@missing=$$(for p in $(APT_PACKAGES); do \
 		dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
