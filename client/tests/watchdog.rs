@@ -271,7 +271,14 @@ fn a_paused_holder_process_is_told_it_lost_the_lock() {
         "paused holder: reported `lost {lost}` {:?} after SIGCONT",
         resumed.elapsed()
     );
-    assert_eq!(lost.trim(), "NotHeld");
+    // Usually the resumed renewal gets 0 from LOCK.EXTEND (NotHeld). When SIGCONT lands while
+    // the renewal is inside a socket call, that call fails with EINTR first and the loss is
+    // reported as a failed renewal: the holder is told at once either way.
+    let lost = lost.trim();
+    assert!(
+        lost == "NotHeld" || lost.starts_with("ExtendFailed(Connection(Interrupted"),
+        "unexpected loss report: {lost}"
+    );
     wait_until("the holder to exit", Duration::from_secs(5), || {
         matches!(child.0.try_wait(), Ok(Some(_)))
     });
