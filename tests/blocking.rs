@@ -29,32 +29,11 @@ const WAITER_TTL: i64 = 10_000;
 /// How close to `WAITER_TTL` a fresh grant's `PTTL` must be.
 const PTTL_SLACK: i64 = 200;
 
-/// How long to wait for the server to reach an observable state. Generous, so
-/// a slow machine does not fail the tests; a healthy run never comes near it.
-const PATIENCE: Duration = Duration::from_secs(10);
-
 fn new_key() -> String {
     unique_key("blocking")
 }
 
 // --- Helpers -----------------------------------------------------------------
-
-/// `INFO clients` `blocked_clients`.
-fn blocked_clients(ctl: &mut Connection) -> i64 {
-    let field =
-        info_field(ctl, "clients", "blocked_clients").expect("INFO clients has no blocked_clients");
-    field
-        .parse()
-        .unwrap_or_else(|e| panic!("blocked_clients {field:?}: {e}"))
-}
-
-/// Wait until exactly `n` clients are blocked.
-#[track_caller]
-fn wait_blocked(ctl: &mut Connection, n: i64) {
-    wait_until(&format!("blocked_clients == {n}"), PATIENCE, || {
-        blocked_clients(ctl) == n
-    });
-}
 
 /// `CLIENT ID` of `conn`.
 fn client_id(conn: &mut Connection) -> i64 {

@@ -34,23 +34,6 @@ const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kin
 
 // --- Helpers -----------------------------------------------------------------
 
-/// `INFO clients` `blocked_clients`.
-fn blocked_clients(ctl: &mut Connection) -> i64 {
-    let field =
-        info_field(ctl, "clients", "blocked_clients").expect("INFO clients has no blocked_clients");
-    field
-        .parse()
-        .unwrap_or_else(|e| panic!("blocked_clients {field:?}: {e}"))
-}
-
-/// Wait until exactly `n` clients are blocked.
-#[track_caller]
-fn wait_blocked(ctl: &mut Connection, n: i64) {
-    wait_until(&format!("blocked_clients == {n}"), PATIENCE, || {
-        blocked_clients(ctl) == n
-    });
-}
-
 /// The packed `LOCK.ACQUIRE key owner ttl BLOCK timeout`.
 fn block_cmd(key: &str, owner: &str, ttl: i64, timeout: i64) -> redis::Cmd {
     let mut cmd = redis::cmd("LOCK.ACQUIRE");

@@ -20,9 +20,10 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let mut decision = lock::decide_acquire(lock_key.hold()?, cmd.owner, now, queued);
     if decision == Acquire::ServeQueue {
         // The lock is free but others queued first: hand it to them, never to this caller.
-        decision = match blocking::serve(ctx.ctx, &mut lock_key, name.as_slice(), now)? {
-            Some(_) => Acquire::Busy,
-            None => Acquire::Grant,
+        decision = if blocking::serve(ctx.ctx, &mut lock_key, name.as_slice(), now)? {
+            Acquire::Busy
+        } else {
+            Acquire::Grant
         };
     }
     match decision {

@@ -35,7 +35,7 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     // the new hold, which overwrites this one. Otherwise the key goes away, and the command
     // itself is the effect: replayed on a replica or from the AOF it deletes the same hold
     // (see above), and replicating it verbatim costs a fraction of building a `DEL`.
-    if blocking::serve(ctx.ctx, &mut lock_key, name.as_slice(), now)?.is_none() {
+    if !blocking::serve(ctx.ctx, &mut lock_key, name.as_slice(), now)? {
         lock_key.delete();
         key::replicate_verbatim(ctx.ctx);
     }

@@ -203,30 +203,31 @@ pub fn block(
 }
 
 /// Grant the lock in `lock_key` (which must be free) to the first waiter of `key`.
-/// Returns the granted hold, or `None` when nobody is queued.
+/// Returns false when nobody is queued.
 pub fn serve(
     ctx: *mut raw::RedisModuleCtx,
     lock_key: &mut LockKey,
     key: &[u8],
     now: Millis,
-) -> Result<Option<Hold>> {
+) -> Result<bool> {
     if QUEUED_KEYS.with(Cell::get) == 0 {
-        return Ok(None);
+        return Ok(false);
     }
     let qk: QueueKey = (key::selected_db(ctx), key.to_vec());
     let Some(waiter) = pop_front(ctx, &qk) else {
-        return Ok(None);
+        return Ok(false);
     };
+    let token = state::next_token(now);
     // The ttl was checked against the clock when the waiter queued; a long wait cannot push it
     // past the cap by more than the wait itself, so clamp instead of failing the grant.
     let deadline = lock::deadline_after(now, waiter.ttl).unwrap_or(lock::MAX_DEADLINE);
     let hold = Hold {
         owner: waiter.owner,
-        token: state::next_token(now),
+        token,
         deadline,
         granted_at: now,
     };
-    if let Err(e) = lock_key.put(hold.clone(), now) {
+    if let Err(e) = lock_key.put(hold, now) {
         unblock(waiter.bc, Outcome::Failed("ERR could not grant the lock"));
         return Err(e);
     }
@@ -238,14 +239,14 @@ pub fn serve(
     unblock(
         waiter.bc,
         Outcome::Granted {
-            token: hold.token,
+            token,
             db: qk.0,
             key: qk.1.clone(),
             delivered: false,
         },
     );
     arm_deadline_timer(ctx, &qk, deadline);
-    Ok(Some(hold))
+    Ok(true)
 }
 
 /// After a holder's deadline moved (retry or extend), make sure the timer fires by then.
@@ -469,8 +470,8 @@ fn revoke(ctx: *mut raw::RedisModuleCtx, qk: &QueueKey, token: u64) {
         return;
     }
     match serve(ctx, &mut lock_key, &qk.1, now) {
-        Ok(Some(_)) => {}
-        Ok(None) => {
+        Ok(true) => {}
+        Ok(false) => {
             lock_key.notify(c"lock.released");
             lock_key.delete();
             lock_key.replicate_delete();

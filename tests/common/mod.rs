@@ -595,3 +595,22 @@ pub fn assert_absent(conn: &mut Connection, key: &str) {
     assert_eq!(exists(conn, key), 0, "EXISTS {key}");
     assert_eq!(fence(conn, key), None, "LOCK.FENCE {key}");
 }
+
+/// `INFO clients` `blocked_clients`.
+pub fn blocked_clients(ctl: &mut Connection) -> i64 {
+    let field =
+        info_field(ctl, "clients", "blocked_clients").expect("INFO clients has no blocked_clients");
+    field
+        .parse()
+        .unwrap_or_else(|e| panic!("blocked_clients {field:?}: {e}"))
+}
+
+/// Wait (up to 10 s) until exactly `n` clients are blocked.
+#[track_caller]
+pub fn wait_blocked(ctl: &mut Connection, n: i64) {
+    wait_until(
+        &format!("blocked_clients == {n}"),
+        Duration::from_secs(10),
+        || blocked_clients(ctl) == n,
+    );
+}
