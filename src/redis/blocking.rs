@@ -377,14 +377,23 @@ fn remove_waiter(
     id: Option<u64>,
 ) -> Option<Waiter> {
     let qk = CLIENTS.with(|c| c.borrow().get(&(bc as usize)).cloned())?;
-    let waiter = QUEUES.with(|q| {
-        q.borrow_mut()
-            .get_mut(&qk)?
-            .waiters
-            .remove(|w| w.bc == bc && id.is_none_or(|id| w.id == id))
+    let (waiter, was_head) = QUEUES.with(|q| {
+        let mut queues = q.borrow_mut();
+        let waiters = &mut queues.get_mut(&qk)?.waiters;
+        let is = |w: &Waiter| w.bc == bc && id.is_none_or(|id| w.id == id);
+        let was_head = waiters.iter().next().is_some_and(is);
+        Some((waiters.remove(is)?, was_head))
     })?;
     CLIENTS.with(|c| c.borrow_mut().remove(&(bc as usize)));
     drop_queue_if_empty(ctx, &qk);
+    if was_head && has_waiters(qk.0, &qk.1) {
+        // The head stopped the scan; whoever is at the head now may be admissible (readers
+        // behind a writer that gave up, while other readers hold the key).
+        let detached = DETACHED.with(Cell::get);
+        if !detached.is_null() {
+            defer(detached, Work::Settle(qk));
+        }
+    }
     Some(waiter)
 }
 
