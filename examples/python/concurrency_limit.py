@@ -15,7 +15,7 @@ the script then computes how many calls were ever in flight at once.
 
 prints one line such as
 
-    api=payments-3f2a9c01 limit=4 workers=16 calls=80 max_in_flight=4 wait_p50_ms=41.2 wait_p99_ms=90.3 errors=0
+    api=payments-093def25 limit=4 workers=16 calls=80 max_in_flight=4 wait_p50_ms=37.0 wait_p99_ms=139.5 errors=0
 
 and exits 0 only if every call ran and never more than `--limit` at once.
 """
