@@ -488,3 +488,67 @@ fn a_semaphore_limit_is_never_exceeded_under_contention() {
     );
     assert_eq!(exists(&mut server.conn(), &k), 0, "every permit came back");
 }
+
+#[test]
+fn shared_waiters_obey_client_unblock_lua_and_max_waiters() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let k = unique_key("unblock");
+    must_acquire(&mut c, &k, "w", LONG_TTL);
+    let r = waiter(
+        &server,
+        &mut c,
+        &k,
+        "r",
+        &["SHARED", "LIMIT", "2", "BLOCK", "0"],
+    );
+    let id: i64 = {
+        let list: String = redis::cmd("CLIENT").arg("LIST").query(&mut c).unwrap();
+        let line = list
+            .lines()
+            .find(|l| l.contains("flags=b"))
+            .expect("a blocked client");
+        line.split(' ')
+            .find_map(|f| f.strip_prefix("id="))
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let unblocked: i64 = redis::cmd("CLIENT")
+        .arg("UNBLOCK")
+        .arg(id)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(unblocked, 1);
+    assert_eq!(
+        r.join().unwrap(),
+        Ok(Value::Nil),
+        "CLIENT UNBLOCK answers like a timeout"
+    );
+    assert_eq!(blocked_clients(&mut c), 0);
+
+    // Inside Lua the call never blocks.
+    let script = "return redis.call('LOCK.ACQUIRE', KEYS[1], 'r', 1000, 'SHARED', 'BLOCK', 0)";
+    let reply: Value = redis::cmd("EVAL")
+        .arg(script)
+        .arg(1)
+        .arg(&k)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(reply, Value::Nil);
+
+    // lock.max-waiters counts shared and exclusive waiters alike.
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("lock.max-waiters")
+        .arg(1)
+        .query(&mut c)
+        .unwrap();
+    let first = waiter(&server, &mut c, &k, "r1", &["SHARED", "BLOCK", "0"]);
+    assert_err(
+        try_take(&mut c, &k, "r2", LONG_TTL, &["SHARED", "BLOCK", "0"]),
+        "ERR too many waiters on this key (lock.max-waiters is 1)",
+    );
+    assert_eq!(release(&mut c, &k, "w"), 1);
+    granted(first);
+}
