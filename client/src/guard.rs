@@ -6,7 +6,8 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use crate::client::{cmd_extend, cmd_fence, cmd_release, ttl_ms, Client};
+use crate::client::Client;
+use crate::command::{self, ttl_ms, Command};
 use crate::error::Error;
 use crate::watchdog::{Lease, LossReason, LossSignal, Watchdog};
 
@@ -87,7 +88,7 @@ impl Guard {
     /// changes. On success the watchdog, if running, renews with `ttl` from then on.
     pub fn extend(&self, ttl: Duration) -> Result<bool, Error> {
         let ms = ttl_ms(ttl)?;
-        let extended = self.command(|conn| cmd_extend(conn, &self.key, &self.owner, ms))?;
+        let extended = self.run(&command::extend(&self.key, &self.owner, ms))?;
         if extended {
             self.ttl_ms.store(ms, Ordering::Relaxed);
         }
@@ -100,12 +101,12 @@ impl Guard {
     pub fn release(mut self) -> Result<bool, Error> {
         self.stop_watchdog();
         self.released = true;
-        self.command(|conn| cmd_release(conn, &self.key, &self.owner))
+        self.run(&command::release(&self.key, &self.owner))
     }
 
     /// Ask the server whether this hold is still the live one (`LOCK.FENCE key token`).
     pub fn is_held(&self) -> Result<bool, Error> {
-        self.command(|conn| cmd_fence(conn, &self.key, self.token))
+        self.run(&command::fence(&self.key, self.token))
     }
 
     /// Start renewing the lock every third of its TTL ([`Guard::ttl`]) in a background thread.
@@ -124,11 +125,7 @@ impl Guard {
     /// than the TTL (a third or less is advisable: a renewal that is one period late must still
     /// land before the deadline).
     pub fn start_watchdog_every(&mut self, period: Duration) -> Result<(), Error> {
-        if period.is_zero() || period >= self.ttl() {
-            return Err(Error::InvalidArgument(
-                "watchdog period must be non-zero and shorter than the ttl",
-            ));
-        }
+        command::check_watchdog_period(period, self.ttl())?;
         self.spawn_watchdog(Some(period))
     }
 
@@ -194,12 +191,9 @@ impl Guard {
         Ok(())
     }
 
-    fn command<T>(
-        &self,
-        f: impl Fn(&mut redis::Connection) -> Result<T, Error>,
-    ) -> Result<T, Error> {
+    fn run<T>(&self, command: &Command<T>) -> Result<T, Error> {
         let inner = &self.client.inner;
-        inner.with_conn(inner.io_timeout, inner.connect_timeout, f)
+        inner.with_conn(inner.io_timeout, inner.connect_timeout, command)
     }
 }
 
@@ -211,7 +205,7 @@ impl Drop for Guard {
         if self.released {
             return;
         }
-        if let Err(e) = self.command(|conn| cmd_release(conn, &self.key, &self.owner)) {
+        if let Err(e) = self.run(&command::release(&self.key, &self.owner)) {
             eprintln!(
                 "redis-lock-client: could not release lock {:?} (it lapses at its deadline): {e}",
                 self.key

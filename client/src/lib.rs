@@ -79,6 +79,7 @@
 #![warn(missing_docs)]
 
 mod client;
+mod command;
 mod error;
 mod guard;
 mod redlock;

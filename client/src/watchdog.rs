@@ -14,7 +14,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use crate::client::{cmd_extend, Inner};
+use crate::client::Inner;
+use crate::command;
 use crate::error::Error;
 
 /// Why the watchdog gave up a lock. It sends one and stops renewing.
@@ -138,7 +139,7 @@ fn run(lease: Lease, stop: Receiver<()>) {
         let reply = lease.client.with_conn(
             lease.client.io_timeout.min(period),
             lease.client.connect_timeout.min(period),
-            |conn| cmd_extend(conn, &lease.key, &lease.owner, ttl_ms),
+            &command::extend(&lease.key, &lease.owner, ttl_ms),
         );
         let reason = match reply {
             Ok(true) => continue,
