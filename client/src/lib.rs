@@ -78,12 +78,14 @@
 
 #![warn(missing_docs)]
 
+#[cfg(feature = "tokio")]
+pub mod aio;
 mod client;
 mod command;
 mod error;
 mod guard;
 mod redlock;
-mod watchdog;
+pub(crate) mod watchdog;
 
 pub use client::{Client, DEFAULT_CONNECT_TIMEOUT, DEFAULT_IO_TIMEOUT};
 pub use error::{Error, RedlockError};
@@ -110,6 +112,17 @@ mod tests {
         send_sync::<LossReason>();
         send::<Guard>();
         send::<RedlockGuard>();
+    }
+
+    /// The async types are shared between tasks the same way, and guards can be held across
+    /// `.await` in a spawned task.
+    #[cfg(feature = "tokio")]
+    #[test]
+    fn async_thread_safety() {
+        send_sync::<aio::Client>();
+        send_sync::<aio::Redlock>();
+        send_sync::<aio::Guard>();
+        send_sync::<aio::RedlockGuard>();
     }
 
     #[test]

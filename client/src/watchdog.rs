@@ -116,10 +116,7 @@ impl Drop for Watchdog {
 fn run(lease: Lease, stop: Receiver<()>) {
     let mut next = Instant::now();
     loop {
-        let period = lease
-            .period
-            .unwrap_or_else(|| Duration::from_millis(lease.ttl_ms.load(Ordering::Relaxed)) / 3);
-        let period = period.max(Duration::from_millis(1));
+        let period = renewal_period(lease.period, &lease.ttl_ms);
         // Renewals are scheduled from the previous one's start, so the round trip does not
         // stretch the interval.
         next += period;
@@ -141,12 +138,26 @@ fn run(lease: Lease, stop: Receiver<()>) {
             lease.client.connect_timeout.min(period),
             &command::extend(&lease.key, &lease.owner, ttl_ms),
         );
-        let reason = match reply {
-            Ok(true) => continue,
-            Ok(false) => LossReason::NotHeld,
-            Err(e) => LossReason::ExtendFailed(Arc::new(e)),
-        };
-        lease.loss.report(reason);
-        return;
+        if let Some(reason) = loss_of(reply) {
+            lease.loss.report(reason);
+            return;
+        }
+    }
+}
+
+/// The time between renewals: the chosen `period`, or a third of the TTL the lock was last
+/// granted or extended with; at least 1 ms.
+pub(crate) fn renewal_period(period: Option<Duration>, ttl_ms: &AtomicU64) -> Duration {
+    period
+        .unwrap_or_else(|| Duration::from_millis(ttl_ms.load(Ordering::Relaxed)) / 3)
+        .max(Duration::from_millis(1))
+}
+
+/// What a renewal's outcome means: `None` while the lock is held, else why it is lost.
+pub(crate) fn loss_of(renewal: Result<bool, Error>) -> Option<LossReason> {
+    match renewal {
+        Ok(true) => None,
+        Ok(false) => Some(LossReason::NotHeld),
+        Err(e) => Some(LossReason::ExtendFailed(Arc::new(e))),
     }
 }
