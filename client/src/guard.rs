@@ -1,6 +1,5 @@
 //! [`Guard`]: a held lock, released when dropped, optionally renewed by a watchdog.
 
-use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -41,6 +40,36 @@ pub struct Guard {
     released: bool,
 }
 
+/// The read-only side of a guard, written once for [`Guard`] and [`crate::aio::Guard`]: both
+/// keep `key`, `owner`, `token` and `ttl_ms: Arc<AtomicU64>` fields.
+macro_rules! guard_accessors {
+    () => {
+        /// The fencing token of this hold: larger than the token of every earlier hold of this key
+        /// on this server. Pass it to the resource you write to, which checks it with
+        /// `LOCK.FENCE key token` (or keeps the largest token it has seen).
+        pub fn token(&self) -> u64 {
+            self.token
+        }
+
+        /// The lock's key.
+        pub fn key(&self) -> &str {
+            &self.key
+        }
+
+        /// The owner id this lock is held as (a random UUID unless [`Client::with_owner`] chose one).
+        pub fn owner(&self) -> &str {
+            &self.owner
+        }
+
+        /// The TTL of the grant or of the last successful [`Guard::extend`]; the watchdog renews with
+        /// this value.
+        pub fn ttl(&self) -> Duration {
+            Duration::from_millis(self.ttl_ms.load(Ordering::Relaxed))
+        }
+    };
+}
+pub(crate) use guard_accessors;
+
 impl Guard {
     pub(crate) fn new(client: Client, key: &str, owner: String, token: u64, ttl_ms: u64) -> Guard {
         let (notify, loss_rx) = mpsc::channel();
@@ -60,28 +89,7 @@ impl Guard {
         }
     }
 
-    /// The fencing token of this hold: larger than the token of every earlier hold of this key
-    /// on this server. Pass it to the resource you write to, which checks it with
-    /// `LOCK.FENCE key token` (or keeps the largest token it has seen).
-    pub fn token(&self) -> u64 {
-        self.token
-    }
-
-    /// The lock's key.
-    pub fn key(&self) -> &str {
-        &self.key
-    }
-
-    /// The owner id this lock is held as (a random UUID unless [`Client::with_owner`] chose one).
-    pub fn owner(&self) -> &str {
-        &self.owner
-    }
-
-    /// The TTL of the grant or of the last successful [`Guard::extend`]; the watchdog renews with
-    /// this value.
-    pub fn ttl(&self) -> Duration {
-        Duration::from_millis(self.ttl_ms.load(Ordering::Relaxed))
-    }
+    guard_accessors!();
 
     /// Move the deadline to now + `ttl` (`LOCK.EXTEND`). `Ok(false)`: the lock is no longer held
     /// by this guard (it expired, was deleted, or is someone else's now); the token never
@@ -206,23 +214,36 @@ impl Drop for Guard {
             return;
         }
         if let Err(e) = self.run(&command::release(&self.key, &self.owner)) {
-            eprintln!(
-                "redis-lock-client: could not release lock {:?} (it lapses at its deadline): {e}",
-                self.key
-            );
+            report_release_failure(&self.key, &e);
         }
     }
 }
 
-impl fmt::Debug for Guard {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Guard")
-            .field("key", &self.key)
-            .field("owner", &self.owner)
-            .field("token", &self.token)
-            .field("ttl", &self.ttl())
-            .field("watchdog", &self.watchdog.is_some())
-            .field("lost", &self.is_lost())
-            .finish()
-    }
+/// `Debug` for a guard type with the fields and methods of [`guard_accessors`], `watchdog` and
+/// `is_lost()`; written once for [`Guard`] and [`crate::aio::Guard`].
+macro_rules! impl_guard_debug {
+    ($guard:ty) => {
+        impl std::fmt::Debug for $guard {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.debug_struct("Guard")
+                    .field("key", &self.key)
+                    .field("owner", &self.owner)
+                    .field("token", &self.token)
+                    .field("ttl", &self.ttl())
+                    .field("watchdog", &self.watchdog.is_some())
+                    .field("lost", &self.is_lost())
+                    .finish()
+            }
+        }
+    };
+}
+pub(crate) use impl_guard_debug;
+
+impl_guard_debug!(Guard);
+
+/// What a guard's `Drop` does with a release that failed: the lock then lapses at its deadline.
+pub(crate) fn report_release_failure(key: &str, error: &Error) {
+    eprintln!(
+        "redis-lock-client: could not release lock {key:?} (it lapses at its deadline): {error}"
+    );
 }

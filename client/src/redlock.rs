@@ -41,17 +41,10 @@ impl Redlock {
     /// A lock manager over the masters at `urls` (at least one; use an odd number, typically
     /// 5). Only parses the URLs; nothing is connected until the first acquisition.
     pub fn new<S: AsRef<str>>(urls: &[S]) -> Result<Redlock, Error> {
-        if urls.is_empty() {
-            return Err(Error::InvalidArgument("Redlock needs at least one master"));
-        }
-        let masters = urls
-            .iter()
-            .map(|url| {
-                Client::open(url.as_ref()).map(|client| {
-                    client.with_timeouts(DEFAULT_MASTER_CONNECT_TIMEOUT, DEFAULT_MASTER_IO_TIMEOUT)
-                })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let masters = open_masters(urls, |url| {
+            let client = Client::open(url)?;
+            Ok(client.with_timeouts(DEFAULT_MASTER_CONNECT_TIMEOUT, DEFAULT_MASTER_IO_TIMEOUT))
+        })?;
         Ok(Redlock { masters })
     }
 
@@ -107,6 +100,17 @@ impl Redlock {
             }
         }
     }
+}
+
+/// One client per URL, made by `open`; at least one URL.
+pub(crate) fn open_masters<S: AsRef<str>, C>(
+    urls: &[S],
+    open: impl Fn(&str) -> Result<C, Error>,
+) -> Result<Vec<C>, Error> {
+    if urls.is_empty() {
+        return Err(Error::InvalidArgument("Redlock needs at least one master"));
+    }
+    urls.iter().map(|url| open(url.as_ref())).collect()
 }
 
 /// What one master answered to `LOCK.ACQUIRE`.
@@ -292,66 +296,75 @@ pub struct RedlockGuard {
     released: bool,
 }
 
+/// The read-only side of a Redlock guard, written once for [`RedlockGuard`] and
+/// [`crate::aio::RedlockGuard`]: both keep what was granted in a field `grant: Grant`.
+macro_rules! redlock_guard_accessors {
+    () => {
+        /// One fencing token for the whole lock: the **largest** of the tokens the granting masters
+        /// returned.
+        ///
+        /// Why the maximum: on each master the tokens of a key strictly increase, and every token a
+        /// master mints at time `t` (its clock, in ms) lies in `[t << 11, (t + 1) << 11)` as long as
+        /// that clock never stepped back (see "Fencing tokens" in the module's README). Any two majorities
+        /// share at least one master, and on that master the later acquisition got the larger
+        /// token. With clocks in step, a lock acquired at least a millisecond (plus the clock skew)
+        /// after another therefore has a larger maximum: the later maximum is at least the shared
+        /// master's token, whose clock floor is above every token the earlier majority minted.
+        ///
+        /// The limit: tokens of *different* masters are ordered only through their clocks. If the
+        /// masters' clocks disagree by more than the time between two acquisitions, the earlier
+        /// majority may include a master whose clock runs ahead, and its token can exceed every
+        /// token of the later majority: the maximum then does **not** increase, and a resource that
+        /// fences on it would wrongly reject the newer holder (or, with a stale holder still
+        /// writing, accept the stale one after the newer). A master restarted without persistence
+        /// also forgets its holds, which breaks Redlock's mutual exclusion itself.
+        ///
+        /// When strict fencing matters, either fence per master with [`RedlockGuard::tokens`] (the
+        /// resource keeps the largest token seen from each master and rejects a request any of whose
+        /// tokens is below that master's largest: the intersecting master guarantees a stale holder
+        /// has one), or use a single primary with replicas and `WAIT` after each grant, whose tokens
+        /// are strictly increasing without any clock assumption.
+        pub fn token(&self) -> u64 {
+            self.grant.token
+        }
+
+        /// Each master's token, in the order of the URLs; `None` for masters that did not grant the
+        /// lock. See [`RedlockGuard::token`] for per-master fencing.
+        pub fn tokens(&self) -> &[Option<u64>] {
+            &self.grant.tokens
+        }
+
+        /// How many masters granted the lock.
+        pub fn granted(&self) -> usize {
+            self.grant.granted()
+        }
+
+        /// The lock's key.
+        pub fn key(&self) -> &str {
+            &self.grant.key
+        }
+
+        /// The random owner id the lock is held as on every master.
+        pub fn owner(&self) -> &str {
+            &self.grant.owner
+        }
+
+        /// The validity time left: how much longer the lock can be relied on (zero once past). It
+        /// started as `ttl - elapsed - drift`, counted from the start of the acquisition.
+        pub fn validity(&self) -> Duration {
+            self.grant.validity()
+        }
+
+        /// The validity time left right after the acquisition.
+        pub fn validity_at_grant(&self) -> Duration {
+            self.grant.validity_at_grant
+        }
+    };
+}
+pub(crate) use redlock_guard_accessors;
+
 impl RedlockGuard {
-    /// One fencing token for the whole lock: the **largest** of the tokens the granting masters
-    /// returned.
-    ///
-    /// Why the maximum: on each master the tokens of a key strictly increase, and every token a
-    /// master mints at time `t` (its clock, in ms) lies in `[t << 11, (t + 1) << 11)` as long as
-    /// that clock never stepped back (see "Fencing tokens" in the module's README). Any two majorities
-    /// share at least one master, and on that master the later acquisition got the larger
-    /// token. With clocks in step, a lock acquired at least a millisecond (plus the clock skew)
-    /// after another therefore has a larger maximum: the later maximum is at least the shared
-    /// master's token, whose clock floor is above every token the earlier majority minted.
-    ///
-    /// The limit: tokens of *different* masters are ordered only through their clocks. If the
-    /// masters' clocks disagree by more than the time between two acquisitions, the earlier
-    /// majority may include a master whose clock runs ahead, and its token can exceed every
-    /// token of the later majority: the maximum then does **not** increase, and a resource that
-    /// fences on it would wrongly reject the newer holder (or, with a stale holder still
-    /// writing, accept the stale one after the newer). A master restarted without persistence
-    /// also forgets its holds, which breaks Redlock's mutual exclusion itself.
-    ///
-    /// When strict fencing matters, either fence per master with [`RedlockGuard::tokens`] (the
-    /// resource keeps the largest token seen from each master and rejects a request any of whose
-    /// tokens is below that master's largest: the intersecting master guarantees a stale holder
-    /// has one), or use a single primary with replicas and `WAIT` after each grant, whose tokens
-    /// are strictly increasing without any clock assumption.
-    pub fn token(&self) -> u64 {
-        self.grant.token
-    }
-
-    /// Each master's token, in the order of the URLs; `None` for masters that did not grant the
-    /// lock. See [`RedlockGuard::token`] for per-master fencing.
-    pub fn tokens(&self) -> &[Option<u64>] {
-        &self.grant.tokens
-    }
-
-    /// How many masters granted the lock.
-    pub fn granted(&self) -> usize {
-        self.grant.granted()
-    }
-
-    /// The lock's key.
-    pub fn key(&self) -> &str {
-        &self.grant.key
-    }
-
-    /// The random owner id the lock is held as on every master.
-    pub fn owner(&self) -> &str {
-        &self.grant.owner
-    }
-
-    /// The validity time left: how much longer the lock can be relied on (zero once past). It
-    /// started as `ttl - elapsed - drift`, counted from the start of the acquisition.
-    pub fn validity(&self) -> Duration {
-        self.grant.validity()
-    }
-
-    /// The validity time left right after the acquisition.
-    pub fn validity_at_grant(&self) -> Duration {
-        self.grant.validity_at_grant
-    }
+    redlock_guard_accessors!();
 
     /// Release the lock on every master that granted it (or may have); returns how many
     /// released a live hold. Masters that cannot be reached keep it until the TTL passes.

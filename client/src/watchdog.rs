@@ -58,10 +58,11 @@ impl LossSignal {
     }
 }
 
-/// What the watchdog thread renews, and how often.
-pub(crate) struct Lease {
-    /// The server and its connection pool.
-    pub(crate) client: Arc<Inner>,
+/// What a watchdog renews, and how often: for the sync thread `Lease<Inner, LossSignal>`, for the
+/// async task ([`crate::aio`]) its client and a `watch` sender.
+pub(crate) struct Lease<C, L> {
+    /// The server and its connections.
+    pub(crate) client: Arc<C>,
     /// The lock's key.
     pub(crate) key: String,
     /// The holder's owner id.
@@ -71,7 +72,7 @@ pub(crate) struct Lease {
     /// Time between renewals; `None` for a third of the current TTL.
     pub(crate) period: Option<Duration>,
     /// Where to report a loss.
-    pub(crate) loss: LossSignal,
+    pub(crate) loss: L,
 }
 
 /// A running watchdog thread. Dropping it stops and joins the thread.
@@ -84,7 +85,7 @@ pub(crate) struct Watchdog {
 
 impl Watchdog {
     /// Start renewing `lease`.
-    pub(crate) fn spawn(lease: Lease) -> std::io::Result<Watchdog> {
+    pub(crate) fn spawn(lease: Lease<Inner, LossSignal>) -> std::io::Result<Watchdog> {
         let (stop_tx, stop_rx) = mpsc::channel();
         let thread = thread::Builder::new()
             .name("redis-lock-watchdog".to_string())
@@ -113,7 +114,7 @@ impl Drop for Watchdog {
 }
 
 /// The thread: sleep until the next renewal unless stopped, renew, report a failure and quit.
-fn run(lease: Lease, stop: Receiver<()>) {
+fn run(lease: Lease<Inner, LossSignal>, stop: Receiver<()>) {
     let mut next = Instant::now();
     loop {
         let period = renewal_period(lease.period, &lease.ttl_ms);

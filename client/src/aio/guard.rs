@@ -1,6 +1,5 @@
 //! The async [`Guard`]: a held lock, released when dropped, optionally renewed by a watchdog task.
 
-use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,6 +11,7 @@ use super::client::{send_now, Client};
 use super::watchdog::{Lease, Watchdog};
 use crate::command::{self, ttl_ms, Command};
 use crate::error::Error;
+use crate::guard::report_release_failure;
 use crate::watchdog::LossReason;
 
 /// A lock held on one server; the async counterpart of [`crate::Guard`].
@@ -62,26 +62,7 @@ impl Guard {
         }
     }
 
-    /// The fencing token of this hold (see [`crate::Guard::token`]).
-    pub fn token(&self) -> u64 {
-        self.token
-    }
-
-    /// The lock's key.
-    pub fn key(&self) -> &str {
-        &self.key
-    }
-
-    /// The owner id this lock is held as.
-    pub fn owner(&self) -> &str {
-        &self.owner
-    }
-
-    /// The TTL of the grant or of the last successful [`Guard::extend`]; the watchdog renews
-    /// with it.
-    pub fn ttl(&self) -> Duration {
-        Duration::from_millis(self.ttl_ms.load(Ordering::Relaxed))
-    }
+    crate::guard::guard_accessors!();
 
     /// Move the deadline to now + `ttl` (`LOCK.EXTEND`); `Ok(false)`: no longer held by this
     /// guard. On success the watchdog, if running, renews with `ttl` from then on.
@@ -217,25 +198,10 @@ impl Drop for Guard {
                 .run(inner.io_timeout, inner.connect_timeout, &release)
                 .await;
             if let Err(failure) = reply {
-                eprintln!(
-                    "redis-lock-client: could not release lock {key:?} (it lapses at its \
-                     deadline): {}",
-                    failure.error
-                );
+                report_release_failure(&key, &failure.error);
             }
         });
     }
 }
 
-impl fmt::Debug for Guard {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Guard")
-            .field("key", &self.key)
-            .field("owner", &self.owner)
-            .field("token", &self.token)
-            .field("ttl", &self.ttl())
-            .field("watchdog", &self.watchdog.is_some())
-            .field("lost", &self.is_lost())
-            .finish()
-    }
-}
+crate::guard::impl_guard_debug!(Guard);

@@ -13,7 +13,7 @@ use super::client::{runtime_gone, send_now, Client};
 use crate::command;
 use crate::error::{Error, RedlockError};
 use crate::redlock::{
-    Grant, Round, Vote, DEFAULT_MASTER_CONNECT_TIMEOUT, DEFAULT_MASTER_IO_TIMEOUT,
+    open_masters, Grant, Round, Vote, DEFAULT_MASTER_CONNECT_TIMEOUT, DEFAULT_MASTER_IO_TIMEOUT,
 };
 
 /// A lock manager over N independent masters; the async counterpart of [`crate::Redlock`],
@@ -26,17 +26,10 @@ pub struct Redlock {
 impl Redlock {
     /// A lock manager over the masters at `urls` (at least one). Only parses the URLs.
     pub fn new<S: AsRef<str>>(urls: &[S]) -> Result<Redlock, Error> {
-        if urls.is_empty() {
-            return Err(Error::InvalidArgument("Redlock needs at least one master"));
-        }
-        let masters = urls
-            .iter()
-            .map(|url| {
-                Client::open(url.as_ref()).map(|client| {
-                    client.with_timeouts(DEFAULT_MASTER_CONNECT_TIMEOUT, DEFAULT_MASTER_IO_TIMEOUT)
-                })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let masters = open_masters(urls, |url| {
+            let client = Client::open(url)?;
+            Ok(client.with_timeouts(DEFAULT_MASTER_CONNECT_TIMEOUT, DEFAULT_MASTER_IO_TIMEOUT))
+        })?;
         Ok(Redlock { masters })
     }
 
@@ -159,41 +152,7 @@ pub struct RedlockGuard {
 }
 
 impl RedlockGuard {
-    /// The combined fencing token: the largest of the granting masters' tokens (see
-    /// [`crate::RedlockGuard::token`] for why, and its limits).
-    pub fn token(&self) -> u64 {
-        self.grant.token
-    }
-
-    /// Each master's token, in the order of the URLs; `None` where it did not grant.
-    pub fn tokens(&self) -> &[Option<u64>] {
-        &self.grant.tokens
-    }
-
-    /// How many masters granted the lock.
-    pub fn granted(&self) -> usize {
-        self.grant.granted()
-    }
-
-    /// The lock's key.
-    pub fn key(&self) -> &str {
-        &self.grant.key
-    }
-
-    /// The random owner id the lock is held as on every master.
-    pub fn owner(&self) -> &str {
-        &self.grant.owner
-    }
-
-    /// The validity time left (zero once past).
-    pub fn validity(&self) -> Duration {
-        self.grant.validity()
-    }
-
-    /// The validity time left right after the acquisition.
-    pub fn validity_at_grant(&self) -> Duration {
-        self.grant.validity_at_grant
-    }
+    crate::redlock::redlock_guard_accessors!();
 
     /// Release the lock on every master that granted it (or may have), concurrently; returns
     /// how many released a live hold.

@@ -7,9 +7,8 @@
 //! and awaits the task's end, so no renewal is in flight afterwards. A guard that is dropped
 //! cannot wait: it aborts the task instead (see [`super::Guard`]'s `Drop`).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::runtime::Handle;
 use tokio::sync::{oneshot, watch};
@@ -20,21 +19,9 @@ use super::client::Inner;
 use crate::command;
 use crate::watchdog::{loss_of, renewal_period, LossReason};
 
-/// What the watchdog task renews, and how often.
-pub(crate) struct Lease {
-    /// The server and its connections.
-    pub(crate) client: Arc<Inner>,
-    /// The lock's key.
-    pub(crate) key: String,
-    /// The holder's owner id.
-    pub(crate) owner: String,
-    /// The TTL each renewal asks for; [`super::Guard::extend`] updates it.
-    pub(crate) ttl_ms: Arc<AtomicU64>,
-    /// Time between renewals; `None` for a third of the current TTL.
-    pub(crate) period: Option<Duration>,
-    /// Where to publish a loss.
-    pub(crate) loss: Arc<watch::Sender<Option<LossReason>>>,
-}
+/// What the task renews: the lease of the sync watchdog, with the async client and the guard's
+/// `watch` sender.
+pub(crate) type Lease = crate::watchdog::Lease<Inner, Arc<watch::Sender<Option<LossReason>>>>;
 
 /// A running watchdog task.
 pub(crate) struct Watchdog {

@@ -261,6 +261,24 @@ impl Drop for Server {
     }
 }
 
+/// Five servers, as independent Redlock masters.
+pub fn five_servers() -> Vec<Server> {
+    (0..5).map(|_| Server::start()).collect()
+}
+
+/// The servers' URLs, in order.
+pub fn urls(servers: &[Server]) -> Vec<String> {
+    servers.iter().map(Server::url).collect()
+}
+
+/// Which servers hold `key` right now.
+pub fn holders(servers: &[Server], key: &str) -> Vec<bool> {
+    servers
+        .iter()
+        .map(|s| fence(&mut s.conn(), key).is_some())
+        .collect()
+}
+
 /// `kill -<signal> <pid>` (e.g. `STOP`, `CONT`).
 pub fn send_signal(pid: u32, signal: &str) {
     let status = Command::new("kill")
