@@ -68,6 +68,7 @@ macro_rules! guard_accessors {
         }
     };
 }
+#[cfg(feature = "tokio")]
 pub(crate) use guard_accessors;
 
 impl Guard {
@@ -237,6 +238,7 @@ macro_rules! impl_guard_debug {
         }
     };
 }
+#[cfg(feature = "tokio")]
 pub(crate) use impl_guard_debug;
 
 impl_guard_debug!(Guard);

@@ -3,7 +3,8 @@
 //!
 //! The module does the lock logic inside the server (`LOCK.ACQUIRE`, `LOCK.RELEASE`,
 //! `LOCK.EXTEND`, `LOCK.FENCE`); this crate wraps it in RAII types over the synchronous
-//! [`redis`] client. No async runtime: the watchdog is a plain thread.
+//! [`redis`] client. No async runtime: the watchdog is a plain thread. With the cargo feature
+//! `tokio`, `aio` has the same API for tokio (`aio::Client`, `aio::Guard`, `aio::Redlock`).
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -75,6 +76,10 @@
 //! - `watchdog.rs`: the renewal thread and [`LossReason`].
 //! - `redlock.rs`: [`Redlock`] and [`RedlockGuard`], including how tokens are combined.
 //! - `error.rs`: [`Error`] and [`RedlockError`].
+//! - `command.rs`: the four lock commands (request and reply check) and the argument and outcome
+//!   rules, shared by the sync and the async API.
+//! - `aio/` (feature `tokio`): the async client, guard, watchdog task and Redlock, on top of
+//!   the shared code above.
 
 #![warn(missing_docs)]
 

@@ -361,6 +361,7 @@ macro_rules! redlock_guard_accessors {
         }
     };
 }
+#[cfg(feature = "tokio")]
 pub(crate) use redlock_guard_accessors;
 
 impl RedlockGuard {

@@ -276,3 +276,17 @@ async fn a_stopped_server_times_out_instead_of_hanging() {
     })
     .await;
 }
+
+/// `examples/async_lock.rs`, which the README shows, compiled into this test.
+#[allow(dead_code)]
+mod example {
+    include!("../examples/async_lock.rs");
+}
+
+#[tokio::test]
+async fn the_readme_example_runs() {
+    let server = Server::start();
+    example::run(&server.url()).await.unwrap();
+    let mut conn = server.conn();
+    assert!(!exists(&mut conn, "job:nightly") && !exists(&mut conn, "report"));
+}
