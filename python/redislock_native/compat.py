@@ -95,7 +95,11 @@ class _Common:
 
     def _held(self, what):
         if getattr(self.local, "token", None) is None:
-            raise _wire.lock_error(LockError, f"Cannot {what} an unlocked lock", self.name)
+            if what == "release":
+                message = "Cannot release a lock that's not owned or is already unlocked."
+            else:
+                message = f"Cannot {what} an unlocked lock"
+            raise _wire.lock_error(LockError, message, self.name)
         if what != "release" and self.timeout is None:
             raise _wire.lock_error(LockError, f"Cannot {what} a lock with no timeout", self.name)
         return self.local.held
