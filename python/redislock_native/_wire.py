@@ -143,8 +143,9 @@ def acquire_blocking(client, args, wait_s, cleanup):
     reusable = False
     try:
         conn.send_packed_command(conn.pack_commands([("CLIENT", "ID"), args]))
-        client_id = _client_id(conn.read_response, disconnect_on_error=False)
+        client_id = None
         try:
+            client_id = _client_id(conn.read_response, disconnect_on_error=False)
             reply = _read(conn, read_timeout(conn, wait_s))
         except ResponseError:
             reusable = True
@@ -248,8 +249,9 @@ async def aacquire_blocking(client, args, wait_s, cleanup):
     reusable = False
     try:
         await conn.send_packed_command(conn.pack_commands([("CLIENT", "ID"), args]))
-        client_id = await _aclient_id(conn)
+        client_id = None
         try:
+            client_id = await _aclient_id(conn)
             reply = await _aread(conn, read_timeout(conn, wait_s))
         except ResponseError:
             reusable = True

@@ -218,3 +218,36 @@ def test_async_with_gives_up_after_blocking_timeout(server, r, key):
         await ar.aclose()
 
     run(main())
+
+
+def test_cancellation_without_client_unblock_permission(server, r, key):
+    # A user without @admin cannot CLIENT UNBLOCK: the waiting connection is closed instead
+    # (which takes the waiter out of the queue) and a grant that raced it is released.
+    r.execute_command("ACL", "SETUSER", "no-admin", "on", "nopass", "~*", "&*", "+@all", "-@admin")
+
+    async def main():
+        ar = server.aclient(username="no-admin", password="")
+        with pytest.raises(Exception, match="no permissions"):
+            await ar.execute_command("CLIENT", "UNBLOCK", 1)
+        holder = Lock(r, key, 30)
+        for race in (False, True):
+            waiter = AsyncLock(ar, key, 30)
+            assert holder.acquire()
+            task = asyncio.ensure_future(waiter.acquire())
+            await await_waiters(ar, key, 1)
+            if race:
+                holder.release()  # granted to the waiter before it is cancelled
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            if not race:
+                wait_until_no_waiters = time.monotonic() + 5
+                while waiters(r, key) and time.monotonic() < wait_until_no_waiters:
+                    await asyncio.sleep(0.005)
+                assert waiters(r, key) == 0
+                holder.release()
+            assert r.exists(key) == 0, f"race={race}: {info(r, key)}"
+        assert await ar.ping()
+        await ar.aclose()
+
+    run(main())
