@@ -15,6 +15,10 @@ class LockLostError(LockNotOwnedError):
 class _Base:
     """What ``Lock`` and ``AsyncLock`` share: arguments, state and the commands they send."""
 
+    #: Options after ``ttl-ms`` in LOCK.ACQUIRE: none for an exclusive lock, ``SHARED``
+    #: (and ``LIMIT n``) for the shared holders in ``redislock_native.shared``.
+    _mode_args = ()
+
     def __init__(
         self,
         client,
@@ -79,7 +83,7 @@ class _Base:
 
     def _acquire_args(self, blocking, timeout):
         """The LOCK.ACQUIRE arguments and the wait in seconds (None: no limit, 0: no wait)."""
-        args = ("LOCK.ACQUIRE", self.name, self.owner, self._ttl_ms)
+        args = ("LOCK.ACQUIRE", self.name, self.owner, self._ttl_ms) + self._mode_args
         if not blocking:
             return args, 0
         if timeout is None:
