@@ -2,15 +2,16 @@
 """At most N concurrent calls to a rate-limited API, across processes, with redis-lock.
 
 A counting semaphore is a shared lock with a limit: every call takes one of `--limit` permits
-with `LOCK.ACQUIRE limit:<api> <owner> <ttl> SHARED LIMIT <n> BLOCK <ms>`, makes the call and
-releases the permit. Callers beyond the limit wait in the server's FIFO queue (no polling) and
+with `Semaphore(r, "limit:<api>", n, ttl).acquire(timeout=...)` from the redislock_native
+package, which is one `LOCK.ACQUIRE limit:<api> <owner> <ttl> SHARED LIMIT <n> BLOCK <ms>`,
+makes the call and releases the permit. Callers beyond the limit wait in the server's FIFO queue (no polling) and
 get a permit the moment one is released or its holder's ttl runs out (a crashed caller's permit
 comes back by itself).
 
 Each worker process makes `--calls` calls of `--work-ms` each and reports when each call ran;
 the script then computes how many calls were ever in flight at once.
 
-    pip install redis
+    pip install ./python        # the redislock_native package, from the repository root
     python3 examples/python/concurrency_limit.py --port 6379 --limit 4 --workers 16 --calls 5
 
 prints one line such as
@@ -29,8 +30,7 @@ import time
 import uuid
 
 import redis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
+from redislock_native import Semaphore
 
 
 def parse_args():
@@ -52,37 +52,24 @@ def parse_args():
     return args
 
 
-def connect(args):
-    # The wait happens inside one LOCK.ACQUIRE ... BLOCK call, so the socket timeout must
-    # outlast it, and no retry may re-send it: redis-py 8's defaults (a 5 s timeout and a
-    # Retry that re-sends the command on a new connection) would put a long waiter back at
-    # the end of the queue again and again.
-    return redis.Redis(
-        host=args.host,
-        port=args.port,
-        socket_timeout=args.wait_ms / 1000 + 5,
-        retry=Retry(NoBackoff(), 0),
-    )
-
-
 def worker(index, args, results):
     me = f"caller-{index}@{socket.gethostname()}:{os.getpid()}"
-    r = connect(args)
-    sem = f"limit:{args.api}"
+    # redis-py's default client is fine: the wait is one LOCK.ACQUIRE ... BLOCK, sent by the
+    # package on a pooled connection whose socket timeout covers the wait, with no retry (a
+    # plain execute_command would be cut after redis-py 8's 5 s timeout and re-sent to the
+    # back of the queue).
+    r = redis.Redis(host=args.host, port=args.port)
+    sem = Semaphore(r, f"limit:{args.api}", args.limit, args.ttl_ms / 1000, owner=me)
     try:
         for _ in range(args.calls):
             asked = time.time()
-            token = r.execute_command(
-                "LOCK.ACQUIRE", sem, me, args.ttl_ms,
-                "SHARED", "LIMIT", args.limit, "BLOCK", args.wait_ms,
-            )
-            if token is None:
+            if not sem.acquire(timeout=args.wait_ms / 1000):
                 results.put((me, "timeout", asked, time.time(), time.time()))
                 continue
             started = time.time()
             time.sleep(args.work_ms / 1000)  # the API call
             ended = time.time()
-            r.execute_command("LOCK.RELEASE", sem, me)
+            sem.release()
             results.put((me, "ok", asked, started, ended))
     except Exception as e:  # report it: the parent counts one result per call
         print(f"{me}: {e!r}", file=sys.stderr)
@@ -109,7 +96,7 @@ def percentile(values, p):
 
 def main():
     args = parse_args()
-    connect(args).ping()
+    redis.Redis(host=args.host, port=args.port).ping()  # fail early if no server
     results = multiprocessing.Queue()
     procs = [multiprocessing.Process(target=worker, args=(i, args, results))
              for i in range(args.workers)]
