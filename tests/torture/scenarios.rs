@@ -15,6 +15,9 @@ use crate::history::{Effect, History, Op, Outcome, Survival};
 use crate::run::{Env, Scenario};
 use crate::workload::Config;
 
+// The scenarios with shared holders live in their own file; the test list finds them here.
+pub use crate::shared::{semaphore_limit, shared_debug_reload, shared_readers_writers};
+
 const APPENDFSYNC_ALWAYS: &[&str] = &["--appendonly", "yes", "--appendfsync", "always"];
 
 fn ms(n: u64) -> Duration {
@@ -237,7 +240,7 @@ const UNBLOCK_ERROR: &str = "CLIENT UNBLOCK ... ERROR of a waiter";
 /// Every 20-80 ms, pick a client blocked in `LOCK.ACQUIRE ... BLOCK` and kill it, unblock it
 /// like a timeout, or unblock it with an error. (The workload's own clients also give up on
 /// 10% of their waits: read timeout, disconnect.)
-fn disturb_waiters(env: &mut Env) {
+pub fn disturb_waiters(env: &mut Env) {
     let mut c = env.conn();
     while env.running() {
         env.sleep((20, 80));
@@ -263,7 +266,7 @@ fn disturb_waiters(env: &mut Env) {
 /// Pass: a waiter that `CLIENT UNBLOCK` reports as unblocked (reply 1) gets `nil` (TIMEOUT) or
 /// an `UNBLOCKED` error (ERROR), never a token: its call of `LOCK.ACQUIRE` spanning the
 /// unblock is not granted.
-fn unblocked_waiters_get_no_lock(h: &History, _v: &Verdict) -> Vec<Check> {
+pub fn unblocked_waiters_get_no_lock(h: &History, _v: &Verdict) -> Vec<Check> {
     let mut c = Check::new(
         "unblocked-waiter-not-granted",
         "a waiter CLIENT UNBLOCK unblocked answers nil (TIMEOUT) or UNBLOCKED (ERROR), never a token",
@@ -366,7 +369,7 @@ pub fn kill9_no_persistence() -> Scenario {
 
 /// Every 0.3-0.7 s: kill the server with SIGKILL and restart it on the same port and files.
 /// The workload cannot reach it until the holds were read back (`survival`).
-fn restarts(env: &mut Env, kind: &str, effect: Effect, survival: Option<Survival>) {
+pub fn restarts(env: &mut Env, kind: &str, effect: Effect, survival: Option<Survival>) {
     while env.running() {
         env.sleep((300, 700));
         if env.running() {
@@ -417,7 +420,7 @@ pub fn debug_reload() -> Scenario {
 
 /// Every 150-400 ms: `MULTI; DEBUG RELOAD; LOCK.INFO` of every key; `EXEC`. The reads are
 /// atomic with the reload, so every acknowledged live hold must be among them (`Acked`).
-fn reloads(env: &mut Env) {
+pub fn reloads(env: &mut Env) {
     let mut c = env.conn();
     while env.running() {
         env.sleep((150, 400));
@@ -445,8 +448,11 @@ fn reloads(env: &mut Env) {
             .iter()
             .zip(&replies[1..])
             .map(|(k, v)| {
-                let hold = faults::parse_lock_info(v).map(|(owner, token, _)| (owner, token));
-                (k.clone(), hold)
+                let holders = faults::parse_holders(v).into_iter();
+                (
+                    k.clone(),
+                    holders.map(|(owner, token, _)| (owner, token)).collect(),
+                )
             })
             .collect();
         env.rec.snapshot(crate::history::Snapshot {
