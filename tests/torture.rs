@@ -82,6 +82,7 @@ scenarios![
     shared_readers_writers,
     shared_debug_reload,
     semaphore_limit,
+    semaphore_failover_wait,
 ];
 
 /// Not a test: the body of a holder process, the test binary re-executed by the

@@ -16,7 +16,9 @@ use crate::run::{Env, Scenario};
 use crate::workload::{Config, GAVE_UP};
 
 // The scenarios with shared holders live in their own file; the test list finds them here.
-pub use crate::shared::{semaphore_limit, shared_debug_reload, shared_readers_writers};
+pub use crate::shared::{
+    semaphore_failover_wait, semaphore_limit, shared_debug_reload, shared_readers_writers,
+};
 
 const APPENDFSYNC_ALWAYS: &[&str] = &["--appendonly", "yes", "--appendfsync", "always"];
 
@@ -837,7 +839,7 @@ fn restores(env: &mut Env) {
 
 /// Primaries and replicas keep an AOF (`appendfsync no`: written before each reply, which is
 /// all a SIGKILL needs) only so that every token a killed primary issued can be read back.
-const FORENSIC_AOF: &[&str] = &["--appendonly", "yes", "--appendfsync", "no"];
+pub const FORENSIC_AOF: &[&str] = &["--appendonly", "yes", "--appendfsync", "no"];
 
 pub fn failover_async() -> Scenario {
     Scenario {
@@ -876,7 +878,7 @@ pub fn failover_wait() -> Scenario {
 /// Every 0.4-0.8 s: stop the replica for `stop_ms`, kill -9 the primary, continue the replica,
 /// `REPLICAOF NO ONE`, read its holds (before the workload can reach it), point the workload
 /// at it and give it a new replica. Tokens the dead primary issued are known from its AOF.
-fn failovers(env: &mut Env, stop_ms: (u64, u64), survival: Survival) {
+pub fn failovers(env: &mut Env, stop_ms: (u64, u64), survival: Survival) {
     while env.running() {
         env.sleep((400, 800));
         if !env.running() {

@@ -86,6 +86,29 @@ pub fn semaphore_limit() -> Scenario {
     }
 }
 
+pub fn semaphore_failover_wait() -> Scenario {
+    Scenario {
+        name: "semaphore_failover_wait",
+        what: "as failover_wait (WAIT 1 1000 after every grant, ttls of 0.3-2 s), with SHARED \
+               LIMIT 2 and LIMIT 3 (80% of acquires) beside exclusive acquires on 2 keys: \
+               every waited holder must survive promotion",
+        server_args: scenarios::FORENSIC_AOF,
+        replica: true,
+        workload: Config {
+            keys: 2,
+            ttl_ms: (300, 2000),
+            expire_share: 0.3,
+            wait_replicas: true,
+            shared_share: 0.8,
+            shared_limits: vec![2, 3],
+            ..Config::default()
+        },
+        durable: false,
+        nemesis: |env| scenarios::failovers(env, (50, 150), Survival::WaitAcked),
+        post: Some(semaphore_criteria),
+    }
+}
+
 /// Every limited key was filled to its limit, and every acquire was answered sensibly.
 fn semaphore_criteria(h: &History, _v: &Verdict) -> Vec<Check> {
     vec![acquires_answered(h), limits_reached(h)]
