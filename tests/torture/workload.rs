@@ -90,6 +90,11 @@ pub struct Config {
     pub block_share: f64,
     /// `BLOCK` timeout, ms (never 0: every wait ends).
     pub block_ms: (i64, i64),
+    /// Share of acquires that are `SHARED` (the rest are exclusive).
+    pub shared_share: f64,
+    /// `LIMIT` of the shared acquires: key `lock:i` takes `shared_limits[i % len]`, always the
+    /// same, so the key's limit never conflicts; empty for `SHARED` without `LIMIT`.
+    pub shared_limits: Vec<u64>,
     /// Share of holds extended once (with the same ttl, so the deadline only moves later).
     pub extend_share: f64,
     /// Share of holds left to expire instead of released.
@@ -103,11 +108,6 @@ pub struct Config {
     pub disconnect_share: f64,
     /// `WAIT 1 1000` after each grant.
     pub wait_replicas: bool,
-    /// Share of acquires that are `SHARED` (the rest are exclusive).
-    pub shared_share: f64,
-    /// `LIMIT` of the shared acquires: key `lock:i` takes `shared_limits[i % len]`, always the
-    /// same, so the key's limit never conflicts; empty for `SHARED` without `LIMIT`.
-    pub shared_limits: Vec<u64>,
 }
 
 impl Default for Config {
@@ -119,14 +119,14 @@ impl Default for Config {
             hold_ms: (0, 20),
             block_share: 0.5,
             block_ms: (20, 300),
+            shared_share: 0.0,
+            shared_limits: Vec::new(),
             extend_share: 0.25,
             expire_share: 0.15,
             pause_share: 0.0,
             gap_ms: (0, 2),
             disconnect_share: 0.0,
             wait_replicas: false,
-            shared_share: 0.0,
-            shared_limits: Vec::new(),
         }
     }
 }
