@@ -14,6 +14,13 @@
 //!
 //! Each write is a read-modify-write: read the resource, maybe stall (the "GC pause" past the
 //! ttl), write. Two writes that read the same state while both windows were open lost an update.
+//!
+//! Shared holders (`SHARED`, `SHARED LIMIT n`: [`Config::shared_share`]) never write: many of
+//! them hold a key at once, so appends from them would interleave and the checks that assume
+//! one writer at a time (`resource-order`, `fenced-lost-updates`, the unfenced counter) would
+//! report what the lock rightly allows. They read `res:i` through [`FENCED_READ`] instead:
+//! only exclusive holders write it, so every read one shared hold's fence accepts must see the
+//! same length (the checker's `shared-reads-stable`), and the write checks stay as they were.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -24,7 +31,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use redis::{Cmd, Connection, ConnectionLike, Value};
 
-use crate::history::{Entry, FileSink, Micros, Op, Outcome, Sink};
+use crate::history::{Entry, FileSink, Micros, Mode, Op, Outcome, Sink};
 
 /// The fenced write. `KEYS[1]` lock key, `KEYS[2]` the resource list; `ARGV[1]` the writer's
 /// token, `ARGV[2]` what to append. Returns 1 if appended, 0 if the token is not the live one.
@@ -34,6 +41,14 @@ if redis.call('LOCK.FENCE', KEYS[1], ARGV[1]) == 1 then
   return 1
 end
 return 0";
+
+/// The fenced read of a shared holder. `KEYS[1]` lock key, `KEYS[2]` the resource list;
+/// `ARGV[1]` the reader's token. Returns the list's length, or -1 if the token is not live.
+pub const FENCED_READ: &str = "\
+if redis.call('LOCK.FENCE', KEYS[1], ARGV[1]) == 1 then
+  return redis.call('LLEN', KEYS[2])
+end
+return -1";
 
 /// How long a reply may take beyond any wait the command itself asked for (`BLOCK`, `WAIT`).
 /// Past it the client stops reading and records the call as unanswered (`NO_REPLY`), which
@@ -75,6 +90,11 @@ pub struct Config {
     pub block_share: f64,
     /// `BLOCK` timeout, ms (never 0: every wait ends).
     pub block_ms: (i64, i64),
+    /// Share of acquires that are `SHARED` (the rest are exclusive).
+    pub shared_share: f64,
+    /// `LIMIT` of the shared acquires: key `lock:i` takes `shared_limits[i % len]`, always the
+    /// same, so the key's limit never conflicts; empty for `SHARED` without `LIMIT`.
+    pub shared_limits: Vec<u64>,
     /// Share of holds extended once (with the same ttl, so the deadline only moves later).
     pub extend_share: f64,
     /// Share of holds left to expire instead of released.
@@ -99,6 +119,8 @@ impl Default for Config {
             hold_ms: (0, 20),
             block_share: 0.5,
             block_ms: (20, 300),
+            shared_share: 0.0,
+            shared_limits: Vec::new(),
             extend_share: 0.25,
             expire_share: 0.15,
             pause_share: 0.0,
@@ -189,6 +211,7 @@ fn classify(op: &Op, reply: &Reply) -> Outcome {
         Reply::Value(v) => {
             let ok = match op {
                 Op::Acquire { .. } => matches!(v, Value::Int(t) if *t > 0),
+                Op::FencedRead => matches!(v, Value::Int(n) if *n >= 0),
                 Op::Release | Op::Extend { .. } | Op::FencedWrite { .. } => *v == Value::Int(1),
                 Op::Wait => matches!(v, Value::Int(n) if *n >= 1),
                 Op::UnfencedWrite { .. } => *v == Value::Okay,
@@ -247,12 +270,26 @@ impl Worker {
     /// Take locks until told to stop.
     pub fn run(mut self) {
         while !self.stop.load(Ordering::Relaxed) {
-            let key = lock_key(self.rng.gen_range(0..self.cfg.keys));
+            let i = self.rng.gen_range(0..self.cfg.keys);
+            let key = lock_key(i);
             let ttl = self.rng.gen_range(self.cfg.ttl_ms.0..=self.cfg.ttl_ms.1);
+            // Drawn only when shared acquires are configured, so the other scenarios' seeds
+            // make the same choices as before shared holders existed.
+            let mode = match self.cfg.shared_share > 0.0 && self.rng.gen_bool(self.cfg.shared_share)
+            {
+                false => Mode::Exclusive,
+                true => Mode::Shared {
+                    limit: self
+                        .cfg
+                        .shared_limits
+                        .get(i % self.cfg.shared_limits.len().max(1))
+                        .copied(),
+                },
+            };
             self.attempts += 1;
             let owner = format!("{}-{}", self.name, self.attempts);
-            match self.acquire(&key, &owner, ttl) {
-                Some(token) => self.hold(&key, &owner, ttl, token),
+            match self.acquire(&key, &owner, ttl, mode) {
+                Some(token) => self.hold(&key, &owner, ttl, token, mode),
                 // Refused, or the wait timed out: back off a little so that non-blocking
                 // callers do not spin.
                 None => self.sleep_ms((0, 3)),
@@ -362,16 +399,15 @@ impl Worker {
         Some(result)
     }
 
-    /// `LOCK.ACQUIRE`, blocking or not; after a lost reply, one retry as the same owner (which
-    /// answers the same token if the first one was granted). Returns the token.
-    fn acquire(&mut self, key: &str, owner: &str, ttl: i64) -> Option<i64> {
+    /// `LOCK.ACQUIRE` in `mode`, blocking or not; after a lost reply, one retry as the same
+    /// owner (which answers the same token if the first one was granted). Returns the token.
+    fn acquire(&mut self, key: &str, owner: &str, ttl: i64, mode: Mode) -> Option<i64> {
         let block = self.rng.gen_bool(self.cfg.block_share).then(|| {
             self.rng
                 .gen_range(self.cfg.block_ms.0..=self.cfg.block_ms.1)
         });
         let give_up = block.is_some() && self.rng.gen_bool(self.cfg.disconnect_share);
-        let mut cmd = redis::cmd("LOCK.ACQUIRE");
-        cmd.arg(key).arg(owner).arg(ttl);
+        let mut cmd = acquire_cmd(key, owner, ttl, mode);
         if let Some(b) = block {
             cmd.arg("BLOCK").arg(b);
         }
@@ -387,7 +423,7 @@ impl Worker {
         let sent = self.op(
             key,
             owner,
-            Op::Acquire { ttl, block },
+            Op::Acquire { ttl, block, mode },
             None,
             &cmd,
             timeout,
@@ -407,12 +443,15 @@ impl Worker {
             Outcome::Ok => token,
             Outcome::Fail => None,
             Outcome::Unknown => {
-                let mut retry = redis::cmd("LOCK.ACQUIRE");
-                retry.arg(key).arg(owner).arg(ttl);
+                let retry = acquire_cmd(key, owner, ttl, mode);
                 let (outcome, token) = self.op(
                     key,
                     owner,
-                    Op::Acquire { ttl, block: None },
+                    Op::Acquire {
+                        ttl,
+                        block: None,
+                        mode,
+                    },
                     None,
                     &retry,
                     SLACK,
@@ -423,9 +462,10 @@ impl Worker {
         }
     }
 
-    /// Use a granted lock: (`WAIT`), write, hold, maybe extend and write again, then release
-    /// or walk away and let it expire. Abandons the hold when an operation's reply is lost.
-    fn hold(&mut self, key: &str, owner: &str, ttl: i64, token: i64) {
+    /// Use a granted lock: (`WAIT`), write (read, when shared), hold, maybe extend and write
+    /// again, then release or walk away and let it expire. Abandons the hold when an
+    /// operation's reply is lost.
+    fn hold(&mut self, key: &str, owner: &str, ttl: i64, token: i64, mode: Mode) {
         if self.cfg.wait_replicas {
             let mut wait = redis::cmd("WAIT");
             wait.arg(1).arg(1000);
@@ -437,7 +477,7 @@ impl Worker {
             }
         }
         for _ in 0..self.rng.gen_range(1..=2) {
-            if !self.write(key, owner, ttl, token) {
+            if !self.use_resource(key, owner, ttl, token, mode) {
                 return;
             }
         }
@@ -456,7 +496,7 @@ impl Worker {
             );
             match extended {
                 Some((Outcome::Ok, _)) => {
-                    if !self.write(key, owner, ttl, token) {
+                    if !self.use_resource(key, owner, ttl, token, mode) {
                         return;
                     }
                     self.sleep_ms(self.cfg.hold_ms);
@@ -471,6 +511,22 @@ impl Worker {
         let mut release = redis::cmd("LOCK.RELEASE");
         release.arg(key).arg(owner);
         let _ = self.op(key, owner, Op::Release, Some(token), &release, SLACK, None);
+    }
+
+    /// What a holder does with the resources: an exclusive holder writes, a shared one only
+    /// reads (see the module docs). False if a reply was lost.
+    fn use_resource(&mut self, key: &str, owner: &str, ttl: i64, token: i64, mode: Mode) -> bool {
+        if !mode.is_shared() {
+            return self.write(key, owner, ttl, token);
+        }
+        let mut eval = redis::cmd("EVAL");
+        eval.arg(FENCED_READ)
+            .arg(2)
+            .arg(key)
+            .arg(fenced_key(key))
+            .arg(token);
+        let read = self.op(key, owner, Op::FencedRead, Some(token), &eval, SLACK, None);
+        matches!(read, Some((Outcome::Ok | Outcome::Fail, _)))
     }
 
     /// One read-modify-write of each resource while believing `token` is held: read both,
@@ -547,6 +603,19 @@ impl Worker {
             Some((Outcome::Ok | Outcome::Fail, _))
         )
     }
+}
+
+/// `LOCK.ACQUIRE key owner ttl` with `mode`'s options.
+fn acquire_cmd(key: &str, owner: &str, ttl: i64, mode: Mode) -> Cmd {
+    let mut cmd = redis::cmd("LOCK.ACQUIRE");
+    cmd.arg(key).arg(owner).arg(ttl);
+    if let Mode::Shared { limit } = mode {
+        cmd.arg("SHARED");
+        if let Some(n) = limit {
+            cmd.arg("LIMIT").arg(n);
+        }
+    }
+    cmd
 }
 
 /// Start `cfg.workers` client threads `w0 .. wN` against `target`.
