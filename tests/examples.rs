@@ -198,7 +198,9 @@ fn python_one_job_runs_once() {
 fn summary_fields(line: &str) -> Vec<(String, String)> {
     line.split(' ')
         .map(|f| {
-            let (n, v) = f.split_once('=').unwrap_or_else(|| panic!("bad field {f:?}"));
+            let (n, v) = f
+                .split_once('=')
+                .unwrap_or_else(|| panic!("bad field {f:?}"));
             (n.to_string(), v.to_string())
         })
         .collect()
@@ -252,7 +254,11 @@ fn python_concurrency_limit_is_never_exceeded() {
     assert_eq!(field("calls"), "32", "{}", lines[0]);
     assert_eq!(field("errors"), "0", "{}", lines[0]);
     let most: i64 = field("max_in_flight").parse().unwrap();
-    assert!((1..=3).contains(&most), "more calls at once than permits: {}", lines[0]);
+    assert!(
+        (1..=3).contains(&most),
+        "more calls at once than permits: {}",
+        lines[0]
+    );
     // Every permit came back: the semaphore's key is gone.
     let mut conn = server.conn();
     assert_absent(&mut conn, &format!("limit:{}", field("api")));

@@ -6,6 +6,8 @@ pub mod extend;
 pub mod fence;
 pub mod info;
 pub mod load;
+pub mod macquire;
+pub mod mrelease;
 pub mod release;
 
 use redis_module::{RedisError, RedisString};
