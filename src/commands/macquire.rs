@@ -80,9 +80,27 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         MultiAcquire::Busy => {
             stats::CONTENDED.incr();
             match cmd.block {
-                Some(_timeout) if blocking::may_block(ctx) => {
+                Some(timeout) if blocking::may_block(ctx) => {
+                    let mut next_expiry = Vec::with_capacity(keys.len());
+                    for lock_key in &keys {
+                        next_expiry.push(lock_key.lock()?.and_then(|l| l.next_expiry(now)));
+                    }
                     drop(keys);
-                    Err(error::internal("BLOCK is not supported yet").into())
+                    blocking::block_set(
+                        ctx,
+                        &cmd.keys,
+                        blocking::Wants {
+                            owner: cmd.owner,
+                            mode: Mode::Exclusive,
+                            ttl: cmd.ttl,
+                        },
+                        timeout,
+                        &next_expiry
+                            .into_iter()
+                            .map(|at| at.unwrap_or(now))
+                            .collect::<Vec<_>>(),
+                    )?;
+                    Ok(RedisValue::NoReply)
                 }
                 _ => Ok(RedisValue::Null),
             }
