@@ -142,10 +142,10 @@ mod module {
             ["lock.fence", lock_fence, "readonly fast", 1, 1, 1, ""],
             ["lock.info", lock_info, "readonly fast", 1, 1, 1, ""],
             ["lock.load", lock_load, "write", 1, 1, 1, ""],
-            // Key positions 0, 0, 0: the keys follow numkeys, and the key specs set in `init`
-            // (docs::Keys::NumKeys) tell the server where.
-            ["lock.macquire", lock_macquire, "write deny-oom", 0, 0, 0, ""],
-            ["lock.mrelease", lock_mrelease, "write", 0, 0, 0, ""],
+            // Key positions 0, 0, 0: the keys follow numkeys. The key specs set in `init`
+            // (docs::Keys::NumKeys) and the getkeys-api callback tell the server where.
+            ["lock.macquire", lock_macquire, "write deny-oom getkeys-api", 0, 0, 0, ""],
+            ["lock.mrelease", lock_mrelease, "write getkeys-api", 0, 0, 0, ""],
         ],
     }
 }

@@ -15,6 +15,9 @@ use crate::redis::{blocking, docs};
 use crate::{state, stats};
 
 pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    if super::report_numkeys_keys(ctx, &args) {
+        return Ok(RedisValue::NoReply);
+    }
     let raw = super::bytes(&args);
     let cmd = parse::macquire(&raw, state::max_owner_bytes(), state::max_multi_keys())?;
     let now = key::now();
