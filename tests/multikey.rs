@@ -420,6 +420,13 @@ fn a_set_is_replicated_and_persisted_as_one_transaction() {
     assert_eq!(commands[at + 4][0], "EXEC", "{commands:?}");
 
     assert_eq!(mrelease(&mut p, &ks[..2], "order-1"), 2);
+    // One replication entry: the command itself.
+    let after: Vec<Vec<String>> = aof_commands(&aof_incr(&primary))
+        .into_iter()
+        .skip(at + 5)
+        .collect();
+    assert_eq!(after.len(), 1, "{after:?}");
+    assert_eq!(after[0][0].to_uppercase(), "LOCK.MRELEASE", "{after:?}");
     wait_for_replica_sync(&primary, &replica);
     assert_all_absent(&mut r, &ks[..2]);
     assert_eq!(fence(&mut r, &ks[2]), Some(got[2]));
