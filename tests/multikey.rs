@@ -753,3 +753,17 @@ fn a_full_queue_on_any_key_refuses_the_set() {
     );
     assert_eq!(lock_info_field(&mut c, "waiting_keys"), 1);
 }
+
+#[test]
+fn a_waiting_set_is_granted_when_its_last_held_key_is_deleted() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let ks = keys(2);
+    must_acquire(&mut c, &ks[1], "holder", LONG_TTL);
+    let set = Blocked::set(&server, &mut c, &ks, "order-1", "0");
+    redis::cmd("DEL").arg(&ks[1]).exec(&mut c).unwrap();
+    let got = set.tokens();
+    for (key, token) in ks.iter().zip(&got) {
+        assert_held(&mut c, key, *token, WAITER_TTL);
+    }
+}
