@@ -755,15 +755,42 @@ fn a_full_queue_on_any_key_refuses_the_set() {
 }
 
 #[test]
-fn a_waiting_set_is_granted_when_its_last_held_key_is_deleted() {
+fn a_waiting_set_is_granted_when_its_held_keys_are_deleted_or_flushed() {
     let server = Server::start();
+    let mut c = server.conn();
+    for how in ["DEL", "FLUSHALL"] {
+        let ks = keys(3);
+        must_acquire(&mut c, &ks[1], "holder", LONG_TTL);
+        must_acquire(&mut c, &ks[2], "holder", LONG_TTL);
+        let set = Blocked::set(&server, &mut c, &ks, "order-1", "0");
+        match how {
+            "DEL" => redis::cmd("DEL").arg(&ks[1..]).exec(&mut c).unwrap(),
+            _ => redis::cmd("FLUSHALL").exec(&mut c).unwrap(),
+        }
+        let got = set.tokens();
+        for (key, token) in ks.iter().zip(&got) {
+            assert_held(&mut c, key, *token, WAITER_TTL);
+        }
+    }
+}
+
+#[test]
+fn demotion_to_replica_fails_a_waiting_set() {
+    let server = Server::start();
+    let other = Server::start();
     let mut c = server.conn();
     let ks = keys(2);
     must_acquire(&mut c, &ks[1], "holder", LONG_TTL);
     let set = Blocked::set(&server, &mut c, &ks, "order-1", "0");
-    redis::cmd("DEL").arg(&ks[1]).exec(&mut c).unwrap();
-    let got = set.tokens();
-    for (key, token) in ks.iter().zip(&got) {
-        assert_held(&mut c, key, *token, WAITER_TTL);
+    let port = other.port().to_string();
+    assert_eq!(
+        call(&mut c, "REPLICAOF", &["127.0.0.1", &port]),
+        Ok(Value::Okay)
+    );
+    match set.reply() {
+        Err(e) if e.code().is_some() => {}
+        other => panic!("after demotion: expected an error reply, got {other:?}"),
     }
+    wait_blocked(&mut c, 0);
+    assert_eq!(lock_info_field(&mut c, "waiting_keys"), 0);
 }
