@@ -35,7 +35,6 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         if blocking::has_waiters(db, name.as_slice()) {
             let mut lock_key = LockKey::open(ctx, name);
             blocking::serve(ctx.ctx, &mut lock_key, name.as_slice(), now)?;
-            lock_key.delete_if_empty()?;
         }
     }
     let mut keys: Vec<LockKey> = names.iter().map(|n| LockKey::open(ctx, n)).collect();
@@ -51,6 +50,8 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     };
     match decision {
         MultiAcquire::Grant(grants) => {
+            // Every check is done; what can still fail below is internal (the server refusing
+            // to store a value or an expiry), never something a client sent.
             let mut tokens = Vec::with_capacity(grants.len());
             for ((lock_key, name), grant) in keys.iter_mut().zip(names).zip(grants) {
                 let token = match grant {

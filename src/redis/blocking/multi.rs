@@ -213,6 +213,9 @@ pub(super) fn serve_set(
                 k.grant(Mode::Exclusive, hold, Some(now)).map(|_| token)
             }
         };
+        // An error here is an internal one (the server refused to store a value or an
+        // expiry): the keys granted so far stay until their deadline, and the server log says
+        // why. Nothing a client sends can cause it.
         let token = match token {
             Ok(token) => token,
             Err(e) => {
