@@ -62,6 +62,7 @@ macro_rules! scenarios {
 
 scenarios![
     baseline,
+    multikey,
     gc_pause_threads,
     sigstop_holders,
     waiters_killed_and_unblocked,

@@ -250,6 +250,7 @@ pub fn check(h: &History, lists: &BTreeMap<String, Vec<String>>, expect: &Expect
         exclusive_holds(h, &index),
         token_epochs(h, &index),
         stale_fenced_writes(h, &index),
+        multi_all_or_nothing(h),
     ];
     checks.extend(crate::shared::checks(h, &index));
     let (lost_fenced_check, lost_fenced) = lost_updates(h, true);
@@ -296,6 +297,49 @@ fn calls_answered(h: &History) -> Check {
         c.checked += 1;
         if e.reply.starts_with(NO_REPLY) {
             c.violation(format!("no reply:\n      {e}"));
+        }
+    }
+    c
+}
+
+/// Pass: every `LOCK.MACQUIRE` (owners ending in `MULTI_SUFFIX`) got all of its keys or none:
+/// its entries (one per key, same owner and invocation) share one outcome, a grant has a token
+/// for every key, a refusal is nil or an error, and the `LOCK.MRELEASE` the client sends after
+/// a nil reply releases nothing (a partial grant behind a nil would show there).
+fn multi_all_or_nothing(h: &History) -> Check {
+    use crate::workload::MULTI_SUFFIX;
+    let mut c = Check::new(
+        "multi-all-or-nothing",
+        "each LOCK.MACQUIRE grants every key or none; a refused one holds nothing",
+    );
+    let mut sets: BTreeMap<(&str, Micros), Vec<&Entry>> = BTreeMap::new();
+    for e in &h.entries {
+        if !e.owner.ends_with(MULTI_SUFFIX) {
+            continue;
+        }
+        match (&e.op, e.token) {
+            (Op::Acquire { .. }, _) => sets.entry((&e.owner, e.invoke)).or_default().push(e),
+            (Op::Release, None) => {
+                c.checked += 1;
+                if e.outcome != Outcome::Unknown && e.reply != "0" {
+                    c.violation(format!("a refused set still held keys:\n      {e}"));
+                }
+            }
+            _ => {}
+        }
+    }
+    for entries in sets.values() {
+        c.checked += 1;
+        let first = entries[0];
+        let same = entries.iter().all(|e| e.outcome == first.outcome);
+        let whole = match first.outcome {
+            Outcome::Ok => entries.len() >= 2 && entries.iter().all(|e| e.token.is_some()),
+            Outcome::Fail => !first.reply.starts_with("Array"),
+            Outcome::Unknown => true,
+        };
+        if !same || !whole {
+            let lines: Vec<String> = entries.iter().map(|e| format!("      {e}")).collect();
+            c.violation(format!("a partial set:\n{}", lines.join("\n")));
         }
     }
     c

@@ -71,6 +71,23 @@ pub fn baseline() -> Scenario {
     }
 }
 
+pub fn multikey() -> Scenario {
+    Scenario {
+        name: "multikey",
+        what: "half the lock attempts take 2-3 keys at once with LOCK.MACQUIRE (half of them \
+               BLOCK), the rest single keys, no faults",
+        server_args: &[],
+        replica: false,
+        workload: Config {
+            multi_share: 0.5,
+            ..Config::default()
+        },
+        durable: true,
+        nemesis: watch,
+        post: None,
+    }
+}
+
 /// Only watch: read every key's token now and then (tokens known for the epoch check).
 fn watch(env: &mut Env) {
     while env.running() {

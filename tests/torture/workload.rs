@@ -108,7 +108,14 @@ pub struct Config {
     pub disconnect_share: f64,
     /// `WAIT 1 1000` after each grant.
     pub wait_replicas: bool,
+    /// Share of lock attempts that take 2 or 3 keys (in random order) at once with
+    /// `LOCK.MACQUIRE`; each key granted is then held on its own, one after the other. Their
+    /// owners end in [`MULTI_SUFFIX`].
+    pub multi_share: f64,
 }
+
+/// The end of the owner string of a `LOCK.MACQUIRE` attempt.
+pub const MULTI_SUFFIX: &str = "-m";
 
 impl Default for Config {
     fn default() -> Config {
@@ -127,6 +134,7 @@ impl Default for Config {
             gap_ms: (0, 2),
             disconnect_share: 0.0,
             wait_replicas: false,
+            multi_share: 0.0,
         }
     }
 }
@@ -288,6 +296,23 @@ impl Worker {
             };
             self.attempts += 1;
             let owner = format!("{}-{}", self.name, self.attempts);
+            if self.cfg.keys >= 2 && self.rng.gen_bool(self.cfg.multi_share) {
+                let n = self.rng.gen_range(2..=self.cfg.keys.min(3));
+                let keys: Vec<String> = rand::seq::index::sample(&mut self.rng, self.cfg.keys, n)
+                    .into_iter()
+                    .map(lock_key)
+                    .collect();
+                let owner = format!("{owner}{MULTI_SUFFIX}");
+                match self.macquire(&keys, &owner, ttl) {
+                    Some(tokens) => {
+                        for (key, token) in keys.iter().zip(tokens) {
+                            self.hold(key, &owner, ttl, token, Mode::Exclusive);
+                        }
+                    }
+                    None => self.sleep_ms((0, 3)),
+                }
+                continue;
+            }
             match self.acquire(&key, &owner, ttl, mode) {
                 Some(token) => self.hold(&key, &owner, ttl, token, mode),
                 // Refused, or the wait timed out: back off a little so that non-blocking
@@ -460,6 +485,89 @@ impl Worker {
                 (outcome == Outcome::Ok).then_some(token).flatten()
             }
         }
+    }
+
+    /// `LOCK.MACQUIRE` on `keys`, blocking or not, recorded as one acquire entry per key
+    /// (same owner, same times, each with its own token). A refusal (nil) is followed by a
+    /// `LOCK.MRELEASE` of the same keys by the same owner, recorded as one release entry with no
+    /// token: it must release 0 (the checker's `multi-all-or-nothing`). A lost reply is not
+    /// retried: a grant nobody heard of expires. Returns the tokens.
+    fn macquire(&mut self, keys: &[String], owner: &str, ttl: i64) -> Option<Vec<i64>> {
+        let block = self.rng.gen_bool(self.cfg.block_share).then(|| {
+            self.rng
+                .gen_range(self.cfg.block_ms.0..=self.cfg.block_ms.1)
+        });
+        let mut cmd = redis::cmd("LOCK.MACQUIRE");
+        cmd.arg(keys.len()).arg(keys).arg(owner).arg(ttl);
+        if let Some(b) = block {
+            cmd.arg("BLOCK").arg(b);
+        }
+        let timeout = block.map_or(SLACK, |b| Duration::from_millis(b as u64) + SLACK);
+        let conn = self.take_conn()?;
+        self.conn = Some(conn);
+        let invoke = self.sink.now();
+        let mut entries: Vec<Entry> = keys
+            .iter()
+            .map(|key| Entry {
+                id: 0,
+                client: self.name.clone(),
+                key: key.clone(),
+                owner: owner.to_string(),
+                op: Op::Acquire {
+                    ttl,
+                    block,
+                    mode: Mode::Exclusive,
+                },
+                invoke,
+                complete: invoke,
+                wall_ms: crate::history::wall_us() / 1000,
+                outcome: Outcome::Unknown,
+                token: None,
+                reply: String::new(),
+            })
+            .collect();
+        let ids: Vec<u64> = entries.iter().map(|e| self.sink.begin(e)).collect();
+        let reply = self.send(&cmd, timeout);
+        let complete = self.sink.now();
+        let tokens: Option<Vec<i64>> = match &reply {
+            Some(Reply::Value(Value::Array(items))) if items.len() == keys.len() => items
+                .iter()
+                .map(|v| match v {
+                    Value::Int(t) if *t > 0 => Some(*t),
+                    _ => None,
+                })
+                .collect(),
+            _ => None,
+        };
+        let outcome = match (&reply, &tokens) {
+            (_, Some(_)) => Outcome::Ok,
+            (Some(Reply::Lost(_)), None) => Outcome::Unknown,
+            _ => Outcome::Fail,
+        };
+        let text = reply
+            .as_ref()
+            .map_or("(not sent: stopping)".to_string(), Reply::text);
+        for (i, (id, mut entry)) in ids.into_iter().zip(entries.drain(..)).enumerate() {
+            entry.complete = complete;
+            entry.outcome = outcome;
+            entry.token = tokens.as_ref().map(|t| t[i]);
+            entry.reply = text.clone();
+            self.sink.end(id, entry);
+        }
+        if matches!(reply, Some(Reply::Value(Value::Nil))) {
+            let mut probe = redis::cmd("LOCK.MRELEASE");
+            probe.arg(keys.len()).arg(keys).arg(owner);
+            let _ = self.op(
+                &keys.join(" "),
+                owner,
+                Op::Release,
+                None,
+                &probe,
+                SLACK,
+                None,
+            );
+        }
+        tokens
     }
 
     /// Use a granted lock: (`WAIT`), write (read, when shared), hold, maybe extend and write
