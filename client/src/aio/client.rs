@@ -94,8 +94,8 @@ impl Client {
     ///
     /// The wait is never cut short or sliced by the client: the connection that carries it
     /// waits `wait` plus the I/O timeout for the reply. Cancel-safe as [`Client::acquire`]: if
-    /// this future is dropped, the waiter stays in the queue until its `wait` ends, and a grant
-    /// it gets is released at once.
+    /// this future is dropped, the waiter leaves the server's queue at once (`CLIENT UNBLOCK`
+    /// on the shared connection), and a grant it got just before is released.
     pub async fn acquire_blocking(
         &self,
         key: &str,
