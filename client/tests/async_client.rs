@@ -322,3 +322,44 @@ async fn the_readme_example_runs() {
     let mut conn = server.conn();
     assert!(!exists(&mut conn, "job:nightly") && !exists(&mut conn, "report"));
 }
+
+/// A guard (with its watchdog) still alive when its runtime shuts down: dropping it during the
+/// shutdown must not panic; nothing can be sent any more, so the lock lapses at its deadline.
+#[test]
+fn a_guard_alive_at_runtime_shutdown_lapses_at_its_deadline() {
+    let server = Server::start();
+    let mut conn = server.conn();
+    for multi_thread in [false, true] {
+        let key = unique_key("shutdown");
+        let mut builder = if multi_thread {
+            tokio::runtime::Builder::new_multi_thread()
+        } else {
+            tokio::runtime::Builder::new_current_thread()
+        };
+        let runtime = builder.enable_all().build().unwrap();
+        let (url, k) = (server.url(), key.clone());
+        let (tx, mut rx) = tokio::sync::oneshot::channel();
+        runtime.spawn(async move {
+            let client = Client::open(&url).unwrap();
+            let guard = client.acquire_with_watchdog(&k, ms(300)).await.unwrap();
+            tx.send(()).unwrap();
+            let _held_until_shutdown = guard;
+            std::future::pending::<()>().await;
+        });
+        // A current-thread runtime runs its tasks only inside block_on.
+        runtime.block_on(async {
+            while rx.try_recv().is_err() {
+                tokio::time::sleep(ms(5)).await;
+            }
+        });
+        drop(runtime);
+        let down = Instant::now();
+        support::wait_until("the lock to lapse", ms(2_000), || {
+            fence(&mut conn, &key).is_none()
+        });
+        println!(
+            "runtime shutdown (multi-thread: {multi_thread}): lock free {:?} later (ttl 300 ms)",
+            down.elapsed()
+        );
+    }
+}
