@@ -296,10 +296,10 @@ impl Inner {
 
     /// A new connection for blocking acquires, with its client id (`None` if the server does
     /// not tell it, e.g. an ACL forbids `CLIENT ID`: a cancelled wait then stays in the queue
-    /// until it ends).
+    /// until it ends). Asking the id is part of opening it, bounded by the connect timeout.
     async fn open_waiter(&self) -> Result<Waiter, Error> {
         let mut conn = self.connect(self.connect_timeout).await?;
-        conn.set_response_timeout(self.io_timeout);
+        conn.set_response_timeout(self.connect_timeout);
         let id = command::client_id();
         let id = match id.read(id.cmd.query_async(&mut conn).await) {
             Ok(id) => Some(id),
