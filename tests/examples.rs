@@ -1,7 +1,12 @@
 //! The use cases in `examples/` run against a real server, so they never rot:
 //!
-//! - `examples/python/one_job.py`: of five worker processes exactly one runs the job (needs
-//!   redis-py; skipped with a message on stderr when `python3 -c "import redis"` fails).
+//! - `examples/python/one_job.py`: of five worker processes exactly one runs the job, with the
+//!   `redislock_native` package from `python/` (needs redis-py; skipped with a message on stderr
+//!   when `python3 -c "import redis"` fails).
+//! - `examples/python/concurrency_limit.py`: eight processes share a semaphore of three; never
+//!   more than three calls run at once (same redis-py condition).
+//! - `examples/node/tokens.js`: tokens reach Node (ioredis) as exact numbers (skipped with a
+//!   message when `node` or `examples/node/node_modules/ioredis` is missing).
 //! - `examples/leader.rs`: two candidates take turns as leader with growing tokens, and a leader
 //!   whose lease disappears says `lost`. The binary is `target/debug/examples/leader`, which
 //!   `cargo test` builds; `cargo test --test examples` alone does not, so this file builds it
@@ -106,9 +111,23 @@ fn wait_exit(child: &mut Child, what: &str, scratch: &Scratch, stderr: &str) -> 
 
 // --- Python: one job, one worker ------------------------------------------------
 
+/// `python3` with this repository's `python/` (the redislock_native package) first on
+/// `PYTHONPATH`, ahead of whatever the caller's `PYTHONPATH` holds (`make test` puts
+/// redis-py there).
+fn python3() -> Command {
+    let mut path = std::ffi::OsString::from(manifest_dir().join("python"));
+    if let Some(outer) = std::env::var_os("PYTHONPATH") {
+        path.push(":");
+        path.push(outer);
+    }
+    let mut cmd = Command::new("python3");
+    cmd.env("PYTHONPATH", path);
+    cmd
+}
+
 /// True if `python3` runs and imports redis-py.
 fn python_has_redis() -> bool {
-    Command::new("python3")
+    python3()
         .args(["-c", "import redis"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -122,7 +141,7 @@ fn python_one_job_runs_once() {
         // Straight to stderr, past the test harness's capture, so a skip is never silent.
         let _ = writeln!(
             std::io::stderr(),
-            "skipped: redis-py not installed (python_one_job_runs_once; `pip install redis`)"
+            "skipped: redis-py not installed (python_one_job_runs_once; `make test-deps` puts it in target/pydeps)"
         );
         return;
     }
@@ -131,7 +150,7 @@ fn python_one_job_runs_once() {
     let script = manifest_dir().join("examples/python/one_job.py");
     // Work for 1.5 leases, so the winner extends its hold while it works.
     let mut child = spawn(
-        Command::new("python3").arg(&script).args([
+        python3().arg(&script).args([
             "--port",
             &server.port().to_string(),
             "--workers",
@@ -188,6 +207,142 @@ fn python_one_job_runs_once() {
         .expect("LRANGE runs");
     assert_eq!(runs, vec![field("runner").to_string()]);
     assert_absent(&mut conn, &job);
+}
+
+// --- Python: a concurrency limit (semaphore) --------------------------------------
+
+/// `name=value` fields of a summary line, in order.
+fn summary_fields(line: &str) -> Vec<(String, String)> {
+    line.split(' ')
+        .map(|f| {
+            let (n, v) = f
+                .split_once('=')
+                .unwrap_or_else(|| panic!("bad field {f:?}"));
+            (n.to_string(), v.to_string())
+        })
+        .collect()
+}
+
+#[test]
+fn python_concurrency_limit_is_never_exceeded() {
+    if !python_has_redis() {
+        let _ = writeln!(
+            std::io::stderr(),
+            "skipped: redis-py not installed (python_concurrency_limit_is_never_exceeded)"
+        );
+        return;
+    }
+    let server = Server::start();
+    let scratch = Scratch::new();
+    let script = manifest_dir().join("examples/python/concurrency_limit.py");
+    let mut child = spawn(
+        python3().arg(&script).args([
+            "--port",
+            &server.port().to_string(),
+            "--limit",
+            "3",
+            "--workers",
+            "8",
+            "--calls",
+            "4",
+            "--work-ms",
+            "15",
+        ]),
+        &scratch,
+        "stdout",
+        "stderr",
+    );
+    let status = wait_exit(&mut child, "concurrency_limit.py", &scratch, "stderr");
+    let (stdout, stderr) = (scratch.read("stdout"), scratch.read("stderr"));
+    assert!(
+        status.success(),
+        "concurrency_limit.py exited with {status}; stdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 1, "expected one summary line, got:\n{stdout}");
+    let fields = summary_fields(lines[0]);
+    let field = |name: &str| {
+        fields
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_else(|| panic!("no {name}= in {:?}", lines[0]))
+    };
+    assert_eq!(field("calls"), "32", "{}", lines[0]);
+    assert_eq!(field("errors"), "0", "{}", lines[0]);
+    let most: i64 = field("max_in_flight").parse().unwrap();
+    assert!(
+        (1..=3).contains(&most),
+        "more calls at once than permits: {}",
+        lines[0]
+    );
+    // Every permit came back: the semaphore's key is gone.
+    let mut conn = server.conn();
+    assert_absent(&mut conn, &format!("limit:{}", field("api")));
+}
+
+// --- Node: exact tokens ------------------------------------------------------------
+
+/// True if `node` runs and examples/node has its dependencies (`make test-deps` installs them).
+fn node_ready() -> bool {
+    manifest_dir()
+        .join("examples/node/node_modules/ioredis")
+        .is_dir()
+        && Command::new("node")
+            .arg("--version")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|status| status.success())
+}
+
+#[test]
+fn node_tokens_are_exact_numbers() {
+    if !node_ready() {
+        let _ = writeln!(
+            std::io::stderr(),
+            "skipped: node or ioredis missing (node_tokens_are_exact_numbers; `make test-deps`)"
+        );
+        return;
+    }
+    let server = Server::start();
+    let scratch = Scratch::new();
+    let script = manifest_dir().join("examples/node/tokens.js");
+    let mut child = spawn(
+        Command::new("node")
+            .arg(&script)
+            .args(["--port", &server.port().to_string()]),
+        &scratch,
+        "stdout",
+        "stderr",
+    );
+    let status = wait_exit(&mut child, "tokens.js", &scratch, "stderr");
+    let (stdout, stderr) = (scratch.read("stdout"), scratch.read("stderr"));
+    assert!(
+        status.success(),
+        "tokens.js exited with {status}; stdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+
+    // key=node-example:<uuid> first=T1 second=T2 exact=yes
+    let fields: Vec<(&str, &str)> = stdout
+        .trim_end()
+        .split(' ')
+        .map(|f| {
+            f.split_once('=')
+                .unwrap_or_else(|| panic!("bad field {f:?}"))
+        })
+        .collect();
+    let [("key", key), ("first", first), ("second", second), ("exact", "yes")] = fields[..] else {
+        panic!("unexpected output: {stdout:?}");
+    };
+    let (first, second): (u64, u64) = (first.parse().unwrap(), second.parse().unwrap());
+    assert!(first < second && second < 1 << 53, "{stdout}");
+    // The server's own high-water mark is the second token, printed exactly.
+    assert_eq!(
+        server.info_field("lock", "lock_token_high_water"),
+        Some(second.to_string())
+    );
+    assert_absent(&mut server.conn(), key);
 }
 
 // --- Rust: leader election --------------------------------------------------------

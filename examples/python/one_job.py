@@ -1,17 +1,19 @@
 #!/usr/bin/env python3
-"""A job that exactly one of N workers runs, with redis-lock and redis-py.
+"""A job that exactly one of N workers runs, with redis-lock and its Python package.
 
 Every worker races for the lock `job:<name>` with a non-blocking
-`LOCK.ACQUIRE`. A worker that gets nil skips: someone else is running the job,
+`lock.acquire(blocking=False)` (one `LOCK.ACQUIRE`). A worker that is refused skips: someone else is running the job,
 and waiting for it (BLOCK) would only make it run the job a second time
 afterwards. The winner checks the `job:<name>:done` marker (a worker that
 arrives after the winner has finished and released must skip too), runs the
 job, extends its hold while it works, marks the job done and releases.
 
-The job here appends the worker's id to the list `job:<name>:runs`, so the
-run can be checked afterwards: the list must hold exactly one id.
+The job here appends the worker's id to the list `job:<name>:runs`, fenced by
+the lock's token (`lock.fenced("RPUSH", ...)`: the push happens only while the
+token is the live hold), so the run can be checked afterwards: the list must
+hold exactly one id.
 
-    pip install redis
+    pip install ./python        # the redislock_native package, from the repository root
     python3 examples/python/one_job.py --port 6379 --workers 5
 
 prints one line such as
@@ -32,6 +34,7 @@ import time
 import uuid
 
 import redis
+from redislock_native import Lock, StaleTokenError
 
 
 def parse_args():
@@ -63,23 +66,28 @@ def worker(index, args, start, results):
 
 
 def run_worker(me, args, start, results):
-    lock, runs, done = f"job:{args.job}", f"job:{args.job}:runs", f"job:{args.job}:done"
+    runs, done = f"job:{args.job}:runs", f"job:{args.job}:done"
     r = redis.Redis(host=args.host, port=args.port)
+    lock = Lock(r, f"job:{args.job}", args.ttl_ms / 1000, owner=me)
     r.ping()  # connect before the race, so every worker starts from the same line
     start.wait(timeout=10)
 
-    token = r.execute_command("LOCK.ACQUIRE", lock, me, args.ttl_ms)
-    if token is None:
+    if not lock.acquire(blocking=False):
         results.put((me, "busy", 0))
         return
     if r.exists(done):
-        r.execute_command("LOCK.RELEASE", lock, me)
+        lock.release()
         results.put((me, "done", 0))
         return
 
     # The job. It takes longer than one ttl may, so the hold is extended every
     # ttl/3: a worker that stalls for 2/3 of a ttl loses the lock and stops.
-    r.rpush(runs, me)
+    # (Lock(..., watchdog=True) would renew it from a thread instead.)
+    try:
+        lock.fenced("RPUSH", runs, me)
+    except StaleTokenError:
+        results.put((me, "lost", 0))
+        return
     extends = 0
     finish = time.monotonic() + args.work_ms / 1000
     step = args.ttl_ms / 3000
@@ -87,13 +95,13 @@ def run_worker(me, args, start, results):
         time.sleep(min(step, left))
         if time.monotonic() >= finish:
             break
-        if r.execute_command("LOCK.EXTEND", lock, me, args.ttl_ms) != 1:
+        if not lock.extend():
             results.put((me, "lost", extends))
             return
         extends += 1
 
     r.set(done, me)
-    r.execute_command("LOCK.RELEASE", lock, me)
+    lock.release()
     results.put((me, "ran", extends))
 
 

@@ -1,0 +1,41 @@
+"""Python client for the redis-lock Redis module (LOCK.ACQUIRE, RELEASE, EXTEND, FENCE, INFO).
+
+- :class:`Lock` / :class:`AsyncLock`: an exclusive lock with a fencing token, for
+  ``redis.Redis`` and ``redis.asyncio.Redis``; a blocking acquire waits in the server's
+  FIFO queue with one command; an opt-in watchdog renews the hold and reports its loss.
+- :class:`RedisPyLock` / :class:`AsyncRedisPyLock`: drop-ins for redis-py's own Lock
+  classes (``r.lock(name, timeout=10, lock_class=RedisPyLock)``).
+- :class:`Semaphore` / :class:`ReadWriteLock` (and their ``Async`` twins): shared holders
+  on the same queue (``LOCK.ACQUIRE ... SHARED [LIMIT n]``).
+- :mod:`redislock_native.fence`: writes that happen only while a token is live.
+
+The server needs the module loaded (``loadmodule /path/to/libredis_lock.so``).
+"""
+
+from .aio import AsyncLock
+from .compat import AsyncRedisPyLock, RedisPyLock
+from .fence import FENCE_CHECK_LUA, FENCED_CALL_LUA, StaleTokenError, afenced_call, fenced_call, fenced_script
+from .lock import Lock, LockLostError
+from .shared import AsyncReadLock, AsyncReadWriteLock, AsyncSemaphore, ReadLock, ReadWriteLock, Semaphore
+
+__all__ = [
+    "Lock",
+    "AsyncLock",
+    "LockLostError",
+    "Semaphore",
+    "AsyncSemaphore",
+    "ReadWriteLock",
+    "AsyncReadWriteLock",
+    "ReadLock",
+    "AsyncReadLock",
+    "RedisPyLock",
+    "AsyncRedisPyLock",
+    "StaleTokenError",
+    "FENCE_CHECK_LUA",
+    "FENCED_CALL_LUA",
+    "fenced_call",
+    "afenced_call",
+    "fenced_script",
+]
+
+__version__ = "0.1.0"

@@ -1,0 +1,308 @@
+"""How commands reach the server: one blocking call, on its own terms.
+
+Most commands go through the user's client as usual (``client.execute_command``),
+with whatever timeouts and retries it was built with. Two kinds of call cannot:
+
+- ``LOCK.ACQUIRE ... BLOCK ms`` may legitimately wait longer than the client's
+  socket timeout (redis-py 8 defaults to 5 s), and a redis-py ``Retry`` would
+  re-send it after that timeout on a new connection, at the back of the
+  server's FIFO queue. So the wait is one command, sent on a connection
+  borrowed from the client's own pool, read with a timeout of the wait plus the
+  connection's own socket timeout, with no retry. The connection's socket
+  timeout is restored before it goes back to the pool: the user's client is
+  left exactly as it was.
+- A watchdog renewal must answer within its period, or the holder would learn
+  of a loss too late. It is sent the same way, read with the period as timeout.
+
+Interrupting a wait (``KeyboardInterrupt`` in a sync wait, cancellation of an
+asyncio task) must leave no grant behind: the server may grant the lock in the
+very instant the caller gives up. The connection's client id is read in the
+same round trip as the ``LOCK.ACQUIRE`` (``CLIENT ID`` is pipelined before it).
+On interruption ``CLIENT UNBLOCK id`` is sent on another connection: the server
+then answers the waiter at once, with nil or with the token it had just
+granted, and that reply is read; a token is given back with
+``LOCK.RELEASE key owner``. Where ``CLIENT UNBLOCK`` is not allowed (ACL), the
+waiting connection is closed, which removes the waiter, and ``LOCK.RELEASE`` is
+sent anyway, best effort.
+
+This module touches one private attribute of redis-py: the connection's socket
+(``conn._sock``), to set its timeout for one read. It has had that name since
+redis-py 2 and still has it in 8.1 (the versions this package is tested with are
+in its README).
+"""
+
+import asyncio
+import inspect
+import math
+import os
+import socket
+import uuid
+
+from redis.exceptions import ConnectionError, LockError, ResponseError, TimeoutError
+
+# Reads that must not time out (a wait without limit). The asyncio connection's
+# read_response treats None as "use the socket timeout", so a finite large value is
+# passed instead: about 30 years.
+_FOREVER = 1e9
+
+
+def new_owner():
+    """A fresh owner string: host, pid and a random UUID, so LOCK.INFO says who holds it."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}"
+
+
+def to_ms(seconds, what, allow_zero=False):
+    """Seconds (int or float) to whole milliseconds for the server; at least 1 ms."""
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        raise TypeError(f"{what} must be a number of seconds, got {seconds!r}")
+    if math.isnan(seconds) or math.isinf(seconds) or seconds < 0 or (seconds == 0 and not allow_zero):
+        raise ValueError(f"{what} must be a positive number of seconds, got {seconds!r}")
+    return max(1, math.ceil(seconds * 1000)) if seconds > 0 else 0
+
+
+def lock_error(cls, message, name):
+    """``cls(message, lock_name=name)``; redis-py before 5.1 has no ``lock_name``."""
+    try:
+        return cls(message, lock_name=name)
+    except TypeError:
+        return cls(message)
+
+
+def _takes_command_name(get_connection):
+    """redis-py < 5.3 requires a command name in ``pool.get_connection``; later ones deprecate it."""
+    try:
+        param = inspect.signature(get_connection).parameters.get("command_name")
+    except (TypeError, ValueError):
+        return False
+    return param is not None and param.default is inspect.Parameter.empty
+
+
+def _socket(conn):
+    # Client-side caching wraps the real connection in a proxy with `_conn`.
+    return getattr(conn, "_sock", None) or getattr(getattr(conn, "_conn", None), "_sock", None)
+
+
+def read_timeout(conn, wait_s):
+    """How long to read a reply that the server sends after up to ``wait_s`` seconds.
+
+    ``None`` (no limit) when the wait has no limit or the connection has no socket timeout.
+    """
+    margin = conn.socket_timeout
+    if wait_s is None or margin is None:
+        return None
+    return wait_s + margin
+
+
+# --- sync ----------------------------------------------------------------------------
+
+
+def _get(pool):
+    if _takes_command_name(pool.get_connection):
+        return pool.get_connection("LOCK.ACQUIRE")
+    return pool.get_connection()
+
+
+def _read(conn, timeout):
+    """One reply, read with ``timeout`` seconds (None: no limit) instead of the socket timeout."""
+    sock = _socket(conn)
+    if sock is None:
+        raise ConnectionError("redislock_native: this connection class has no socket to time")
+    sock.settimeout(timeout)
+    try:
+        return conn.read_response(disconnect_on_error=False)
+    finally:
+        sock = _socket(conn)
+        if sock is not None:
+            sock.settimeout(conn.socket_timeout)
+
+
+def call_timed(client, args, timeout):
+    """Send ``args`` on a pooled connection and read the reply within ``timeout`` s, no retry."""
+    pool = client.connection_pool
+    conn = _get(pool)
+    try:
+        conn.send_command(*args)
+        return _read(conn, timeout)
+    except ResponseError:
+        raise
+    except BaseException:
+        conn.disconnect()
+        raise
+    finally:
+        pool.release(conn)
+
+
+def acquire_blocking(client, args, wait_s, cleanup):
+    """``LOCK.ACQUIRE`` with ``BLOCK``: one command, read whatever the socket timeout.
+
+    ``cleanup()`` gives a possible grant back; it is called when the outcome is unknown
+    (no reply in time, connection lost) or the caller was interrupted while waiting.
+    """
+    pool = client.connection_pool
+    conn = _get(pool)
+    reusable = False
+    try:
+        conn.send_packed_command(conn.pack_commands([("CLIENT", "ID"), args]))
+        client_id = None
+        try:
+            client_id = _client_id(conn.read_response, disconnect_on_error=False)
+            reply = _read(conn, read_timeout(conn, wait_s))
+        except ResponseError:
+            reusable = True
+            raise
+        except (TimeoutError, ConnectionError, OSError):
+            conn.disconnect()
+            _quietly(cleanup)
+            raise
+        except BaseException:  # KeyboardInterrupt, SystemExit: take the waiter out cleanly
+            reusable = _unblock(client, conn, client_id, cleanup)
+            if not reusable:
+                conn.disconnect()
+                _quietly(cleanup)
+            raise
+        reusable = True
+        return reply
+    finally:
+        if not reusable:
+            conn.disconnect()
+        pool.release(conn)
+
+
+def _client_id(read, **kwargs):
+    """The reply to the pipelined ``CLIENT ID``, or None if it was refused (ACL)."""
+    try:
+        return read(**kwargs)
+    except ResponseError:
+        return None
+
+
+def _unblock(client, conn, client_id, cleanup):
+    """Answer the waiter now (``CLIENT UNBLOCK``) and give back a grant that beat it.
+
+    True if the waiter's reply was read (the connection is clean) and any grant released.
+    """
+    if client_id is None:
+        return False
+    try:
+        client.execute_command("CLIENT", "UNBLOCK", client_id)
+        reply = _read(conn, conn.socket_timeout)
+    except Exception:
+        return False
+    if isinstance(reply, int):
+        _quietly(cleanup)
+    return reply is None or isinstance(reply, int)
+
+
+def _quietly(fn):
+    try:
+        fn()
+    except Exception:
+        pass
+
+
+# --- asyncio -------------------------------------------------------------------------
+
+
+async def _aget(pool):
+    if _takes_command_name(pool.get_connection):
+        return await pool.get_connection("LOCK.ACQUIRE")
+    return await pool.get_connection()
+
+
+async def _aread(conn, timeout):
+    """One reply within ``timeout`` seconds (None: no limit); on a timeout, TimeoutError."""
+    read = conn.read_response(timeout=_FOREVER, disconnect_on_error=False)
+    if timeout is None:
+        return await read
+    try:
+        return await asyncio.wait_for(read, timeout)
+    except asyncio.TimeoutError:
+        raise TimeoutError(f"no reply within {timeout:.3f} s") from None
+
+
+async def acall_timed(client, args, timeout):
+    """Send ``args`` on a pooled connection and read the reply within ``timeout`` s, no retry."""
+    pool = client.connection_pool
+    conn = await _aget(pool)
+    try:
+        await conn.send_command(*args)
+        return await _aread(conn, timeout)
+    except ResponseError:
+        raise
+    except BaseException:
+        await conn.disconnect()
+        raise
+    finally:
+        await pool.release(conn)
+
+
+async def aacquire_blocking(client, args, wait_s, cleanup):
+    """The asyncio ``acquire_blocking``; ``cleanup`` is a coroutine function.
+
+    A cancelled wait is unblocked and any grant given back before ``CancelledError``
+    propagates. That runs in a task of its own, shielded, so a second cancellation
+    cannot cut it short (the caller then stops waiting for it, but it still finishes).
+    """
+    pool = client.connection_pool
+    conn = await _aget(pool)
+    owned = True  # this function gives the connection back to the pool
+    reusable = False
+    try:
+        await conn.send_packed_command(conn.pack_commands([("CLIENT", "ID"), args]))
+        client_id = None
+        try:
+            client_id = await _aclient_id(conn)
+            reply = await _aread(conn, read_timeout(conn, wait_s))
+        except ResponseError:
+            reusable = True
+            raise
+        except (TimeoutError, ConnectionError, OSError):
+            await conn.disconnect()
+            await _aquietly(cleanup)
+            raise
+        except BaseException:  # asyncio.CancelledError above all
+            owned = False
+            await asyncio.shield(
+                asyncio.ensure_future(_aunblock(client, pool, conn, client_id, cleanup))
+            )
+            raise
+        reusable = True
+        return reply
+    finally:
+        if owned:
+            if not reusable:
+                await conn.disconnect()
+            await pool.release(conn)
+
+
+async def _aclient_id(conn):
+    try:
+        return await conn.read_response(disconnect_on_error=False)
+    except ResponseError:
+        return None
+
+
+async def _aunblock(client, pool, conn, client_id, cleanup):
+    """The asyncio ``_unblock``; also gives the connection back to the pool."""
+    try:
+        reply = "unknown"
+        if client_id is not None:
+            try:
+                await client.execute_command("CLIENT", "UNBLOCK", client_id)
+                reply = await _aread(conn, conn.socket_timeout)
+            except Exception:
+                pass
+        if reply is None:
+            return
+        if not isinstance(reply, int):
+            await conn.disconnect()
+        await _aquietly(cleanup)
+    finally:
+        await pool.release(conn)
+
+
+async def _aquietly(fn):
+    try:
+        await fn()
+    except Exception:
+        pass

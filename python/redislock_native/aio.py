@@ -1,0 +1,129 @@
+"""``AsyncLock``: the same lock for a ``redis.asyncio`` client."""
+
+import asyncio
+import inspect
+
+from redis.exceptions import ConnectionError, LockError, TimeoutError
+
+from . import _wire
+from .fence import afenced_call
+from .lock import LockLostError, _Base
+
+
+class AsyncLock(_Base):
+    """``Lock`` for ``redis.asyncio.Redis``: the same arguments, awaitable methods,
+    ``async with``, and a watchdog that is an asyncio task.
+
+    A task cancelled while it waits in ``acquire()`` leaves no grant behind: the waiter
+    is unblocked (or its connection closed) and a grant that raced the cancellation is
+    released before ``CancelledError`` propagates. ``on_lost`` may be a plain function or
+    a coroutine function; it runs in the watchdog task.
+    """
+
+    def __init__(self, client, name, ttl, **kwargs):
+        super().__init__(client, name, ttl, **kwargs)
+        self._dog = None
+
+    async def acquire(self, blocking=True, timeout=None):
+        """Take the lock; True if granted. Same rules as ``Lock.acquire``."""
+        args, wait = self._acquire_args(blocking, timeout)
+        held_before = self._token is not None
+        cleanup = _nothing if held_before else self._release_quietly
+        if wait == 0:
+            try:
+                reply = await self.client.execute_command(*args)
+            except (ConnectionError, TimeoutError):
+                await _wire._aquietly(cleanup)
+                raise
+        else:
+            reply = await _wire.aacquire_blocking(self.client, args, wait, cleanup)
+        if not self._granted(reply):
+            return False
+        if self.watchdog and (self._dog is None or self._dog.done()):
+            self._dog = asyncio.ensure_future(self._watch())
+        return True
+
+    async def release(self):
+        """Give the lock back; True if this owner held it, False if it was already lost."""
+        await self._stop_watchdog()
+        self._token = None
+        return await self.client.execute_command(*self._release_args()) == 1
+
+    async def _release_quietly(self):
+        await self.client.execute_command(*self._release_args())
+
+    async def extend(self, ttl=None):
+        """Set the deadline to now + ``ttl`` seconds (default: the lock's ttl); False if lost."""
+        return await self.client.execute_command(*self._extend_args(ttl)) == 1
+
+    async def locked(self):
+        """True if anyone holds the lock."""
+        return await self.client.execute_command("LOCK.FENCE", self.name) is not None
+
+    async def owned(self):
+        """True if this object's hold is the live one."""
+        if self._token is None:
+            return False
+        return await self.client.execute_command("LOCK.FENCE", self.name, self._token) == 1
+
+    async def fenced(self, command, key, *args):
+        """Run ``command key *args`` only while this hold is live; else StaleTokenError."""
+        return await afenced_call(self.client, self.name, self._token, command, key, *args)
+
+    async def __aenter__(self):
+        if await self.acquire(timeout=self.blocking_timeout):
+            return self
+        raise _wire.lock_error(
+            LockError, f"could not acquire {self.name!r} within {self.blocking_timeout} s", self.name
+        )
+
+    async def __aexit__(self, exc_type, exc, tb):
+        if not await self.release() and exc_type is None:
+            raise _wire.lock_error(
+                LockLostError, f"{self.name!r} was no longer held by {self.owner!r} at release", self.name
+            )
+
+    # --- watchdog ---
+
+    async def _stop_watchdog(self):
+        dog, self._dog = self._dog, None
+        if dog is None or dog is asyncio.current_task():
+            return
+        dog.cancel()
+        try:
+            await dog
+        except asyncio.CancelledError:
+            # The watchdog's own cancellation, or ours: if ours, let it propagate.
+            task = asyncio.current_task()
+            if task is not None and getattr(task, "cancelling", lambda: 0)():
+                raise
+
+    async def _watch(self):
+        """Renew every period until cancelled or the lock is gone; report a loss once.
+
+        Cancellation (release) can land only while sleeping or while a renewal is in
+        flight; either way the awaiting ``release()`` sends LOCK.RELEASE after it.
+        """
+        while True:
+            await asyncio.sleep(self._period())
+            try:
+                reply = await _wire.acall_timed(self.client, self._extend_args(None), self._period())
+            except (asyncio.CancelledError, KeyboardInterrupt, SystemExit):
+                raise
+            except Exception as e:  # no answer within the period: fail safe, count it lost
+                await self._report_lost(f"extend failed: {e!r}")
+                return
+            if reply != 1:
+                await self._report_lost("not held")
+                return
+
+    async def _report_lost(self, reason):
+        self._lost_reason = reason
+        if self.on_lost is not None:
+            result = self.on_lost(self)
+            if inspect.isawaitable(result):
+                await result
+
+
+async def _nothing():
+    return None

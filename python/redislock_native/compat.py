@@ -1,0 +1,257 @@
+"""Drop-ins for redis-py's ``redis.lock.Lock`` and ``redis.asyncio.lock.Lock``.
+
+``r.lock("invoice:42", timeout=10, lock_class=RedisPyLock)`` (or
+``redis.asyncio`` with ``AsyncRedisPyLock``) gives an object with redis-py's
+constructor, methods and exceptions, backed by the module's commands: a blocking
+``acquire`` waits in the server's FIFO queue with one command instead of polling
+every ``sleep`` seconds, and the hold has a fencing token (``fencing_token``).
+
+Where it differs from redis-py's Lock:
+
+- The key holds a ``redislock`` value, not a string: ``GET``/``SET`` on it answer
+  ``WRONGTYPE``. Locks taken with redis-py's own class on the same key do not
+  exclude this one's, and the reverse: switch every user of a key at once.
+- ``timeout=None`` (no expiry) is not a thing the server offers. Such a lock is held
+  for ``NO_TIMEOUT_TTL`` (60 s) and renewed every third of that by a watchdog (a
+  daemon thread, or an asyncio task) until it is released: held as long as the
+  process lives, and freed within 60 s after it dies, where redis-py's would stay
+  locked forever. ``extend`` and ``reacquire`` refuse it, as in redis-py.
+- ``sleep`` is accepted and ignored: nothing polls.
+- ``extend(t)`` without ``replace_ttl`` adds ``t`` to the remaining time in one
+  script (``PTTL`` + ``LOCK.EXTEND``).
+- ``owned()`` compares fencing tokens (``LOCK.FENCE key token``), not the owner string.
+- The ``do_acquire`` / ``do_release`` / ``do_extend`` / ``do_reacquire`` hooks and the
+  ``lua_*`` scripts of redis-py's class do not exist.
+"""
+
+import logging
+import threading
+import uuid
+from types import SimpleNamespace
+
+from redis.exceptions import LockError, LockNotOwnedError
+
+from . import _wire
+from .aio import AsyncLock
+from .lock import Lock
+
+logger = logging.getLogger(__name__)
+
+NO_TIMEOUT_TTL = 60.0
+
+# KEYS[1] the lock, ARGV[1] the owner, ARGV[2] milliseconds to add to the remaining time.
+_EXTEND_ADD_LUA = """\
+local left = redis.call('PTTL', KEYS[1])
+if left < 0 then
+    return 0
+end
+return redis.call('LOCK.EXTEND', KEYS[1], ARGV[1], left + tonumber(ARGV[2]))
+"""
+
+
+class _Common:
+    def __init__(
+        self,
+        redis,
+        name,
+        timeout=None,
+        sleep=0.1,
+        blocking=True,
+        blocking_timeout=None,
+        thread_local=True,
+        raise_on_release_error=True,
+    ):
+        self.redis = redis
+        self.name = name
+        self.timeout = timeout
+        self.sleep = sleep
+        self.blocking = blocking
+        self.blocking_timeout = blocking_timeout
+        self.thread_local = bool(thread_local)
+        self.raise_on_release_error = raise_on_release_error
+        self.local = threading.local() if self.thread_local else SimpleNamespace()
+        self.local.token = None
+        self.local.held = None
+
+    @property
+    def fencing_token(self):
+        """The fencing token of this thread's hold (an int), or None."""
+        held = getattr(self.local, "held", None)
+        return held.token if held is not None and getattr(self.local, "token", None) else None
+
+    def _encode(self, token):
+        if token is None:
+            return uuid.uuid1().hex.encode()
+        try:
+            encoder = self.redis.get_encoder()
+        except AttributeError:
+            encoder = self.redis.connection_pool.get_encoder()
+        return encoder.encode(token)
+
+    def _native(self, cls, owner):
+        if self.timeout:
+            return cls(self.redis, self.name, self.timeout, owner=owner)
+        return cls(self.redis, self.name, NO_TIMEOUT_TTL, owner=owner, watchdog=True, on_lost=_warn_lost)
+
+    def _held(self, what):
+        if getattr(self.local, "token", None) is None:
+            if what == "release":
+                message = "Cannot release a lock that's not owned or is already unlocked."
+            else:
+                message = f"Cannot {what} an unlocked lock"
+            raise _wire.lock_error(LockError, message, self.name)
+        if what != "release" and self.timeout is None:
+            raise _wire.lock_error(LockError, f"Cannot {what} a lock with no timeout", self.name)
+        return self.local.held
+
+    def _not_owned(self, what):
+        return _wire.lock_error(LockNotOwnedError, f"Cannot {what} a lock that's no longer owned", self.name)
+
+    def _cannot_acquire(self):
+        return _wire.lock_error(LockError, "Unable to acquire lock within the time specified", self.name)
+
+    def _release_failed(self, error):
+        if self.raise_on_release_error:
+            raise error
+        logger.warning("Lock was unlocked or no longer owned when exiting context manager.")
+
+
+def _warn_lost(lock):
+    logger.warning("lock %r (no timeout) lost: %s", lock.name, lock.lost_reason)
+
+
+class RedisPyLock(_Common):
+    """Drop-in for ``redis.lock.Lock`` on the redis-lock module (see the module docstring
+    for where it differs): ``r.lock(name, timeout=10, lock_class=RedisPyLock)``."""
+
+    def __enter__(self):
+        if self.acquire():
+            return self
+        raise self._cannot_acquire()
+
+    def __exit__(self, exc_type, exc_value, traceback):
+        try:
+            self.release()
+        except LockError as e:
+            self._release_failed(e)
+
+    def acquire(self, sleep=None, blocking=None, blocking_timeout=None, token=None):
+        """Take the lock; True if granted. ``blocking_timeout``: seconds to wait in the
+        server's queue (None: no limit). ``token``: the owner string (default: a UUID)."""
+        owner = self._encode(token)
+        if blocking is None:
+            blocking = self.blocking
+        if blocking_timeout is None:
+            blocking_timeout = self.blocking_timeout
+        held = self._native(Lock, owner)
+        if not held.acquire(blocking=blocking, timeout=blocking_timeout):
+            return False
+        previous = getattr(self.local, "held", None)
+        if previous is not None:
+            previous._stop_watchdog()
+        self.local.token, self.local.held = owner, held
+        return True
+
+    def locked(self):
+        """True if anyone holds the lock."""
+        return self.redis.execute_command("LOCK.FENCE", self.name) is not None
+
+    def owned(self):
+        """True if this thread's hold is the live one."""
+        token = self.fencing_token
+        return token is not None and self.redis.execute_command("LOCK.FENCE", self.name, token) == 1
+
+    def release(self):
+        """Release; LockError if not acquired here, LockNotOwnedError if it was lost."""
+        held = self._held("release")
+        self.local.token = self.local.held = None
+        if not held.release():
+            raise self._not_owned("release")
+
+    def extend(self, additional_time, replace_ttl=False):
+        """Add ``additional_time`` seconds to the remaining time (or replace it)."""
+        held = self._held("extend")
+        ms = int(additional_time * 1000)
+        if replace_ttl:
+            ok = self.redis.execute_command("LOCK.EXTEND", self.name, held.owner, ms)
+        else:
+            ok = self.redis.eval(_EXTEND_ADD_LUA, 1, self.name, held.owner, ms)
+        if ok != 1:
+            raise self._not_owned("extend")
+        return True
+
+    def reacquire(self):
+        """Reset the remaining time to ``timeout``."""
+        held = self._held("reacquire")
+        if not held.extend():
+            raise self._not_owned("reacquire")
+        return True
+
+
+class AsyncRedisPyLock(_Common):
+    """Drop-in for ``redis.asyncio.lock.Lock``:
+    ``r.lock(name, timeout=10, lock_class=AsyncRedisPyLock)`` on a ``redis.asyncio`` client."""
+
+    async def __aenter__(self):
+        if await self.acquire():
+            return self
+        raise self._cannot_acquire()
+
+    async def __aexit__(self, exc_type, exc_value, traceback):
+        try:
+            await self.release()
+        except LockError as e:
+            self._release_failed(e)
+
+    async def acquire(self, blocking=None, blocking_timeout=None, token=None):
+        """Take the lock; True if granted (as ``RedisPyLock.acquire``; redis-py's asyncio
+        Lock has no ``sleep`` argument here)."""
+        owner = self._encode(token)
+        if blocking is None:
+            blocking = self.blocking
+        if blocking_timeout is None:
+            blocking_timeout = self.blocking_timeout
+        held = self._native(AsyncLock, owner)
+        if not await held.acquire(blocking=blocking, timeout=blocking_timeout):
+            return False
+        previous = getattr(self.local, "held", None)
+        if previous is not None:
+            await previous._stop_watchdog()
+        self.local.token, self.local.held = owner, held
+        return True
+
+    async def locked(self):
+        return await self.redis.execute_command("LOCK.FENCE", self.name) is not None
+
+    async def owned(self):
+        token = self.fencing_token
+        return token is not None and await self.redis.execute_command("LOCK.FENCE", self.name, token) == 1
+
+    async def release(self):
+        held = self._held("release")
+        self.local.token = self.local.held = None
+        if not await held.release():
+            raise self._not_owned("release")
+
+    def extend(self, additional_time, replace_ttl=False):
+        """Returns an awaitable; raises LockError at once if not held (as redis-py does)."""
+        return self._extend(self._held("extend"), additional_time, replace_ttl)
+
+    async def _extend(self, held, additional_time, replace_ttl):
+        ms = int(additional_time * 1000)
+        if replace_ttl:
+            ok = await self.redis.execute_command("LOCK.EXTEND", self.name, held.owner, ms)
+        else:
+            ok = await self.redis.eval(_EXTEND_ADD_LUA, 1, self.name, held.owner, ms)
+        if ok != 1:
+            raise self._not_owned("extend")
+        return True
+
+    def reacquire(self):
+        """Returns an awaitable; raises LockError at once if not held (as redis-py does)."""
+        return self._reacquire(self._held("reacquire"))
+
+    async def _reacquire(self, held):
+        if not await held.extend():
+            raise self._not_owned("reacquire")
+        return True

@@ -1,0 +1,80 @@
+"""Fenced writes: a write that happens only while a fencing token is the live hold.
+
+A holder that pauses past its deadline (GC, swap, SIGSTOP) still believes it holds
+the lock when it wakes up; only the resource can refuse its late write. With
+redis-lock the resource can be Redis itself: ``LOCK.FENCE key token`` inside a
+Lua script checks the token and the write runs in the same atomic step, so no
+grant can slip in between.
+
+- :data:`FENCE_CHECK_LUA` is the check to put first in a script of your own
+  (``KEYS[1]`` the lock, ``ARGV[1]`` the token, as a string).
+- :data:`FENCED_CALL_LUA` runs one command on one key behind that check;
+  :func:`fenced_call` / :func:`afenced_call` send it, and ``Lock.fenced`` /
+  ``AsyncLock.fenced`` send it with the lock's own token.
+- :func:`fenced_script` registers your own script body behind the check.
+
+A refused write raises :class:`StaleTokenError`. In a Redis Cluster, give the
+lock and the written keys the same hash tag (``{sku:42}:lock``, ``{sku:42}:stock``).
+"""
+
+from redis.exceptions import LockNotOwnedError, ResponseError
+
+FENCE_CHECK_LUA = """\
+if redis.call('LOCK.FENCE', KEYS[1], ARGV[1]) ~= 1 then
+    return redis.error_reply('STALE token ' .. ARGV[1] .. ' is not the live hold on ' .. KEYS[1])
+end
+"""
+
+FENCED_CALL_LUA = (
+    FENCE_CHECK_LUA
+    + """\
+-- KEYS[2] the key written, ARGV[2] the command, ARGV[3..] its other arguments.
+return redis.call(ARGV[2], KEYS[2], unpack(ARGV, 3))
+"""
+)
+
+
+class StaleTokenError(LockNotOwnedError):
+    """The token was not the live hold on the lock: the write did not happen."""
+
+
+def _stale(error):
+    if isinstance(error, ResponseError) and str(error).startswith("STALE "):
+        return StaleTokenError(str(error))
+    return None
+
+
+def fenced_script(client, body):
+    """A registered script that runs ``body`` only while ``ARGV[1]`` is the live token of ``KEYS[1]``.
+
+    Call it as ``script(keys=[lock_key, *your_keys], args=[token, *your_args])``. A refusal
+    is an error reply starting with ``STALE`` (a ``redis.exceptions.ResponseError``).
+    """
+    return client.register_script(FENCE_CHECK_LUA + body)
+
+
+def _args(lock_key, token, command, key, args):
+    if token is None:
+        raise StaleTokenError(f"no token: the lock {lock_key!r} is not held")
+    return [lock_key, key], [str(token), command, *args]
+
+
+def fenced_call(client, lock_key, token, command, key, *args):
+    """Run ``command key *args`` only while ``token`` is the live hold on ``lock_key``.
+
+    Returns the command's reply; raises :class:`StaleTokenError` if the token is not live.
+    """
+    keys, argv = _args(lock_key, token, command, key, args)
+    try:
+        return client.eval(FENCED_CALL_LUA, len(keys), *keys, *argv)
+    except ResponseError as e:
+        raise (_stale(e) or e) from None
+
+
+async def afenced_call(client, lock_key, token, command, key, *args):
+    """The asyncio :func:`fenced_call`, for a ``redis.asyncio`` client."""
+    keys, argv = _args(lock_key, token, command, key, args)
+    try:
+        return await client.eval(FENCED_CALL_LUA, len(keys), *keys, *argv)
+    except ResponseError as e:
+        raise (_stale(e) or e) from None

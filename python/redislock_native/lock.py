@@ -1,0 +1,261 @@
+"""``Lock``: an exclusive lock held on the server, for a synchronous redis-py client."""
+
+import threading
+
+from redis.exceptions import ConnectionError, LockError, LockNotOwnedError, TimeoutError
+
+from . import _wire
+from .fence import fenced_call
+
+
+class LockLostError(LockNotOwnedError):
+    """The lock was not held any more when the ``with`` block ended (expired, deleted, taken)."""
+
+
+class _Base:
+    """What ``Lock`` and ``AsyncLock`` share: arguments, state and the commands they send."""
+
+    #: Options after ``ttl-ms`` in LOCK.ACQUIRE: none for an exclusive lock, ``SHARED``
+    #: (and ``LIMIT n``) for the shared holders in ``redislock_native.shared``.
+    _mode_args = ()
+
+    def __init__(
+        self,
+        client,
+        name,
+        ttl,
+        *,
+        owner=None,
+        blocking_timeout=None,
+        watchdog=False,
+        watchdog_period=None,
+        on_lost=None,
+    ):
+        self.client = client
+        self.name = name
+        self._ttl_ms = _wire.to_ms(ttl, "ttl")
+        self.owner = owner if owner is not None else _wire.new_owner()
+        if isinstance(self.owner, (str, bytes)) and len(self.owner) == 0:
+            raise ValueError("owner must not be empty")
+        if blocking_timeout is not None:
+            _wire.to_ms(blocking_timeout, "blocking_timeout", allow_zero=True)
+        self.blocking_timeout = blocking_timeout
+        self.watchdog = bool(watchdog)
+        if watchdog_period is not None:
+            period_ms = _wire.to_ms(watchdog_period, "watchdog_period")
+            if period_ms >= self._ttl_ms:
+                raise ValueError("watchdog_period must be shorter than the ttl")
+        self.watchdog_period = watchdog_period
+        self.on_lost = on_lost
+        self._token = None
+        self._lost_reason = None
+
+    # --- state ---
+
+    @property
+    def token(self):
+        """The fencing token of the current hold (an int), or None when not held."""
+        return self._token
+
+    @property
+    def ttl(self):
+        """The hold time in seconds that acquire, extend() and the watchdog ask for."""
+        return self._ttl_ms / 1000
+
+    @property
+    def lost(self):
+        """True once the watchdog found the lock gone (see ``lost_reason``)."""
+        return self._lost_reason is not None
+
+    @property
+    def lost_reason(self):
+        """Why the watchdog stopped: ``"not held"`` (LOCK.EXTEND answered 0: expired,
+        deleted or taken) or ``"extend failed: <error>"`` (no answer within its period).
+        None while not lost."""
+        return self._lost_reason
+
+    def _period(self):
+        if self.watchdog_period is not None:
+            return self.watchdog_period
+        return self._ttl_ms / 3000
+
+    # --- commands ---
+
+    def _acquire_args(self, blocking, timeout):
+        """The LOCK.ACQUIRE arguments and the wait in seconds (None: no limit, 0: no wait)."""
+        args = ("LOCK.ACQUIRE", self.name, self.owner, self._ttl_ms) + self._mode_args
+        if not blocking:
+            return args, 0
+        if timeout is None:
+            return args + ("BLOCK", 0), None  # BLOCK 0 waits without limit
+        block_ms = _wire.to_ms(timeout, "timeout", allow_zero=True)
+        if block_ms == 0:
+            return args, 0  # BLOCK 0 would wait forever: a zero wait is a single try
+        return args + ("BLOCK", block_ms), block_ms / 1000
+
+    def _release_args(self):
+        return ("LOCK.RELEASE", self.name, self.owner)
+
+    def _extend_args(self, ttl):
+        if ttl is not None:
+            self._ttl_ms = _wire.to_ms(ttl, "ttl")
+        return ("LOCK.EXTEND", self.name, self.owner, self._ttl_ms)
+
+    def _granted(self, reply):
+        if reply is None:
+            return False
+        self._token = int(reply)
+        self._lost_reason = None
+        return True
+
+    def __repr__(self):
+        state = f"token={self._token}" if self._token is not None else "not held"
+        return f"<{type(self).__name__} {self.name!r} owner={self.owner!r} {state}>"
+
+
+class Lock(_Base):
+    """An exclusive lock on the redis-lock module, through a ``redis.Redis`` client.
+
+    ``Lock(client, name, ttl)`` takes nothing yet; ``acquire()`` does. ``ttl`` is the hold
+    time in seconds (fractions allowed, at least 1 ms). Keyword arguments:
+
+    - ``owner``: who holds it (default: ``host:pid:uuid4``, new for every Lock object).
+      Two Lock objects with the same owner share one hold.
+    - ``blocking_timeout``: how long ``with lock:`` waits (seconds; None: no limit).
+    - ``watchdog``: renew the hold every ``watchdog_period`` seconds (default ttl/3) from
+      a daemon thread while it is held. It stops at ``release()``, or when a renewal
+      answers 0 or fails, and then sets ``lost`` / ``lost_reason`` and calls
+      ``on_lost(lock)`` (from the watchdog thread). It never extends a lock this owner no
+      longer holds: LOCK.EXTEND checks the owner on the server.
+
+    A blocking ``acquire()`` is one ``LOCK.ACQUIRE ... BLOCK`` command, however long the
+    wait and whatever the client's socket timeout or retry policy: it keeps its place in
+    the server's FIFO queue. Other commands go through the client as usual.
+    """
+
+    def __init__(self, client, name, ttl, **kwargs):
+        super().__init__(client, name, ttl, **kwargs)
+        self._dog = None
+
+    def acquire(self, blocking=True, timeout=None):
+        """Take the lock; True if granted.
+
+        ``blocking=False``: one try. Otherwise wait in the server's queue for up to
+        ``timeout`` seconds (None: no limit; 0: one try) and return False if it ran out.
+        If the call fails (no reply, connection lost) or is interrupted after the command
+        may have reached the server, and this object did not hold the lock before, a
+        ``LOCK.RELEASE`` gives back a grant whose reply was lost; then the error is raised.
+        """
+        args, wait = self._acquire_args(blocking, timeout)
+        held_before = self._token is not None
+        cleanup = (lambda: None) if held_before else self._release_quietly
+        if wait == 0:
+            try:
+                reply = self.client.execute_command(*args)
+            except (ConnectionError, TimeoutError):
+                _wire._quietly(cleanup)
+                raise
+        else:
+            reply = _wire.acquire_blocking(self.client, args, wait, cleanup)
+        if not self._granted(reply):
+            return False
+        if self.watchdog:
+            self._start_watchdog()
+        return True
+
+    def release(self):
+        """Give the lock back; True if this owner held it, False if it was already lost.
+
+        Stops the watchdog first (and waits for a renewal in flight), then sends LOCK.RELEASE.
+        """
+        self._stop_watchdog()
+        self._token = None
+        return self.client.execute_command(*self._release_args()) == 1
+
+    def _release_quietly(self):
+        self.client.execute_command(*self._release_args())
+
+    def extend(self, ttl=None):
+        """Set the deadline to now + ``ttl`` seconds (default: the lock's ttl, which a given
+        ``ttl`` replaces, also for the watchdog). True if held; False if lost: acquire again."""
+        return self.client.execute_command(*self._extend_args(ttl)) == 1
+
+    def locked(self):
+        """True if anyone holds the lock (``LOCK.FENCE key``; works on replicas too)."""
+        return self.client.execute_command("LOCK.FENCE", self.name) is not None
+
+    def owned(self):
+        """True if this object's hold is the live one (``LOCK.FENCE key token``)."""
+        if self._token is None:
+            return False
+        return self.client.execute_command("LOCK.FENCE", self.name, self._token) == 1
+
+    def fenced(self, command, key, *args):
+        """Run ``command key *args`` only while this hold is live; else StaleTokenError.
+
+        E.g. ``lock.fenced("SET", "invoice:42:total", 100)``. See ``redislock_native.fence``.
+        """
+        return fenced_call(self.client, self.name, self._token, command, key, *args)
+
+    def __enter__(self):
+        if self.acquire(timeout=self.blocking_timeout):
+            return self
+        raise _wire.lock_error(
+            LockError, f"could not acquire {self.name!r} within {self.blocking_timeout} s", self.name
+        )
+
+    def __exit__(self, exc_type, exc, tb):
+        if not self.release() and exc_type is None:
+            raise _wire.lock_error(
+                LockLostError, f"{self.name!r} was no longer held by {self.owner!r} at release", self.name
+            )
+
+    # --- watchdog ---
+
+    def _start_watchdog(self):
+        if self._dog is None or not self._dog.is_alive():
+            self._dog = _Watchdog(self)
+            self._dog.start()
+
+    def _stop_watchdog(self):
+        dog, self._dog = self._dog, None
+        if dog is not None:
+            dog.stop()
+
+    def _renew(self):
+        """One renewal within the period; True if still held."""
+        return _wire.call_timed(self.client, self._extend_args(None), self._period()) == 1
+
+    def _report_lost(self, reason):
+        self._lost_reason = reason
+        if self.on_lost is not None:
+            self.on_lost(self)
+
+
+class _Watchdog(threading.Thread):
+    """Renews a Lock every period until stopped or the lock is gone; reports a loss once."""
+
+    def __init__(self, lock):
+        super().__init__(name=f"redislock-watchdog:{lock.name}", daemon=True)
+        self._lock = lock
+        self._stopped = threading.Event()
+
+    def run(self):
+        lock = self._lock
+        while not self._stopped.wait(lock._period()):
+            try:
+                held = lock._renew()
+            except Exception as e:  # no answer within the period: fail safe, count it lost
+                if not self._stopped.is_set():
+                    lock._report_lost(f"extend failed: {e!r}")
+                return
+            if not held:
+                if not self._stopped.is_set():
+                    lock._report_lost("not held")
+                return
+
+    def stop(self):
+        """Stop renewing; once this returns no renewal is in flight and none will follow."""
+        self._stopped.set()
+        if threading.current_thread() is not self:
+            self.join()
