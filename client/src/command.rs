@@ -1,6 +1,7 @@
-//! The four lock commands, written and read once for both APIs: [`Command`] holds the request and
+//! The lock commands, written and read once for both APIs: [`Command`] holds the request and
 //! how to read its reply. The sync client runs it with [`Command::run`]; the async one sends
-//! `command.cmd` on a tokio connection and reads the reply with [`Command::read`].
+//! `command.cmd` on a tokio connection and reads the reply with [`Command::read`]. The two
+//! `CLIENT` commands serve the async client's cancelled waits.
 //!
 //! Each reader checks the reply's type: an integer must be an integer, nil must be nil.
 
@@ -80,6 +81,30 @@ pub(crate) fn fence(key: &str, token: u64) -> Command<bool> {
     Command {
         cmd,
         parse: |reply| zero_or_one("LOCK.FENCE", reply),
+    }
+}
+
+/// `CLIENT ID` -> this connection's client id.
+#[cfg(feature = "tokio")]
+pub(crate) fn client_id() -> Command<u64> {
+    Command {
+        cmd: redis::cmd("CLIENT").arg("ID").clone(),
+        parse: |reply| match reply {
+            Value::Int(n) if n > 0 => Ok(n as u64),
+            other => Err(unexpected("CLIENT ID", other)),
+        },
+    }
+}
+
+/// `CLIENT UNBLOCK id` -> was that client blocked? A waiter in a lock's queue then gets the
+/// reply of a wait that ran out (nil).
+#[cfg(feature = "tokio")]
+pub(crate) fn unblock(client_id: u64) -> Command<bool> {
+    let mut cmd = redis::cmd("CLIENT");
+    cmd.arg("UNBLOCK").arg(client_id);
+    Command {
+        cmd,
+        parse: |reply| zero_or_one("CLIENT UNBLOCK", reply),
     }
 }
 

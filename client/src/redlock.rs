@@ -41,10 +41,7 @@ impl Redlock {
     /// A lock manager over the masters at `urls` (at least one; use an odd number, typically
     /// 5). Only parses the URLs; nothing is connected until the first acquisition.
     pub fn new<S: AsRef<str>>(urls: &[S]) -> Result<Redlock, Error> {
-        let masters = open_masters(urls, |url| {
-            let client = Client::open(url)?;
-            Ok(client.with_timeouts(DEFAULT_MASTER_CONNECT_TIMEOUT, DEFAULT_MASTER_IO_TIMEOUT))
-        })?;
+        let masters = open_masters(urls, Client::open, Client::with_timeouts)?;
         Ok(Redlock { masters })
     }
 
@@ -102,15 +99,26 @@ impl Redlock {
     }
 }
 
-/// One client per URL, made by `open`; at least one URL.
+/// One client per URL (at least one), made by `open` and given the default per-master timeouts
+/// with `with_timeouts`.
 pub(crate) fn open_masters<S: AsRef<str>, C>(
     urls: &[S],
-    open: impl Fn(&str) -> Result<C, Error>,
+    open: fn(&str) -> Result<C, Error>,
+    with_timeouts: fn(C, Duration, Duration) -> C,
 ) -> Result<Vec<C>, Error> {
     if urls.is_empty() {
         return Err(Error::InvalidArgument("Redlock needs at least one master"));
     }
-    urls.iter().map(|url| open(url.as_ref())).collect()
+    let default = |client| {
+        with_timeouts(
+            client,
+            DEFAULT_MASTER_CONNECT_TIMEOUT,
+            DEFAULT_MASTER_IO_TIMEOUT,
+        )
+    };
+    urls.iter()
+        .map(|url| open(url.as_ref()).map(default))
+        .collect()
 }
 
 /// What one master answered to `LOCK.ACQUIRE`.

@@ -107,14 +107,14 @@ async fn extend_moves_the_deadline_until_the_lock_is_gone() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_blocking_acquire_outlasts_a_short_response_timeout() {
     let server = Server::start();
-    // Every reply must come within 100 ms, except a blocking acquire's.
+    // Every reply must come within 200 ms, except a blocking acquire's.
     let client = Client::open(&server.url())
         .unwrap()
-        .with_timeouts(ms(1_000), ms(100));
+        .with_timeouts(ms(1_000), ms(200));
     let key = unique_key("block");
     let holder = client.acquire(&key, ms(10_000)).await.unwrap().unwrap();
 
-    // Still held when the wait (4x the response timeout) runs out: None, not a timeout error.
+    // Still held when the wait (2x the response timeout) runs out: None, not a timeout error.
     let start = Instant::now();
     let got = client
         .acquire_blocking(&key, ms(1_000), ms(400))
@@ -127,7 +127,7 @@ async fn a_blocking_acquire_outlasts_a_short_response_timeout() {
         start.elapsed()
     );
 
-    // Released after 6x the response timeout: the one waiting command gets the lock.
+    // Released after 3x the response timeout: the one waiting command gets the lock.
     let start = Instant::now();
     let releaser = tokio::spawn(async move {
         tokio::time::sleep(ms(600)).await;
@@ -193,19 +193,51 @@ async fn a_cancelled_acquire_leaves_no_grant_behind() {
     let key = unique_key("cancel");
     let holder = client.acquire(&key, ms(10_000)).await.unwrap().unwrap();
 
-    // The caller gives up after 100 ms; its waiter stays in the queue on the server ...
+    // The caller gives up after 100 ms: its waiter leaves the server's queue (CLIENT UNBLOCK)
+    // at once, rather than when its 5 s wait would have ended.
     let waiter = client.acquire_blocking(&key, ms(30_000), ms(5_000));
     assert!(tokio::time::timeout(ms(100), waiter).await.is_err());
-    tokio::task::block_in_place(|| server.wait_blocked(1));
-    // ... and is granted the lock when the holder releases: the grant no one awaits is
-    // released at once, long before its 30 s ttl.
-    holder.release().await.unwrap();
-    eventually("the abandoned grant to be released", ms(2_000), || {
-        fence(&mut conn, &key).is_none()
-    })
-    .await;
-    assert_eq!(server.calls("lock.release"), 2);
+    let gave_up = Instant::now();
+    tokio::task::block_in_place(|| server.wait_blocked(0));
+    assert!(gave_up.elapsed() < ms(2_000), "{:?}", gave_up.elapsed());
+    assert_eq!(fence(&mut conn, &key), Some(holder.token()));
+    // So the holder's release hands the lock to no one: it is free.
+    assert!(holder.release().await.unwrap());
+    assert_eq!(fence(&mut conn, &key), None);
+    assert_eq!(server.calls("lock.release"), 1);
     assert!(client.acquire(&key, ms(1_000)).await.unwrap().is_some());
+
+    // A waiter granted just before it is abandoned: the grant is not lost. The holder's
+    // release and the caller's timeout race; either the waiter is unblocked (nil) or it got
+    // the lock, and then its guard, which no one receives, releases it.
+    let releases = server.calls("lock.release");
+    let mut received = 0;
+    for i in 0..10 {
+        let holder = client.acquire(&key, ms(10_000)).await.unwrap().unwrap();
+        let waiter = client.acquire_blocking(&key, ms(30_000), ms(5_000));
+        let release = async {
+            tokio::time::sleep(ms(16 + i % 3 * 2)).await;
+            holder.release().await.unwrap()
+        };
+        let (waited, released) = tokio::join!(tokio::time::timeout(ms(20), waiter), release);
+        assert!(released);
+        if let Ok(granted) = waited {
+            received += 1;
+            drop(granted.unwrap());
+        }
+        eventually("no grant left behind", ms(2_000), || {
+            fence(&mut conn, &key).is_none()
+        })
+        .await;
+    }
+    // Most abandoned waiters here had been granted just before (seen in three runs: 6 of 6,
+    // 6 of 6, 3 of 4), so this loop exercises that path; how often depends on timing, so it is
+    // printed, not asserted.
+    let ghosts = server.calls("lock.release") - releases - 10 - received;
+    println!(
+        "cancelled acquire: {ghosts} of {} abandoned waiters were granted first",
+        10 - received
+    );
 }
 
 #[tokio::test]
@@ -289,4 +321,45 @@ async fn the_readme_example_runs() {
     example::run(&server.url()).await.unwrap();
     let mut conn = server.conn();
     assert!(!exists(&mut conn, "job:nightly") && !exists(&mut conn, "report"));
+}
+
+/// A guard (with its watchdog) still alive when its runtime shuts down: dropping it during the
+/// shutdown must not panic; nothing can be sent any more, so the lock lapses at its deadline.
+#[test]
+fn a_guard_alive_at_runtime_shutdown_lapses_at_its_deadline() {
+    let server = Server::start();
+    let mut conn = server.conn();
+    for multi_thread in [false, true] {
+        let key = unique_key("shutdown");
+        let mut builder = if multi_thread {
+            tokio::runtime::Builder::new_multi_thread()
+        } else {
+            tokio::runtime::Builder::new_current_thread()
+        };
+        let runtime = builder.enable_all().build().unwrap();
+        let (url, k) = (server.url(), key.clone());
+        let (tx, mut rx) = tokio::sync::oneshot::channel();
+        runtime.spawn(async move {
+            let client = Client::open(&url).unwrap();
+            let guard = client.acquire_with_watchdog(&k, ms(300)).await.unwrap();
+            tx.send(()).unwrap();
+            let _held_until_shutdown = guard;
+            std::future::pending::<()>().await;
+        });
+        // A current-thread runtime runs its tasks only inside block_on.
+        runtime.block_on(async {
+            while rx.try_recv().is_err() {
+                tokio::time::sleep(ms(5)).await;
+            }
+        });
+        drop(runtime);
+        let down = Instant::now();
+        support::wait_until("the lock to lapse", ms(2_000), || {
+            fence(&mut conn, &key).is_none()
+        });
+        println!(
+            "runtime shutdown (multi-thread: {multi_thread}): lock free {:?} later (ttl 300 ms)",
+            down.elapsed()
+        );
+    }
 }

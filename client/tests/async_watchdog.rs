@@ -272,3 +272,42 @@ fn a_starved_holder_is_told_it_lost_the_lock() {
         assert!(other.is_held().unwrap());
     });
 }
+
+/// Not a test on its own: the async holder process of
+/// [`a_paused_holder_process_is_told_it_lost_the_lock`] (see the sync `tests/watchdog.rs`).
+/// Without the holder's environment it returns at once. It prints `acquired <token>`, awaits
+/// `guard.lost()`, prints `lost <reason>` and exits.
+#[test]
+fn async_holder_child_process() {
+    let Some((url, key, ttl)) = support::holder_env() else {
+        return;
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let client = Client::open(&url).unwrap();
+        let guard = client
+            .acquire_with_watchdog(&key, ttl)
+            .await
+            .unwrap()
+            .unwrap();
+        println!("acquired {}", guard.token());
+        match tokio::time::timeout(Duration::from_secs(30), guard.lost()).await {
+            Ok(reason) => {
+                println!("lost {reason:?}");
+                std::process::exit(0);
+            }
+            Err(_) => {
+                println!("never lost");
+                std::process::exit(1);
+            }
+        }
+    });
+}
+
+#[test]
+fn a_paused_holder_process_is_told_it_lost_the_lock() {
+    support::paused_holder_process("async_holder_child_process");
+}

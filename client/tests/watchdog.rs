@@ -4,14 +4,12 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use redis_lock_client::{Client, LossReason};
-use support::{exists, fence, pttl, send_signal, unique_key, wait_until, Server};
+use support::{exists, fence, pttl, unique_key, wait_until, Server};
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
@@ -156,22 +154,15 @@ fn reports_the_loss_when_the_server_is_paused_past_the_ttl() {
     assert!(!guard.is_held().unwrap(), "the lapsed hold is still live");
 }
 
-/// Environment for [`holder_child_process`]: the server URL; the key and ttl follow.
-const HOLDER_URL: &str = "REDIS_LOCK_CLIENT_TEST_HOLDER_URL";
-const HOLDER_KEY: &str = "REDIS_LOCK_CLIENT_TEST_HOLDER_KEY";
-const HOLDER_TTL_MS: &str = "REDIS_LOCK_CLIENT_TEST_HOLDER_TTL_MS";
-
 /// Not a test on its own: the holder process of [`a_paused_holder_process_is_told_it_lost_the_lock`],
-/// which runs this test binary again with only this test and the `HOLDER_*` variables set.
-/// Without them it returns at once. It prints `acquired <token>`, waits for the watchdog to
-/// report a loss, prints `lost <reason>` and exits.
+/// which runs this test binary again with only this test and the holder's environment set
+/// ([`support::holder_env`]). Without it it returns at once. It prints `acquired <token>`, waits
+/// for the watchdog to report a loss, prints `lost <reason>` and exits.
 #[test]
 fn holder_child_process() {
-    let Ok(url) = std::env::var(HOLDER_URL) else {
+    let Some((url, key, ttl)) = support::holder_env() else {
         return;
     };
-    let key = std::env::var(HOLDER_KEY).unwrap();
-    let ttl = ms(std::env::var(HOLDER_TTL_MS).unwrap().parse().unwrap());
     let client = Client::open(&url).unwrap();
     let guard = client.acquire_with_watchdog(&key, ttl).unwrap().unwrap();
     println!("acquired {}", guard.token());
@@ -187,102 +178,7 @@ fn holder_child_process() {
     }
 }
 
-/// A child process, killed if the test ends first (also when it is stopped).
-struct ChildProcess(Child);
-
-impl Drop for ChildProcess {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[test]
 fn a_paused_holder_process_is_told_it_lost_the_lock() {
-    let server = Server::start();
-    let client = Client::open(&server.url()).unwrap();
-    let key = unique_key("paused-holder");
-    let ttl = ms(300);
-    let mut child = ChildProcess(
-        Command::new(std::env::current_exe().unwrap())
-            .args([
-                "holder_child_process",
-                "--exact",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(HOLDER_URL, server.url())
-            .env(HOLDER_KEY, &key)
-            .env(HOLDER_TTL_MS, ttl.as_millis().to_string())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let (tx, lines) = mpsc::channel();
-    let stdout = child.0.stdout.take().unwrap();
-    thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
-    // The child's lines can follow the test harness's `test holder_child_process ... ` on the
-    // same line: look for the marker anywhere and return what follows it.
-    let expect_line = |marker: &str, timeout: Duration| -> String {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match lines.recv_timeout(left) {
-                Ok(line) => {
-                    if let Some((_, rest)) = line.split_once(marker) {
-                        return rest.to_string();
-                    }
-                }
-                Err(e) => panic!("no `{marker}` line from the holder: {e}"),
-            }
-        }
-    };
-
-    let token: u64 = expect_line("acquired ", Duration::from_secs(10))
-        .trim()
-        .parse()
-        .unwrap();
-    // The child's watchdog keeps it alive past several ttls.
-    thread::sleep(ttl * 2);
-    assert_eq!(fence(&mut server.conn(), &key), Some(token));
-
-    // Pause the holder: its renewals stop, its hold lapses, and a waiter gets the lock.
-    send_signal(child.0.id(), "STOP");
-    let stopped = Instant::now();
-    let other = client
-        .acquire_blocking(&key, Duration::from_secs(10), ttl * 4)
-        .unwrap()
-        .expect("granted once the paused holder's ttl passed");
-    println!(
-        "paused holder: another client got the lock {:?} after SIGSTOP (ttl {ttl:?})",
-        stopped.elapsed()
-    );
-    assert!(other.token() > token);
-
-    // Resume it: its next renewal finds the lock taken and it is told at once.
-    send_signal(child.0.id(), "CONT");
-    let resumed = Instant::now();
-    let lost = expect_line("lost ", Duration::from_secs(5));
-    println!(
-        "paused holder: reported `lost {lost}` {:?} after SIGCONT",
-        resumed.elapsed()
-    );
-    // Usually the resumed renewal gets 0 from LOCK.EXTEND (NotHeld). When SIGCONT lands while
-    // the renewal is inside a socket call, that call fails with EINTR first and the loss is
-    // reported as a failed renewal: the holder is told at once either way.
-    let lost = lost.trim();
-    assert!(
-        lost == "NotHeld" || lost.starts_with("ExtendFailed(Connection(Interrupted"),
-        "unexpected loss report: {lost}"
-    );
-    wait_until("the holder to exit", Duration::from_secs(5), || {
-        matches!(child.0.try_wait(), Ok(Some(_)))
-    });
-    assert!(child.0.wait().unwrap().success());
-    // Its late renewal did not take the lock back.
-    assert!(other.is_held().unwrap());
+    support::paused_holder_process("holder_child_process");
 }

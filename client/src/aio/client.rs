@@ -1,12 +1,15 @@
 //! The async [`Client`]: one server, one multiplexed connection for every short command, and a
 //! small pool of connections for blocking acquires.
 
+use std::future::{poll_fn, Future};
 use std::io;
+use std::pin::{pin, Pin};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::task::Poll;
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
-use redis::AsyncConnectionConfig;
+use redis::{AsyncConnectionConfig, RedisResult, Value};
 use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 
@@ -46,7 +49,7 @@ pub(crate) struct Inner {
     /// error or a timeout, so that the next command opens a new one.
     shared: Mutex<Option<MultiplexedConnection>>,
     /// Idle connections for blocking acquires that got their reply.
-    idle: Mutex<Vec<MultiplexedConnection>>,
+    idle: Mutex<Vec<Waiter>>,
 }
 
 impl Client {
@@ -91,8 +94,8 @@ impl Client {
     ///
     /// The wait is never cut short or sliced by the client: the connection that carries it
     /// waits `wait` plus the I/O timeout for the reply. Cancel-safe as [`Client::acquire`]: if
-    /// this future is dropped, the waiter stays in the queue until its `wait` ends, and a grant
-    /// it gets is released at once.
+    /// this future is dropped, the waiter leaves the server's queue at once (`CLIENT UNBLOCK`
+    /// on the shared connection), and a grant it got just before is released.
     pub async fn acquire_blocking(
         &self,
         key: &str,
@@ -147,7 +150,7 @@ impl Client {
         // The request runs in a task of its own that hands over a Guard, never a bare token:
         // if the caller stops waiting, the guard is dropped in the task (or in the channel) and
         // releases the lock, so a cancelled acquire leaves no grant behind.
-        let (tx, rx) = oneshot::channel();
+        let (mut tx, rx) = oneshot::channel();
         tokio::spawn(async move {
             let inner = &client.inner;
             let acquire = command::acquire(&key, &owner, ttl_ms, block_ms);
@@ -159,7 +162,7 @@ impl Client {
                 }
                 Some(ms) => {
                     let timeout = Duration::from_millis(ms) + inner.io_timeout;
-                    inner.run_blocking(timeout, &acquire).await
+                    inner.run_blocking(timeout, &acquire, tx.closed()).await
                 }
             };
             let result = match reply {
@@ -187,7 +190,8 @@ impl Inner {
     /// Run `command` on the shared multiplexed connection (opened within `connect` if there is
     /// none), waiting up to `timeout` for the reply. After an I/O error, a timeout or a malformed
     /// reply the connection is forgotten (requests already on it finish or fail on their own),
-    /// and the next command opens a new one.
+    /// and the next command opens a new one. A shared connection found dead on first use (the
+    /// server restarted, or closed it as idle) is replaced once.
     pub(crate) async fn run<T>(
         &self,
         timeout: Duration,
@@ -195,72 +199,114 @@ impl Inner {
         command: &Command<T>,
     ) -> Result<T, Failure> {
         let shared = lock(&self.shared).clone();
-        let (result, in_step) =
-            Inner::run_on(shared, || self.connect_shared(connect), timeout, command).await;
-        if in_step.is_none() {
-            *lock(&self.shared) = None;
-        }
-        result
-    }
-
-    /// Run a blocking `command` on a connection of its own, waiting up to `timeout` for the
-    /// reply. The connection goes back to the idle pool only if it is still in step; one that
-    /// timed out is closed, which also takes the waiter out of the server's queue.
-    pub(crate) async fn run_blocking<T>(
-        &self,
-        timeout: Duration,
-        command: &Command<T>,
-    ) -> Result<T, Failure> {
-        let pooled = lock(&self.idle).pop();
-        let connect = || async {
-            self.connect(self.connect_timeout)
-                .await
-                .map_err(Failure::unsent)
-        };
-        let (result, in_step) = Inner::run_on(pooled, connect, timeout, command).await;
-        if let Some(conn) = in_step {
-            let mut idle = lock(&self.idle);
-            if idle.len() < MAX_IDLE {
-                idle.push(conn);
-            }
-        }
-        result
-    }
-
-    /// Run `command` on `conn`, or on a new one from `open` if there is none. A reused connection
-    /// found dead on first use (the server restarted, or closed it as idle) is replaced once.
-    /// Returns the connection too if it is still in step ([`in_step`]).
-    async fn run_on<T, F: std::future::Future<Output = Result<MultiplexedConnection, Failure>>>(
-        conn: Option<MultiplexedConnection>,
-        open: impl Fn() -> F,
-        timeout: Duration,
-        command: &Command<T>,
-    ) -> (Result<T, Failure>, Option<MultiplexedConnection>) {
-        let mut fresh = conn.is_none();
-        let mut conn = match conn {
+        let mut fresh = shared.is_none();
+        let mut conn = match shared {
             Some(conn) => conn,
-            None => match open().await {
-                Ok(conn) => conn,
-                Err(failure) => return (Err(failure), None),
-            },
+            None => self.connect_shared(connect).await?,
         };
         loop {
             conn.set_response_timeout(timeout.max(Duration::from_millis(1)));
             let result = command.read(command.cmd.query_async(&mut conn).await);
             if in_step(&result) {
-                return (result.map_err(Failure::sent), Some(conn));
+                return result.map_err(Failure::sent);
             }
+            *lock(&self.shared) = None;
             match result {
                 Err(Error::Connection(e)) if e.is_connection_dropped() && !fresh => {
-                    conn = match open().await {
-                        Ok(conn) => conn,
-                        Err(failure) => return (Err(failure), None),
-                    };
+                    conn = self.connect_shared(connect).await?;
                     fresh = true;
                 }
-                result => return (result.map_err(Failure::sent), None),
+                result => return result.map_err(Failure::sent),
             }
         }
+    }
+
+    /// Run a blocking `command` on a connection of its own, waiting up to `timeout` for the
+    /// reply. The connection goes back to the idle pool only if it is still in step; one that
+    /// timed out is closed, which also takes the waiter out of the server's queue.
+    ///
+    /// If `abandoned` completes first (the caller stopped waiting), the waiter is taken out of
+    /// the queue with `CLIENT UNBLOCK` and the reply awaited all the same: nil, or a grant that
+    /// came first (which the caller's dropped guard then releases). The server decides which,
+    /// so no grant can slip through unseen, as it could if the connection were just closed.
+    pub(crate) async fn run_blocking<T>(
+        &self,
+        timeout: Duration,
+        command: &Command<T>,
+        abandoned: impl Future<Output = ()>,
+    ) -> Result<T, Failure> {
+        let mut abandoned = pin!(abandoned);
+        let pooled = lock(&self.idle).pop();
+        let mut fresh = pooled.is_none();
+        let mut waiter = match pooled {
+            Some(waiter) => waiter,
+            None => self.open_waiter().await.map_err(Failure::unsent)?,
+        };
+        loop {
+            let timeout = timeout.max(Duration::from_millis(1));
+            waiter.conn.set_response_timeout(timeout);
+            let (reply, gave_up) = self.wait(&mut waiter, command, abandoned.as_mut()).await;
+            let result = command.read(reply);
+            if in_step(&result) {
+                let mut idle = lock(&self.idle);
+                if idle.len() < MAX_IDLE {
+                    idle.push(waiter);
+                }
+                return result.map_err(Failure::sent);
+            }
+            match result {
+                // A pooled connection found dead on first use: once more on a new one.
+                Err(Error::Connection(e)) if e.is_connection_dropped() && !fresh && !gave_up => {
+                    waiter = self.open_waiter().await.map_err(Failure::unsent)?;
+                    fresh = true;
+                }
+                result => return result.map_err(Failure::sent),
+            }
+        }
+    }
+
+    /// The reply to `command` on `waiter`; true with it if `abandoned` completed first and the
+    /// waiter was unblocked.
+    async fn wait<T>(
+        &self,
+        waiter: &mut Waiter,
+        command: &Command<T>,
+        mut abandoned: Pin<&mut impl Future<Output = ()>>,
+    ) -> (RedisResult<Value>, bool) {
+        let id = waiter.id;
+        let mut reply = pin!(command.cmd.query_async::<Value>(&mut waiter.conn));
+        let first = poll_fn(|cx| match reply.as_mut().poll(cx) {
+            Poll::Ready(reply) => Poll::Ready(Some(reply)),
+            Poll::Pending => abandoned.as_mut().poll(cx).map(|()| None),
+        })
+        .await;
+        match first {
+            Some(reply) => (reply, false),
+            None => {
+                if let Some(id) = id {
+                    let unblock = command::unblock(id);
+                    let _ = self
+                        .run(self.io_timeout, self.connect_timeout, &unblock)
+                        .await;
+                }
+                (reply.await, true)
+            }
+        }
+    }
+
+    /// A new connection for blocking acquires, with its client id (`None` if the server does
+    /// not tell it, e.g. an ACL forbids `CLIENT ID`: a cancelled wait then stays in the queue
+    /// until it ends). Asking the id is part of opening it, bounded by the connect timeout.
+    async fn open_waiter(&self) -> Result<Waiter, Error> {
+        let mut conn = self.connect(self.connect_timeout).await?;
+        conn.set_response_timeout(self.connect_timeout);
+        let id = command::client_id();
+        let id = match id.read(id.cmd.query_async(&mut conn).await) {
+            Ok(id) => Some(id),
+            Err(Error::Server(_)) => None,
+            Err(e) => return Err(e),
+        };
+        Ok(Waiter { conn, id })
     }
 
     async fn connect_shared(&self, timeout: Duration) -> Result<MultiplexedConnection, Failure> {
@@ -278,6 +324,14 @@ impl Inner {
             .await
             .map_err(Error::from_redis)
     }
+}
+
+/// A connection for blocking acquires: the server answers nothing else on it while it waits.
+struct Waiter {
+    /// The connection (multiplexed, but used by one command at a time).
+    conn: MultiplexedConnection,
+    /// Its client id on the server, for `CLIENT UNBLOCK`.
+    id: Option<u64>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

@@ -12,9 +12,7 @@ use tokio::task::JoinSet;
 use super::client::{runtime_gone, send_now, Client};
 use crate::command;
 use crate::error::{Error, RedlockError};
-use crate::redlock::{
-    open_masters, Grant, Round, Vote, DEFAULT_MASTER_CONNECT_TIMEOUT, DEFAULT_MASTER_IO_TIMEOUT,
-};
+use crate::redlock::{open_masters, Grant, Round, Vote};
 
 /// A lock manager over N independent masters; the async counterpart of [`crate::Redlock`],
 /// with the same outcomes.
@@ -26,10 +24,7 @@ pub struct Redlock {
 impl Redlock {
     /// A lock manager over the masters at `urls` (at least one). Only parses the URLs.
     pub fn new<S: AsRef<str>>(urls: &[S]) -> Result<Redlock, Error> {
-        let masters = open_masters(urls, |url| {
-            let client = Client::open(url)?;
-            Ok(client.with_timeouts(DEFAULT_MASTER_CONNECT_TIMEOUT, DEFAULT_MASTER_IO_TIMEOUT))
-        })?;
+        let masters = open_masters(urls, Client::open, Client::with_timeouts)?;
         Ok(Redlock { masters })
     }
 
