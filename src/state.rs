@@ -11,7 +11,15 @@ use crate::lock::{Millis, TokenMint};
 
 thread_local! {
     static MINT: Cell<TokenMint> = const { Cell::new(TokenMint::new()) };
+    /// True until the first skip-ahead of this process (see [`next_token`]).
+    static STARTED_BEHIND: Cell<bool> = const { Cell::new(true) };
 }
+
+/// `lock.failover-token-margin-ms`: how far ahead the token high-water mark jumps when this
+/// server is promoted or mints its first token after a start (see `TokenMint::skip_ahead`);
+/// 0 disables the jump.
+pub static FAILOVER_TOKEN_MARGIN_MS: AtomicI64 = AtomicI64::new(DEFAULT_FAILOVER_TOKEN_MARGIN_MS);
+pub const DEFAULT_FAILOVER_TOKEN_MARGIN_MS: i64 = 60_000;
 
 /// `lock.max-owner-bytes`: the longest owner string accepted.
 pub static MAX_OWNER_BYTES: AtomicI64 = AtomicI64::new(DEFAULT_MAX_OWNER_BYTES);
@@ -29,8 +37,26 @@ pub fn max_waiters() -> usize {
     MAX_WAITERS.load(Ordering::Relaxed).max(0) as usize
 }
 
+pub fn failover_token_margin_ms() -> Millis {
+    FAILOVER_TOKEN_MARGIN_MS.load(Ordering::Relaxed).max(0)
+}
+
 /// Mint a new fencing token.
+///
+/// The first token after the process started comes after a skip-ahead by the margin. Why at
+/// the first mint and not when loading ends: a start with no RDB or AOF file loads nothing and
+/// the server sends no loading event at all, so an event cannot tell "nothing to load" from
+/// "not loaded yet"; the first mint always comes after whatever was loaded (the server runs no
+/// command before loading is done, and replaying an AOF only observes tokens, it mints none).
+/// Why on every start, not only without persistence: an RDB snapshot, or an AOF with
+/// `appendfsync everysec`, can also miss the last grants before a crash, exactly like a
+/// replica that missed them; after a clean shutdown the jump costs `margin` ms of token space
+/// and nothing else. A replica mints nothing; its promotion does the skip-ahead instead
+/// ([`skip_ahead`]), which also clears this one.
 pub fn next_token(now: Millis) -> u64 {
+    if STARTED_BEHIND.with(Cell::get) {
+        skip_ahead(now);
+    }
     MINT.with(|m| {
         let mut mint = m.take();
         let token = mint.next(now);
@@ -54,5 +80,18 @@ pub fn token_high_water() -> u64 {
         let hw = mint.high_water();
         m.set(mint);
         hw
+    })
+}
+
+/// Jump the high-water mark ahead by `lock.failover-token-margin-ms` (on promotion, and before
+/// the first token after a start). False when the jump was cut short at the ceiling below 2^53.
+pub fn skip_ahead(now: Millis) -> bool {
+    STARTED_BEHIND.with(|s| s.set(false));
+    let margin = failover_token_margin_ms();
+    MINT.with(|m| {
+        let mut mint = m.take();
+        let whole = mint.skip_ahead(now, margin);
+        m.set(mint);
+        whole
     })
 }

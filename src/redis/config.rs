@@ -22,7 +22,7 @@ pub struct Numeric {
     pub max: i64,
 }
 
-pub static SETTINGS: [Numeric; 2] = [
+pub static SETTINGS: [Numeric; 3] = [
     Numeric {
         name: c"max-owner-bytes",
         value: &state::MAX_OWNER_BYTES,
@@ -34,6 +34,12 @@ pub static SETTINGS: [Numeric; 2] = [
         value: &state::MAX_WAITERS,
         min: 0,
         max: 10_000_000,
+    },
+    Numeric {
+        name: c"failover-token-margin-ms",
+        value: &state::FAILOVER_TOKEN_MARGIN_MS,
+        min: 0,
+        max: crate::lock::MAX_MARGIN,
     },
 ];
 
