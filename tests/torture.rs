@@ -41,6 +41,16 @@ mod scenarios;
 #[path = "torture/workload.rs"]
 mod workload;
 
+// Network and clock faults (issue 14): their own runner and tables, see torture/netfault.rs.
+#[path = "torture/clockjump.rs"]
+mod clockjump;
+#[path = "torture/netfault.rs"]
+mod netfault;
+#[path = "torture/netfault_tests.rs"]
+mod netfault_tests;
+#[path = "torture/skew.rs"]
+mod skew;
+
 /// One `#[test]` per scenario, and their number (the summary is printed after the last).
 macro_rules! scenarios {
     ($($name:ident),* $(,)?) => {
