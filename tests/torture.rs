@@ -48,8 +48,13 @@ mod clockjump;
 mod netfault;
 #[path = "torture/netfault_tests.rs"]
 mod netfault_tests;
+mod nodes;
+#[path = "torture/partitions.rs"]
+mod partitions;
 #[path = "torture/skew.rs"]
 mod skew;
+#[path = "torture/slowlink.rs"]
+mod slowlink;
 
 /// One `#[test]` per scenario, and their number (the summary is printed after the last).
 macro_rules! scenarios {

@@ -52,7 +52,6 @@ impl Fenced {
 /// A grant as its client saw it.
 #[derive(Clone, Debug)]
 pub struct Grant {
-    pub client: String,
     pub key: String,
     pub owner: String,
     pub token: i64,
@@ -262,7 +261,6 @@ impl Client {
                 self.log.waits_granted.fetch_add(1, Ordering::Relaxed);
             }
             let g = self.log.grant(Grant {
-                client: self.name.clone(),
                 key: key.clone(),
                 owner: owner.clone(),
                 token,

@@ -3,7 +3,7 @@
 //! the checks catch the tokens going back: the proof that the skew test can fail.
 
 use crate::netfault::Row;
-use crate::{clockjump, skew};
+use crate::{clockjump, partitions, skew, slowlink};
 
 fn assert_clean(row: &Row) {
     assert_eq!(
@@ -37,4 +37,23 @@ fn skew_60s_margin_0_is_caught() {
 #[test]
 fn clock_jumps_30s() {
     assert_clean(&clockjump::clock_jumps("clock_jumps_30s"));
+}
+
+#[test]
+fn partition_sentinel() {
+    if let Some(row) = partitions::partition("partition_sentinel", false) {
+        assert_clean(&row);
+    }
+}
+
+#[test]
+fn partition_sentinel_min_replicas() {
+    if let Some(row) = partitions::partition("partition_sentinel_min_replicas", true) {
+        assert_clean(&row);
+    }
+}
+
+#[test]
+fn slow_link_50ms() {
+    assert_clean(&slowlink::slow_link("slow_link_50ms"));
 }
