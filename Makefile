@@ -7,7 +7,7 @@ CARGO ?= cargo
 REDIS_SERVER ?= $(shell [ -x /usr/bin/redis-server ] && echo /usr/bin/redis-server || echo redis-server)
 MODULE_RELEASE := target/release/libredis_lock.so
 MODULE_DEBUG := target/debug/libredis_lock.so
-APT_PACKAGES := redis-server redis-sentinel libclang-dev clang gcc iptables
+APT_PACKAGES := redis-server redis-sentinel libclang-dev clang gcc iptables iproute2
 # The LD_PRELOAD library that shifts a server's wall clock in the skew tests (tests/clockshift).
 CLOCKSHIFT := target/clockshift/libclockshift.so
 
@@ -18,7 +18,7 @@ help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 	@echo "  Variables: PORT=$(PORT) (make run), REDIS_SERVER=$(REDIS_SERVER)"
 
-deps: ## Install what a fresh Debian machine lacks (redis-server, redis-sentinel, libclang-dev, clang, gcc, iptables)
+deps: ## Install what a fresh Debian machine lacks (redis-server, redis-sentinel, libclang-dev, clang, gcc, iptables, iproute2)
 	@missing=$$(for p in $(APT_PACKAGES); do \
 		dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || echo $$p; done); \
 	if [ -n "$$missing" ]; then \

@@ -46,7 +46,7 @@ pub fn clock_jumps(name: &str) -> Row {
     let (fenced, log) = (Arc::new(Fenced::default()), Arc::new(Log::default()));
     let stop = Arc::new(AtomicBool::new(false));
     let cfg = ClientCfg {
-        keys: 2,
+        keys: 4,
         ttl_ms: (100, 500),
         block_ms: Some((100, 1000)),
         // Most holds are released: a jump back would keep a walked-away hold 30 s longer.
