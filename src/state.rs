@@ -11,12 +11,13 @@ use crate::lock::{Millis, TokenMint};
 
 thread_local! {
     static MINT: Cell<TokenMint> = const { Cell::new(TokenMint::new()) };
-    /// True until the first skip-ahead of this process (see [`next_token`]).
-    static STARTED_BEHIND: Cell<bool> = const { Cell::new(true) };
+    /// True from the module's load until the first token is minted: a load from RDB or AOF
+    /// in this window is the start-up load (see `redis::role`).
+    static STARTING: Cell<bool> = const { Cell::new(true) };
 }
 
 /// `lock.failover-token-margin-ms`: how far ahead the token high-water mark jumps when this
-/// server is promoted or mints its first token after a start (see `TokenMint::skip_ahead`);
+/// server starts, loads its data from disk at start-up, or is promoted (see `TokenMint::skip_ahead`);
 /// 0 disables the jump.
 pub static FAILOVER_TOKEN_MARGIN_MS: AtomicI64 = AtomicI64::new(DEFAULT_FAILOVER_TOKEN_MARGIN_MS);
 pub const DEFAULT_FAILOVER_TOKEN_MARGIN_MS: i64 = 60_000;
@@ -42,21 +43,8 @@ pub fn failover_token_margin_ms() -> Millis {
 }
 
 /// Mint a new fencing token.
-///
-/// The first token after the process started comes after a skip-ahead by the margin. Why at
-/// the first mint and not when loading ends: a start with no RDB or AOF file loads nothing and
-/// the server sends no loading event at all, so an event cannot tell "nothing to load" from
-/// "not loaded yet"; the first mint always comes after whatever was loaded (the server runs no
-/// command before loading is done, and replaying an AOF only observes tokens, it mints none).
-/// Why on every start, not only without persistence: an RDB snapshot, or an AOF with
-/// `appendfsync everysec`, can also miss the last grants before a crash, exactly like a
-/// replica that missed them; after a clean shutdown the jump costs `margin` ms of token space
-/// and nothing else. A replica mints nothing; its promotion does the skip-ahead instead
-/// ([`skip_ahead`]), which also clears this one.
 pub fn next_token(now: Millis) -> u64 {
-    if STARTED_BEHIND.with(Cell::get) {
-        skip_ahead(now);
-    }
+    STARTING.with(|s| s.set(false));
     MINT.with(|m| {
         let mut mint = m.take();
         let token = mint.next(now);
@@ -83,10 +71,15 @@ pub fn token_high_water() -> u64 {
     })
 }
 
-/// Jump the high-water mark ahead by `lock.failover-token-margin-ms` (on promotion, and before
-/// the first token after a start). False when the jump was cut short at the ceiling below 2^53.
+/// True until the first token of this process is minted.
+pub fn starting() -> bool {
+    STARTING.with(Cell::get)
+}
+
+/// Jump the high-water mark ahead by `lock.failover-token-margin-ms` (at the module's load,
+/// after the start-up load from disk, on promotion). False when the jump was cut short at the
+/// ceiling below 2^53.
 pub fn skip_ahead(now: Millis) -> bool {
-    STARTED_BEHIND.with(|s| s.set(false));
     let margin = failover_token_margin_ms();
     MINT.with(|m| {
         let mut mint = m.take();

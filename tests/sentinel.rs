@@ -360,7 +360,7 @@ fn failover_keeps_acknowledged_locks_and_tokens_only_grow() {
     );
     println!(
         "  tokens: old primary's largest {old_max}; new primary's smallest {new_min} \
-         (+{:.0} ms of clock floor)",
+         (+{:.0} ms of clock: floor and failover margin)",
         (new_min - old_max) as f64 / (1u64 << 11) as f64
     );
     drop(sentinels);
