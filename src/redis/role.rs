@@ -69,10 +69,8 @@ extern "C" fn on_loading(
         | raw::REDISMODULE_SUBEVENT_LOADING_AOF_START => {
             DISK_LOAD.with(|d| d.set(state::starting()));
         }
-        raw::REDISMODULE_SUBEVENT_LOADING_ENDED => {
-            if DISK_LOAD.with(|d| d.replace(false)) {
-                jump(&Context::new(ctx), "loaded its data");
-            }
+        raw::REDISMODULE_SUBEVENT_LOADING_ENDED if DISK_LOAD.with(|d| d.replace(false)) => {
+            jump(&Context::new(ctx), "loaded its data");
         }
         raw::REDISMODULE_SUBEVENT_LOADING_FAILED => DISK_LOAD.with(|d| d.set(false)),
         _ => {}
