@@ -278,3 +278,34 @@ fn a_restart_without_persistence_on_a_clock_10s_behind() {
         );
     }
 }
+
+/// A restart from an RDB jumps from the loaded high-water mark (the snapshot may miss the last
+/// grants); a `DEBUG RELOAD` after the first grant, which loses nothing, does not jump.
+#[test]
+fn a_restart_from_rdb_jumps_from_the_loaded_mark_and_debug_reload_does_not() {
+    let mut server = Server::start();
+    let mut c = server.conn();
+    let saved = must_acquire(&mut c, "k:saved", "alice", LONG_TTL);
+    let _: () = redis::cmd("SAVE").query(&mut c).unwrap();
+    must_acquire(&mut c, "k:unsaved", "alice", LONG_TTL);
+    server.kill9();
+    server.restart();
+    let mut c = server.conn();
+    assert_eq!(fence(&mut c, "k:saved"), Some(saved));
+    let hw = high_water(&mut c);
+    assert!(
+        hw >= saved + MARGIN * PER_MS,
+        "high water {hw} after loading {saved}"
+    );
+    assert!(
+        server
+            .log()
+            .contains("redis-lock: loaded its data; token high-water mark"),
+        "no load line in the log"
+    );
+    // After the first grant since the start, a reload is no start-up load.
+    assert_eq!(must_acquire(&mut c, "k:next", "bob", LONG_TTL), hw + 1);
+    let _: () = redis::cmd("DEBUG").arg("RELOAD").query(&mut c).unwrap();
+    assert_eq!(high_water(&mut c), hw + 1);
+    assert_eq!(must_acquire(&mut c, "k:after", "bob", LONG_TTL), hw + 2);
+}
