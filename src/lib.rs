@@ -31,7 +31,7 @@ mod module {
     use redis_module::{raw, redis_module, Context, InfoContext, RedisResult, RedisString, Status};
 
     use crate::commands::{acquire, extend, fence, info, load, macquire, mrelease, release};
-    use crate::redis::{blocking, config, datatype::LOCK_TYPE, docs, guard};
+    use crate::redis::{blocking, config, datatype::LOCK_TYPE, docs, guard, role};
 
     fn init(ctx: &Context, args: &[RedisString]) -> Status {
         if !config::server_supported() {
@@ -78,10 +78,11 @@ mod module {
                 return Status::Err;
             }
         }
-        if !blocking::subscribe(ctx) {
+        if !blocking::subscribe(ctx) || !role::subscribe(ctx) {
             ctx.log_warning("redis-lock: could not subscribe to keyspace and server events");
             return Status::Err;
         }
+        role::started(ctx);
         Status::Ok
     }
 

@@ -98,6 +98,141 @@ impl TokenMint {
     pub fn high_water(&self) -> u64 {
         self.high_water
     }
+
+    /// After a promotion, or a start that may have missed the newest grants: move the
+    /// high-water mark forward by `margin` ms worth of tokens, to at least
+    /// `max(floor(now + margin), high_water + (margin << CLOCK_SHIFT))`, so that the next token
+    /// exceeds every token the previous primary (or this server before its restart) can have
+    /// issued, unless that server's clock was ahead of this one's by more than `margin` plus
+    /// the time the failover took. `margin` 0 changes nothing (`next` applies the clock floor
+    /// anyway).
+    ///
+    /// Two terms, because each covers what the other misses:
+    /// - `floor(now + margin)`: a server that knows nothing (fresh start, a replica that never
+    ///   synced) starts `margin` ms of clock ahead of its own clock. It covers lost tokens
+    ///   minted at most `margin` (plus the failover time) after this server's clock.
+    /// - `high_water + (margin << CLOCK_SHIFT)`: a replica knows the last token it replicated,
+    ///   which was minted from the old primary's clock or high-water mark, not its own. The
+    ///   grants it missed carry tokens above that by at most 2048 per ms (see `CLOCK_SHIFT`),
+    ///   so jumping `margin` ms of tokens past it covers a replication lag of up to `margin`,
+    ///   whatever this server's clock says, and also a failover back to a server that was
+    ///   promoted less than `margin` ago (whose tokens run ahead of its clock).
+    ///
+    /// Cost: each call puts tokens at most `margin` ms ahead of `max(clock, high_water)`.
+    /// Calls more than `margin` apart do not add up (the clock catches up in between); calls in
+    /// quick succession do. The mark never goes past [`RAISE_CEILING`]: there the jump is cut
+    /// short (the result is `false`, the caller logs it) and tokens go on by one per grant,
+    /// still below 2^53 for another 2^40 grants, rather than leaving the range doubles hold
+    /// exactly. From 2026 to the ceiling there is room for about 43 million jumps of 60 s in a
+    /// row (`failover_jumps_fit_below_2_53` computes it); the room shrinks as the clock nears
+    /// 2^42 ms in 2109.
+    pub fn skip_ahead(&mut self, now: Millis, margin: Millis) -> bool {
+        let margin = margin.clamp(0, MAX_MARGIN);
+        let by_clock = Self::floor(now.saturating_add(margin));
+        let by_history = self
+            .high_water
+            .saturating_add((margin as u64) << CLOCK_SHIFT);
+        let want = by_clock.max(by_history).max(self.high_water);
+        let ceiling = RAISE_CEILING.max(self.high_water);
+        self.high_water = want.min(ceiling);
+        want <= ceiling
+    }
+}
+
+/// The largest margin [`TokenMint::skip_ahead`] applies: one day (`lock.failover-token-margin-ms`
+/// has the same maximum).
+pub const MAX_MARGIN: Millis = 86_400_000;
+
+/// [`TokenMint::skip_ahead`] never raises the high-water mark past this: 2^40 grants below
+/// [`EXACT_NUMBER_LIMIT`].
+pub const RAISE_CEILING: u64 = EXACT_NUMBER_LIMIT - (1 << 40);
+
+#[cfg(test)]
+mod mint_tests {
+    use super::*;
+
+    const T0: Millis = 1_700_000_000_000;
+    const MARGIN: Millis = 60_000;
+
+    #[test]
+    fn skip_ahead_moves_past_the_clock_plus_margin() {
+        let mut mint = TokenMint::new();
+        assert!(mint.skip_ahead(T0, MARGIN));
+        assert_eq!(mint.high_water(), TokenMint::floor(T0 + MARGIN));
+        assert_eq!(mint.next(T0), TokenMint::floor(T0 + MARGIN) + 1);
+    }
+
+    #[test]
+    fn skip_ahead_moves_past_the_replicated_high_water_mark() {
+        // The old primary's clock was 60 s ahead of ours: its tokens are far above our clock.
+        let mut old = TokenMint::new();
+        let replicated = old.next(T0 + 60_000);
+        let lost: Vec<u64> = (0..5000).map(|_| old.next(T0 + 60_500)).collect();
+        let mut new = TokenMint::new();
+        new.observe(replicated);
+        new.skip_ahead(T0 + 1000, MARGIN);
+        let first = new.next(T0 + 1000);
+        assert!(
+            lost.iter().all(|t| *t < first),
+            "{first} not above {lost:?}"
+        );
+        assert_eq!(first, replicated + ((MARGIN as u64) << CLOCK_SHIFT) + 1);
+    }
+
+    #[test]
+    fn skewed_failover_without_margin_reuses_lost_tokens() {
+        // The failure the margin prevents: replica 10 s behind, grants lost in the failover.
+        let mut old = TokenMint::new();
+        let replicated = old.next(T0);
+        let lost = old.next(T0 + 5);
+        let mut new = TokenMint::new();
+        new.observe(replicated);
+        assert!(new.skip_ahead(T0 - 10_000 + 100, 0));
+        assert!(new.next(T0 - 10_000 + 100) <= lost);
+    }
+
+    #[test]
+    fn skip_ahead_is_bounded_by_the_margin_and_the_ceiling() {
+        let mut mint = TokenMint::new();
+        mint.observe(RAISE_CEILING - 10);
+        assert!(!mint.skip_ahead(T0, MARGIN));
+        assert_eq!(mint.high_water(), RAISE_CEILING);
+        // Never lowers, even past the ceiling.
+        mint.observe(RAISE_CEILING + 5);
+        assert!(!mint.skip_ahead(T0, MARGIN));
+        assert_eq!(mint.high_water(), RAISE_CEILING + 5);
+        assert!(mint.next(T0) < EXACT_NUMBER_LIMIT);
+        // Negative and huge margins are clamped.
+        let mut mint = TokenMint::new();
+        mint.skip_ahead(T0, -5);
+        assert_eq!(mint.high_water(), TokenMint::floor(T0));
+        mint.skip_ahead(T0, Millis::MAX);
+        assert_eq!(mint.high_water(), TokenMint::floor(T0 + MAX_MARGIN));
+    }
+
+    #[test]
+    fn skip_ahead_calls_far_apart_do_not_add_up() {
+        let mut mint = TokenMint::new();
+        mint.skip_ahead(T0, MARGIN);
+        mint.next(T0);
+        // Two margins later the clock has overtaken the first jump.
+        mint.skip_ahead(T0 + 2 * MARGIN, MARGIN);
+        assert_eq!(mint.high_water(), TokenMint::floor(T0 + 3 * MARGIN));
+    }
+
+    #[test]
+    fn failover_jumps_fit_below_2_53() {
+        // Back-to-back failovers at the default margin, starting 2026-12-01.
+        let dec_2026: Millis = 1_796_083_200_000;
+        let per_jump = (MARGIN as u64) << CLOCK_SHIFT;
+        let jumps = (RAISE_CEILING - TokenMint::floor(dec_2026)) / per_jump;
+        assert_eq!(jumps / 1_000_000, 43); // about 43 million
+        let mut mint = TokenMint::new();
+        mint.observe(TokenMint::floor(dec_2026) + (jumps - 1) * per_jump);
+        assert!(mint.skip_ahead(dec_2026, MARGIN));
+        assert!(!mint.skip_ahead(dec_2026, MARGIN));
+        assert!(mint.next(dec_2026) < EXACT_NUMBER_LIMIT);
+    }
 }
 
 /// A per-key FIFO queue of waiters. `W` is whatever the Redis side needs to reach the blocked

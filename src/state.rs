@@ -11,7 +11,16 @@ use crate::lock::{Millis, TokenMint};
 
 thread_local! {
     static MINT: Cell<TokenMint> = const { Cell::new(TokenMint::new()) };
+    /// True from the module's load until the first token is minted: a load from RDB or AOF
+    /// in this window is the start-up load (see `redis::role`).
+    static STARTING: Cell<bool> = const { Cell::new(true) };
 }
+
+/// `lock.failover-token-margin-ms`: how far ahead the token high-water mark jumps when this
+/// server starts, loads its data from disk at start-up, or is promoted (see `TokenMint::skip_ahead`);
+/// 0 disables the jump.
+pub static FAILOVER_TOKEN_MARGIN_MS: AtomicI64 = AtomicI64::new(DEFAULT_FAILOVER_TOKEN_MARGIN_MS);
+pub const DEFAULT_FAILOVER_TOKEN_MARGIN_MS: i64 = 60_000;
 
 /// `lock.max-owner-bytes`: the longest owner string accepted.
 pub static MAX_OWNER_BYTES: AtomicI64 = AtomicI64::new(DEFAULT_MAX_OWNER_BYTES);
@@ -37,8 +46,13 @@ pub fn max_waiters() -> usize {
     MAX_WAITERS.load(Ordering::Relaxed).max(0) as usize
 }
 
+pub fn failover_token_margin_ms() -> Millis {
+    FAILOVER_TOKEN_MARGIN_MS.load(Ordering::Relaxed).max(0)
+}
+
 /// Mint a new fencing token.
 pub fn next_token(now: Millis) -> u64 {
+    STARTING.with(|s| s.set(false));
     MINT.with(|m| {
         let mut mint = m.take();
         let token = mint.next(now);
@@ -62,5 +76,23 @@ pub fn token_high_water() -> u64 {
         let hw = mint.high_water();
         m.set(mint);
         hw
+    })
+}
+
+/// True until the first token of this process is minted.
+pub fn starting() -> bool {
+    STARTING.with(Cell::get)
+}
+
+/// Jump the high-water mark ahead by `lock.failover-token-margin-ms` (at the module's load,
+/// after the start-up load from disk, on promotion). False when the jump was cut short at the
+/// ceiling below 2^53.
+pub fn skip_ahead(now: Millis) -> bool {
+    let margin = failover_token_margin_ms();
+    MINT.with(|m| {
+        let mut mint = m.take();
+        let whole = mint.skip_ahead(now, margin);
+        m.set(mint);
+        whole
     })
 }

@@ -30,7 +30,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::{acquire, fence, must_acquire, release, wait_for_replica_sync, Server};
-use nodes::{Node, Ports};
+use nodes::Node;
 use redis::{Connection, Value};
 
 const MASTER_NAME: &str = "mymaster";
@@ -45,33 +45,14 @@ const PATIENCE: Duration = Duration::from_secs(20);
 
 /// Start a Sentinel monitoring the primary on `primary_port`.
 fn start_sentinel(i: usize, dir: &std::path::Path, primary_port: u16) -> Node {
-    let (program, trailing) = nodes::sentinel_cmd();
-    Node::spawn(
-        &format!("sentinel {i}"),
-        dir.join(format!("sentinel{i}")),
-        Ports::Client,
-        &program,
-        |port, dir| {
-            // Sentinel rewrites its config file, so it must be a writable file of its own.
-            let conf = dir.join("sentinel.conf");
-            let text = format!(
-                "port {port}\n\
-                 bind 127.0.0.1\n\
-                 dir {dir}\n\
-                 logfile {log}\n\
-                 sentinel monitor {MASTER_NAME} 127.0.0.1 {primary_port} 2\n\
-                 sentinel down-after-milliseconds {MASTER_NAME} 500\n\
-                 sentinel failover-timeout {MASTER_NAME} 3000\n\
-                 sentinel parallel-syncs {MASTER_NAME} 1\n",
-                dir = nodes::path_arg(dir),
-                log = nodes::path_arg(&dir.join("logfile")),
-            );
-            fs::write(&conf, text).expect("write sentinel.conf");
-            let mut args = vec![nodes::path_arg(&conf)];
-            args.extend(trailing.iter().cloned());
-            args
-        },
-    )
+    let cfg = nodes::SentinelConfig {
+        master_name: MASTER_NAME,
+        primary_port,
+        quorum: 2,
+        down_after_ms: 500,
+        failover_timeout_ms: 3000,
+    };
+    nodes::sentinel(i, dir, &cfg)
 }
 
 /// `SENTINEL MASTER mymaster` as field -> value.
@@ -379,7 +360,7 @@ fn failover_keeps_acknowledged_locks_and_tokens_only_grow() {
     );
     println!(
         "  tokens: old primary's largest {old_max}; new primary's smallest {new_min} \
-         (+{:.0} ms of clock floor)",
+         (+{:.0} ms of clock: floor and failover margin)",
         (new_min - old_max) as f64 / (1u64 << 11) as f64
     );
     drop(sentinels);

@@ -47,6 +47,21 @@ mod shared;
 #[path = "torture/workload.rs"]
 mod workload;
 
+// Network and clock faults (issue 14): their own runner and tables, see torture/netfault.rs.
+#[path = "torture/clockjump.rs"]
+mod clockjump;
+#[path = "torture/netfault.rs"]
+mod netfault;
+#[path = "torture/netfault_tests.rs"]
+mod netfault_tests;
+mod nodes;
+#[path = "torture/partitions.rs"]
+mod partitions;
+#[path = "torture/skew.rs"]
+mod skew;
+#[path = "torture/slowlink.rs"]
+mod slowlink;
+
 /// One `#[test]` per scenario, and their number (the summary is printed after the last).
 macro_rules! scenarios {
     ($($name:ident),* $(,)?) => {

@@ -739,6 +739,7 @@ extern "C" fn on_role_changed(
     _data: *mut c_void,
 ) {
     guard::callback("role change event", (), || {
+        super::role::changed(ctx, subevent);
         if subevent != raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_REPLICA {
             return;
         }

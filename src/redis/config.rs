@@ -22,7 +22,7 @@ pub struct Numeric {
     pub max: i64,
 }
 
-pub static SETTINGS: [Numeric; 3] = [
+pub static SETTINGS: [Numeric; 4] = [
     Numeric {
         name: c"max-owner-bytes",
         value: &state::MAX_OWNER_BYTES,
@@ -40,6 +40,12 @@ pub static SETTINGS: [Numeric; 3] = [
         value: &state::MAX_MULTI_KEYS,
         min: 1,
         max: 100_000,
+    },
+    Numeric {
+        name: c"failover-token-margin-ms",
+        value: &state::FAILOVER_TOKEN_MARGIN_MS,
+        min: 0,
+        max: crate::lock::MAX_MARGIN,
     },
 ];
 

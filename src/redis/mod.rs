@@ -4,6 +4,7 @@
 //! - `datatype`: the `redislock` type's RDB, AOF and memory callbacks.
 //! - `blocking`: waiter queues, handoff, timers, and reacting to locks freed behind our back.
 //! - `guard`: turns panics into error replies and log lines.
+//! - `role`: the token jumps at start-up and when this server is promoted to primary.
 
 pub mod blocking;
 pub mod cluster;
@@ -12,3 +13,4 @@ pub mod datatype;
 pub mod docs;
 pub mod guard;
 pub mod key;
+pub mod role;

@@ -26,6 +26,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use redis::{Connection, RedisResult, ToRedisArgs, Value};
 
+pub mod clock;
+
 /// How long a server may take to answer `PING` after it was spawned.
 pub const READY_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -48,6 +50,9 @@ pub struct Server {
     dir: PathBuf,
     /// Every argument after `--port P`, reused verbatim by [`Server::restart`].
     args: Vec<String>,
+    /// Extra environment of the process (e.g. [`clock::ShiftedClock::env`]), kept across
+    /// restarts.
+    env: Vec<(String, String)>,
 }
 
 /// Why a spawned server did not come up.
@@ -78,6 +83,16 @@ impl Server {
     /// A server whose module gets `module_args` at load time (e.g.
     /// `&["max-owner-bytes", "8"]`), plus extra `redis-server` arguments.
     pub fn start_with_module_args(module_args: &[&str], extra: &[&str]) -> Server {
+        Server::start_with_env(Vec::new(), module_args, extra)
+    }
+
+    /// As [`Server::start_with_module_args`], with extra environment variables for the
+    /// process (kept across [`Server::restart`]), e.g. a shifted wall clock.
+    pub fn start_with_env(
+        env: Vec<(String, String)>,
+        module_args: &[&str],
+        extra: &[&str],
+    ) -> Server {
         let dir = std::env::temp_dir()
             .join("redis-lock-tests")
             .join(uuid::Uuid::new_v4().to_string());
@@ -124,6 +139,7 @@ impl Server {
             port: 0,
             dir,
             args,
+            env,
         };
         for attempt in 1..=PORT_ATTEMPTS {
             server.port = free_port();
@@ -220,6 +236,7 @@ impl Server {
             .arg("--port")
             .arg(self.port.to_string())
             .args(&self.args)
+            .envs(self.env.iter().cloned())
             .current_dir(&self.dir)
             .stdin(Stdio::null())
             .stdout(stdout)

@@ -340,3 +340,49 @@ pub fn wait_for<T>(what: &str, timeout: Duration, mut cond: impl FnMut() -> Opti
         thread::sleep(Duration::from_millis(5));
     }
 }
+
+/// How a [`sentinel`] watches its primary.
+pub struct SentinelConfig<'a> {
+    pub master_name: &'a str,
+    /// The primary's address as the Sentinel reaches it.
+    pub primary_port: u16,
+    pub quorum: usize,
+    pub down_after_ms: u64,
+    pub failover_timeout_ms: u64,
+}
+
+/// Start Sentinel `i` in `dir/sentinel{i}`, monitoring the primary of `cfg`.
+pub fn sentinel(i: usize, dir: &Path, cfg: &SentinelConfig) -> Node {
+    let (program, trailing) = sentinel_cmd();
+    Node::spawn(
+        &format!("sentinel {i}"),
+        dir.join(format!("sentinel{i}")),
+        Ports::Client,
+        &program,
+        |port, dir| {
+            // Sentinel rewrites its config file, so it must be a writable file of its own.
+            let conf = dir.join("sentinel.conf");
+            let name = cfg.master_name;
+            let text = format!(
+                "port {port}\n\
+                 bind 127.0.0.1\n\
+                 dir {dir}\n\
+                 logfile {log}\n\
+                 sentinel monitor {name} 127.0.0.1 {primary} {quorum}\n\
+                 sentinel down-after-milliseconds {name} {down}\n\
+                 sentinel failover-timeout {name} {failover}\n\
+                 sentinel parallel-syncs {name} 1\n",
+                dir = path_arg(dir),
+                log = path_arg(&dir.join("logfile")),
+                primary = cfg.primary_port,
+                quorum = cfg.quorum,
+                down = cfg.down_after_ms,
+                failover = cfg.failover_timeout_ms,
+            );
+            fs::write(&conf, text).expect("write sentinel.conf");
+            let mut args = vec![path_arg(&conf)];
+            args.extend(trailing.iter().cloned());
+            args
+        },
+    )
+}
