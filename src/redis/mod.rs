@@ -4,7 +4,9 @@
 //! - `datatype`: the `redislock` type's RDB, AOF and memory callbacks.
 //! - `blocking`: waiter queues, handoff, timers, and reacting to locks freed behind our back.
 //! - `guard`: turns panics into error replies and log lines.
+//! - `acl`: ACL categories for the commands, on servers that can set them.
 
+pub mod acl;
 pub mod blocking;
 pub mod cluster;
 pub mod config;
