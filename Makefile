@@ -10,7 +10,7 @@ MODULE_DEBUG := target/debug/libredis_lock.so
 APT_PACKAGES := redis-server redis-sentinel libclang-dev clang
 
 
-.PHONY: help deps test-deps build run test servers test-servers test-valkey torture bench cluster cluster-stop bench-cluster lint fmt clean
+.PHONY: help deps test-deps build run test servers test-servers test-valkey torture bench bench-instructions cluster cluster-stop bench-cluster lint fmt clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -86,8 +86,14 @@ torture: test-deps ## The fault-injection suite, 60 s per scenario (TORTURE_SECS
 	REDIS_SERVER=$(REDIS_SERVER) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) TORTURE_SECS=$${TORTURE_SECS:-60} \
 		$(CARGO) test --release --test torture -- --nocapture --test-threads 1
 
-bench: build ## Benchmarks vs the classic pattern; writes BENCHMARKS.md and bench/ (QUICK=1: smoke run)
-	REDIS_SERVER=$(REDIS_SERVER) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_RELEASE) QUICK=$(QUICK) $(CARGO) bench --bench lockbench
+bench: build servers ## Benchmarks vs the classic pattern and real lock libraries, Redis 7.0 and 8.2; writes BENCHMARKS.md and bench/ (QUICK=1: smoke run)
+	REDIS_SERVER=$(REDIS_SERVER) BENCH_SERVERS="$(REDIS_8)" BENCH_MATRIX="$(VALKEY_8) $(VALKEY_9)" \
+		REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_RELEASE) QUICK=$(QUICK) ONLY=$(ONLY) $(CARGO) bench --bench lockbench
+
+bench-instructions: build servers ## Server instructions per operation under callgrind (Redis 7.0 and 8.2, bare/AOF/AOF+replica); writes bench/instructions.md
+	@command -v valgrind >/dev/null || { echo "valgrind is missing: sudo apt-get install -y valgrind"; exit 1; }
+	REDIS_SERVERS="redis-7.0=$(REDIS_SERVER) redis-8.2=$(REDIS_8)" REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_RELEASE) \
+		python3 bench/instructions.py
 
 cluster: build ## Start a local Redis Cluster (3 masters, 3 replicas, module on each); prints its ports
 	REDIS_SERVER=$(REDIS_SERVER) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_RELEASE) tests/cluster/start.sh
