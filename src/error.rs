@@ -90,6 +90,33 @@ pub fn timeout_too_large() -> Error {
     err("BLOCK timeout-ms is too large")
 }
 
+pub fn limit_invalid() -> Error {
+    err("LIMIT must be a positive integer")
+}
+
+pub fn limit_needs_shared() -> Error {
+    err("syntax error: LIMIT needs SHARED (a semaphore is a shared lock with n permits)")
+}
+
+/// An acquire that conflicts with how the key is held (see [`crate::lock::Conflict`]).
+pub fn conflict(c: crate::lock::Conflict) -> Error {
+    use crate::lock::{Conflict, Mode};
+    match c {
+        Conflict::OtherMode {
+            held: Mode::Exclusive,
+        } => err("owner holds this lock exclusively; release it before acquiring it SHARED"),
+        Conflict::OtherMode { .. } => {
+            err("owner holds this lock SHARED; release it before acquiring it exclusively")
+        }
+        Conflict::Limit { limit: Some(n) } => err(format!(
+            "this lock is held SHARED with LIMIT {n}; acquire it with SHARED LIMIT {n}"
+        )),
+        Conflict::Limit { limit: None } => {
+            err("this lock is held SHARED without a limit; acquire it with SHARED and no LIMIT")
+        }
+    }
+}
+
 pub fn token_invalid() -> Error {
     err("token must be a positive integer")
 }

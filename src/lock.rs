@@ -1,11 +1,14 @@
 //! The lock state machine: plain Rust, no Redis types, no `unsafe`.
 //!
 //! Every decision takes `now` (milliseconds since the Unix epoch) as an argument so that the
-//! unit tests choose the clock. The Redis side (`crate::redis`) stores a [`Hold`] as the value of
-//! the lock key and a [`WaitQueue`] per key in module memory; it asks this module what to do and
-//! then does it.
+//! unit tests choose the clock. The Redis side (`crate::redis`) stores a [`Lock`] (a mode and
+//! its [`Hold`]s) as the value of the lock key and a [`WaitQueue`] per key in module memory; it
+//! asks this module what to do and then does it.
 
 use std::collections::VecDeque;
+
+mod value;
+pub use value::{decide_acquire, held_by, Acquire, Conflict, Lock, Mode};
 
 /// Milliseconds since the Unix epoch, as Redis keeps its own expiries.
 pub type Millis = i64;
@@ -34,11 +37,6 @@ impl Hold {
     pub fn is_live(&self, now: Millis) -> bool {
         now < self.deadline
     }
-}
-
-/// The live hold, if any: an expired hold the server has not deleted yet counts as free.
-pub fn live(hold: Option<&Hold>, now: Millis) -> Option<&Hold> {
-    hold.filter(|h| h.is_live(now))
 }
 
 /// `now + ttl`, or `None` when that deadline would overflow (the caller reports `ttl-ms is too
@@ -98,39 +96,6 @@ impl TokenMint {
     pub fn high_water(&self) -> u64 {
         self.high_water
     }
-}
-
-/// What `LOCK.ACQUIRE` should do, decided from the current value of the key.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Acquire {
-    /// The caller already holds it: keep the token, move the deadline.
-    Retry { token: u64 },
-    /// Free and nobody queued: grant a new token to the caller.
-    Grant,
-    /// Free, but waiters are queued: they go first (no barging), then the caller is refused or
-    /// queued behind them.
-    ServeQueue,
-    /// Held by another owner.
-    Busy,
-}
-
-pub fn decide_acquire(current: Option<&Hold>, owner: &[u8], now: Millis, queued: bool) -> Acquire {
-    match live(current, now) {
-        Some(h) if h.owner == owner => Acquire::Retry { token: h.token },
-        Some(_) => Acquire::Busy,
-        None if queued => Acquire::ServeQueue,
-        None => Acquire::Grant,
-    }
-}
-
-/// True when `owner` holds a live lock: the condition for `LOCK.RELEASE` and `LOCK.EXTEND`.
-pub fn held_by(current: Option<&Hold>, owner: &[u8], now: Millis) -> bool {
-    live(current, now).is_some_and(|h| h.owner == owner)
-}
-
-/// `LOCK.FENCE key token`: is `token` the token of the live hold?
-pub fn fence_matches(current: Option<&Hold>, token: u64, now: Millis) -> bool {
-    live(current, now).is_some_and(|h| h.token == token)
 }
 
 /// A per-key FIFO queue of waiters. `W` is whatever the Redis side needs to reach the blocked
@@ -196,82 +161,6 @@ mod tests {
     use super::*;
 
     const T0: Millis = 1_700_000_000_000;
-
-    fn hold(owner: &str, token: u64, deadline: Millis) -> Hold {
-        Hold {
-            owner: owner.as_bytes().to_vec(),
-            token,
-            deadline,
-            granted_at: 0,
-        }
-    }
-
-    #[test]
-    fn free_lock_is_granted() {
-        assert_eq!(decide_acquire(None, b"a", T0, false), Acquire::Grant);
-    }
-
-    #[test]
-    fn same_owner_retry_keeps_token() {
-        let h = hold("a", 7, T0 + 100);
-        assert_eq!(
-            decide_acquire(Some(&h), b"a", T0 + 50, false),
-            Acquire::Retry { token: 7 }
-        );
-        // Even with waiters queued, the holder's retry is not barging.
-        assert_eq!(
-            decide_acquire(Some(&h), b"a", T0 + 50, true),
-            Acquire::Retry { token: 7 }
-        );
-    }
-
-    #[test]
-    fn other_owner_is_refused_while_live() {
-        let h = hold("a", 7, T0 + 100);
-        assert_eq!(
-            decide_acquire(Some(&h), b"b", T0 + 99, false),
-            Acquire::Busy
-        );
-    }
-
-    #[test]
-    fn hold_expires_at_the_exact_deadline() {
-        let h = hold("a", 7, T0 + 100);
-        assert!(h.is_live(T0 + 99));
-        assert!(!h.is_live(T0 + 100));
-        assert_eq!(
-            decide_acquire(Some(&h), b"b", T0 + 100, false),
-            Acquire::Grant
-        );
-        // The old owner's retry after expiry is a fresh grant, not a retry of the old token.
-        assert_eq!(
-            decide_acquire(Some(&h), b"a", T0 + 100, false),
-            Acquire::Grant
-        );
-        assert!(!held_by(Some(&h), b"a", T0 + 100));
-        assert!(held_by(Some(&h), b"a", T0 + 99));
-        assert!(!fence_matches(Some(&h), 7, T0 + 100));
-        assert!(fence_matches(Some(&h), 7, T0 + 99));
-    }
-
-    #[test]
-    fn queued_waiters_go_before_a_free_acquire() {
-        assert_eq!(decide_acquire(None, b"b", T0, true), Acquire::ServeQueue);
-        let expired = hold("a", 7, T0);
-        assert_eq!(
-            decide_acquire(Some(&expired), b"b", T0, true),
-            Acquire::ServeQueue
-        );
-    }
-
-    #[test]
-    fn release_and_fence_check_owner_and_token() {
-        let h = hold("a", 7, T0 + 100);
-        assert!(!held_by(Some(&h), b"b", T0));
-        assert!(!held_by(None, b"a", T0));
-        assert!(!fence_matches(Some(&h), 8, T0));
-        assert!(!fence_matches(None, 7, T0));
-    }
 
     #[test]
     fn tokens_increase_and_follow_the_clock() {

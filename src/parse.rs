@@ -4,13 +4,15 @@
 //! `args` always includes the command name at 0 and the key at 1, as Redis passes them.
 
 use crate::error::{self, Error, Result};
-use crate::lock::Millis;
+use crate::lock::{Millis, Mode};
 
-/// `LOCK.ACQUIRE key owner ttl-ms [BLOCK timeout-ms]`
+/// `LOCK.ACQUIRE key owner ttl-ms [SHARED] [LIMIT n] [BLOCK timeout-ms]`
 #[derive(Debug, PartialEq, Eq)]
 pub struct Acquire<'a> {
     pub owner: &'a [u8],
     pub ttl: Millis,
+    /// Exclusive without `SHARED`; `LIMIT n` makes a shared acquire take one of `n` permits.
+    pub mode: Mode,
     /// `None` without `BLOCK`; `Some(0)` waits without limit.
     pub block: Option<Millis>,
 }
@@ -34,12 +36,17 @@ pub struct Fence {
     pub token: Option<u64>,
 }
 
-/// `LOCK.LOAD key owner token deadline-ms`: the effect of a grant, as replicas and the AOF see it.
+/// `LOCK.LOAD key owner token deadline-ms [SHARED [LIMIT n]] [PRUNE ms]`: the effect of a
+/// grant, as replicas and the AOF see it.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Load<'a> {
     pub owner: &'a [u8],
     pub token: u64,
     pub deadline: Millis,
+    pub mode: Mode,
+    /// The primary's clock when it granted: it dropped every holder that had expired by then,
+    /// and a replica drops the same ones (never by its own clock, which may differ).
+    pub prune: Option<Millis>,
 }
 
 /// The longest `BLOCK` timeout: about 3 years, far below where Redis's own `now + timeout`
@@ -53,6 +60,8 @@ pub fn acquire<'a>(args: &[&'a [u8]], max_owner: usize) -> Result<Acquire<'a>> {
     let owner = owner(args[2], max_owner)?;
     let ttl = ttl(args[3])?;
     let mut block = None;
+    let mut shared = false;
+    let mut limit = None;
     let mut rest = args[4..].iter();
     while let Some(opt) = rest.next() {
         if opt.eq_ignore_ascii_case(b"BLOCK") {
@@ -63,11 +72,34 @@ pub fn acquire<'a>(args: &[&'a [u8]], max_owner: usize) -> Result<Acquire<'a>> {
                 .next()
                 .ok_or_else(|| error::option_needs_value("BLOCK", "a timeout in milliseconds"))?;
             block = Some(block_timeout(value)?);
+        } else if opt.eq_ignore_ascii_case(b"SHARED") {
+            if shared {
+                return Err(error::option_repeated("SHARED"));
+            }
+            shared = true;
+        } else if opt.eq_ignore_ascii_case(b"LIMIT") {
+            if limit.is_some() {
+                return Err(error::option_repeated("LIMIT"));
+            }
+            let value = rest
+                .next()
+                .ok_or_else(|| error::option_needs_value("LIMIT", "a number of permits"))?;
+            limit = Some(positive(value).ok_or_else(error::limit_invalid)?);
         } else {
             return Err(error::unexpected_argument(opt));
         }
     }
-    Ok(Acquire { owner, ttl, block })
+    let mode = match (shared, limit) {
+        (false, Some(_)) => return Err(error::limit_needs_shared()),
+        (false, None) => Mode::Exclusive,
+        (true, limit) => Mode::Shared { limit },
+    };
+    Ok(Acquire {
+        owner,
+        ttl,
+        mode,
+        block,
+    })
 }
 
 pub fn release<'a>(args: &[&'a [u8]], max_owner: usize) -> Result<Release<'a>> {
@@ -102,7 +134,7 @@ pub fn fence(args: &[&[u8]]) -> Result<Fence> {
 /// No owner length cap here: the primary already enforced its own, and a replica or an AOF
 /// must accept whatever the primary granted.
 pub fn load<'a>(args: &[&'a [u8]]) -> Result<Load<'a>> {
-    if args.len() != 5 {
+    if args.len() < 5 {
         return Err(Error::WrongArity);
     }
     let owner = args[2];
@@ -113,10 +145,32 @@ pub fn load<'a>(args: &[&'a [u8]]) -> Result<Load<'a>> {
     let deadline = integer(args[4])
         .filter(|d| *d >= 0)
         .ok_or_else(error::deadline_invalid)?;
+    let mut mode = Mode::Exclusive;
+    let mut prune = None;
+    let mut rest = args[5..].iter();
+    while let Some(opt) = rest.next() {
+        let mut value = || rest.next().copied().and_then(integer).filter(|v| *v >= 0);
+        if opt.eq_ignore_ascii_case(b"SHARED") {
+            mode = Mode::Shared { limit: None };
+        } else if opt.eq_ignore_ascii_case(b"LIMIT") && mode.is_shared() {
+            let limit = value()
+                .filter(|n| *n > 0)
+                .ok_or_else(error::limit_invalid)?;
+            mode = Mode::Shared {
+                limit: Some(limit as u64),
+            };
+        } else if opt.eq_ignore_ascii_case(b"PRUNE") {
+            prune = Some(value().ok_or_else(error::deadline_invalid)?);
+        } else {
+            return Err(error::unexpected_argument(opt));
+        }
+    }
     Ok(Load {
         owner,
         token,
         deadline,
+        mode,
+        prune,
     })
 }
 
@@ -191,6 +245,7 @@ mod tests {
                 Acquire {
                     owner: b"me",
                     ttl: 1000,
+                    mode: Mode::Exclusive,
                     block: None
                 }
             )
@@ -198,6 +253,28 @@ mod tests {
         with(&["LOCK.ACQUIRE", "k", "me", "1000", "block", "0"], |args| {
             assert_eq!(acquire(args, 1024).unwrap().block, Some(0))
         });
+    }
+
+    #[test]
+    fn acquire_parses_shared_and_limit_in_any_order() {
+        let shared = |limit| Mode::Shared { limit };
+        let cases: &[(&[&str], Mode, Option<Millis>)] = &[
+            (&["SHARED"], shared(None), None),
+            (&["shared", "limit", "4"], shared(Some(4)), None),
+            (&["LIMIT", "4", "SHARED"], shared(Some(4)), None),
+            (
+                &["BLOCK", "5", "LIMIT", "1", "SHARED"],
+                shared(Some(1)),
+                Some(5),
+            ),
+            (&["SHARED", "BLOCK", "0"], shared(None), Some(0)),
+        ];
+        for (opts, mode, block) in cases {
+            let mut args = vec!["A", "k", "me", "10"];
+            args.extend_from_slice(opts);
+            let got = with(&args, |a| acquire(a, 8).map(|c| (c.mode, c.block)));
+            assert_eq!(got, Ok((*mode, *block)), "options {opts:?}");
+        }
     }
 
     #[test]
@@ -265,6 +342,34 @@ mod tests {
                 &["A", "k", "me", "10", "BLOCK", "1", "BLOCK", "2"],
                 "ERR syntax error: BLOCK given more than once",
             ),
+            (
+                &["A", "k", "me", "10", "SHARED", "SHARED"],
+                "ERR syntax error: SHARED given more than once",
+            ),
+            (
+                &["A", "k", "me", "10", "SHARED", "LIMIT", "2", "LIMIT", "2"],
+                "ERR syntax error: LIMIT given more than once",
+            ),
+            (
+                &["A", "k", "me", "10", "LIMIT", "2"],
+                "ERR syntax error: LIMIT needs SHARED (a semaphore is a shared lock with n permits)",
+            ),
+            (
+                &["A", "k", "me", "10", "SHARED", "LIMIT"],
+                "ERR syntax error: LIMIT needs a number of permits",
+            ),
+            (
+                &["A", "k", "me", "10", "SHARED", "LIMIT", "0"],
+                "ERR LIMIT must be a positive integer",
+            ),
+            (
+                &["A", "k", "me", "10", "SHARED", "LIMIT", "-3"],
+                "ERR LIMIT must be a positive integer",
+            ),
+            (
+                &["A", "k", "me", "10", "SHARED", "LIMIT", "two"],
+                "ERR LIMIT must be a positive integer",
+            ),
         ];
         for (args, want) in cases {
             let got = with(args, |a| acquire(a, 8).map(|_| ()).map_err(msg));
@@ -310,11 +415,31 @@ mod tests {
                 Load {
                     owner: b"me",
                     token: 9,
-                    deadline: 100
+                    deadline: 100,
+                    mode: Mode::Exclusive,
+                    prune: None,
                 }
             )
         });
+        with(
+            &[
+                "L", "k", "me", "9", "100", "SHARED", "LIMIT", "3", "PRUNE", "50",
+            ],
+            |a| {
+                let l = load(a).unwrap();
+                assert_eq!(
+                    (l.mode, l.prune),
+                    (Mode::Shared { limit: Some(3) }, Some(50))
+                );
+            },
+        );
         with(&["L", "k", "me", "9", "-1"], |a| assert!(load(a).is_err()));
+        with(&["L", "k", "me", "9", "1", "LIMIT", "3"], |a| {
+            assert!(load(a).is_err())
+        });
+        with(&["L", "k", "me", "9", "1", "PRUNE"], |a| {
+            assert!(load(a).is_err())
+        });
     }
 
     #[test]

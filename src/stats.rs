@@ -16,6 +16,9 @@ impl Counter {
     pub fn incr(&self) {
         self.0.fetch_add(1, Relaxed);
     }
+    pub fn add(&self, n: u64) {
+        self.0.fetch_add(n, Relaxed);
+    }
     pub fn get(&self) -> u64 {
         self.0.load(Relaxed)
     }

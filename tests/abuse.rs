@@ -58,12 +58,14 @@ fn lock_info(c: &mut Connection, key: &str) -> Option<(Vec<u8>, i64, i64, i64)> 
     parse_lock_info(&reply.unwrap_or_else(|e| panic!("LOCK.INFO {key}: {e}")))
 }
 
-/// Parse a RESP2 `LOCK.INFO` reply (flat array `owner o token t ttl l waiters w`) or nil.
+/// Parse a RESP2 `LOCK.INFO` reply of an exclusive lock (flat array `owner o token t ttl l
+/// waiters w mode m limit l holders h queue q`) or nil. The first four fields are what this
+/// suite compares; the rest describe the same hold again (checked in tests/operability.rs).
 fn parse_lock_info(reply: &Value) -> Option<(Vec<u8>, i64, i64, i64)> {
     let items = match reply {
         Value::Nil => return None,
-        Value::Array(items) if items.len() == 8 => items,
-        other => panic!("LOCK.INFO: expected nil or 8 elements, got {other:?}"),
+        Value::Array(items) if items.len() == 16 => items,
+        other => panic!("LOCK.INFO: expected nil or 16 elements, got {other:?}"),
     };
     let name = |i: usize| match &items[i] {
         Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),

@@ -2,6 +2,8 @@
 //!
 //! - `examples/python/one_job.py`: of five worker processes exactly one runs the job (needs
 //!   redis-py; skipped with a message on stderr when `python3 -c "import redis"` fails).
+//! - `examples/python/concurrency_limit.py`: eight processes share a semaphore of three; never
+//!   more than three calls run at once (same redis-py condition).
 //! - `examples/leader.rs`: two candidates take turns as leader with growing tokens, and a leader
 //!   whose lease disappears says `lost`. The binary is `target/debug/examples/leader`, which
 //!   `cargo test` builds; `cargo test --test examples` alone does not, so this file builds it
@@ -188,6 +190,72 @@ fn python_one_job_runs_once() {
         .expect("LRANGE runs");
     assert_eq!(runs, vec![field("runner").to_string()]);
     assert_absent(&mut conn, &job);
+}
+
+// --- Python: a concurrency limit (semaphore) --------------------------------------
+
+/// `name=value` fields of a summary line, in order.
+fn summary_fields(line: &str) -> Vec<(String, String)> {
+    line.split(' ')
+        .map(|f| {
+            let (n, v) = f.split_once('=').unwrap_or_else(|| panic!("bad field {f:?}"));
+            (n.to_string(), v.to_string())
+        })
+        .collect()
+}
+
+#[test]
+fn python_concurrency_limit_is_never_exceeded() {
+    if !python_has_redis() {
+        let _ = writeln!(
+            std::io::stderr(),
+            "skipped: redis-py not installed (python_concurrency_limit_is_never_exceeded)"
+        );
+        return;
+    }
+    let server = Server::start();
+    let scratch = Scratch::new();
+    let script = manifest_dir().join("examples/python/concurrency_limit.py");
+    let mut child = spawn(
+        Command::new("python3").arg(&script).args([
+            "--port",
+            &server.port().to_string(),
+            "--limit",
+            "3",
+            "--workers",
+            "8",
+            "--calls",
+            "4",
+            "--work-ms",
+            "15",
+        ]),
+        &scratch,
+        "stdout",
+        "stderr",
+    );
+    let status = wait_exit(&mut child, "concurrency_limit.py", &scratch, "stderr");
+    let (stdout, stderr) = (scratch.read("stdout"), scratch.read("stderr"));
+    assert!(
+        status.success(),
+        "concurrency_limit.py exited with {status}; stdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 1, "expected one summary line, got:\n{stdout}");
+    let fields = summary_fields(lines[0]);
+    let field = |name: &str| {
+        fields
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_else(|| panic!("no {name}= in {:?}", lines[0]))
+    };
+    assert_eq!(field("calls"), "32", "{}", lines[0]);
+    assert_eq!(field("errors"), "0", "{}", lines[0]);
+    let most: i64 = field("max_in_flight").parse().unwrap();
+    assert!((1..=3).contains(&most), "more calls at once than permits: {}", lines[0]);
+    // Every permit came back: the semaphore's key is gone.
+    let mut conn = server.conn();
+    assert_absent(&mut conn, &format!("limit:{}", field("api")));
 }
 
 // --- Rust: leader election --------------------------------------------------------

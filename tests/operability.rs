@@ -98,8 +98,8 @@ fn assert_info_resp2(reply: Value, owner: &[u8], token: i64, max_ttl: i64, waite
     };
     assert_eq!(
         items.len(),
-        8,
-        "LOCK.INFO: expected 8 elements, got {items:?}"
+        16,
+        "LOCK.INFO: expected 16 elements, got {items:?}"
     );
     let ttl = match items[5] {
         Value::Int(ttl) => ttl,
@@ -110,7 +110,7 @@ fn assert_info_resp2(reply: Value, owner: &[u8], token: i64, max_ttl: i64, waite
         "LOCK.INFO ttl = {ttl}, expected in 1..={max_ttl}"
     );
     assert_eq!(
-        items,
+        items[..14],
         vec![
             bulk("owner"),
             bulk(owner),
@@ -120,9 +120,27 @@ fn assert_info_resp2(reply: Value, owner: &[u8], token: i64, max_ttl: i64, waite
             Value::Int(ttl),
             bulk("waiters"),
             Value::Int(waiters),
+            bulk("mode"),
+            Value::SimpleString("exclusive".into()),
+            bulk("limit"),
+            Value::Nil,
+            bulk("holders"),
+            Value::Array(vec![Value::Array(vec![
+                bulk("owner"),
+                bulk(owner),
+                bulk("token"),
+                Value::Int(token),
+                bulk("ttl"),
+                Value::Int(ttl),
+            ])]),
         ],
         "LOCK.INFO reply"
     );
+    assert_eq!(items[14], bulk("queue"));
+    match &items[15] {
+        Value::Array(queue) => assert_eq!(queue.len() as i64, waiters, "queue {queue:?}"),
+        other => panic!("LOCK.INFO queue: expected an array, got {other:?}"),
+    }
 }
 
 /// The `INFO lock` counters, all integers.
@@ -481,7 +499,7 @@ fn info_is_a_map_under_resp3() {
     let Value::Map(ref kvs) = reply else {
         panic!("LOCK.INFO under RESP3: expected a map, got {reply:?}");
     };
-    assert_eq!(kvs.len(), 4, "LOCK.INFO map: {kvs:?}");
+    assert_eq!(kvs.len(), 8, "LOCK.INFO map: {kvs:?}");
     let ttl = match kvs[2].1 {
         Value::Int(ttl) => ttl,
         ref other => panic!("ttl: expected an integer, got {other:?}"),
@@ -494,6 +512,17 @@ fn info_is_a_map_under_resp3() {
             (bulk("token"), Value::Int(token)),
             (bulk("ttl"), Value::Int(ttl)),
             (bulk("waiters"), Value::Int(0)),
+            (bulk("mode"), Value::SimpleString("exclusive".into())),
+            (bulk("limit"), Value::Nil),
+            (
+                bulk("holders"),
+                Value::Array(vec![Value::Map(vec![
+                    (bulk("owner"), bulk(owner)),
+                    (bulk("token"), Value::Int(token)),
+                    (bulk("ttl"), Value::Int(ttl)),
+                ])])
+            ),
+            (bulk("queue"), Value::Array(vec![])),
         ]
     );
 }
@@ -842,6 +871,8 @@ fn command_docs_describe_every_command() {
                 ("key", None, false),
                 ("owner", None, false),
                 ("ttl-ms", None, false),
+                ("shared", Some("SHARED"), true),
+                ("limit", Some("LIMIT"), true),
                 ("timeout-ms", Some("BLOCK"), true),
             ],
         ),
@@ -873,7 +904,11 @@ fn command_docs_describe_every_command() {
         let summary = text(field(doc, "summary"));
         assert!(!summary.trim().is_empty(), "{name}: empty summary");
         assert!(!text(field(doc, "since")).is_empty(), "{name}: empty since");
-        assert_eq!(text(field(doc, "complexity")), "O(1)", "{name} complexity");
+        let complexity = text(field(doc, "complexity"));
+        assert!(
+            complexity.starts_with("O("),
+            "{name} complexity: {complexity}"
+        );
         assert_eq!(text(field(doc, "module")), "lock", "{name} module");
 
         let Value::Array(got) = field(doc, "arguments") else {

@@ -169,15 +169,6 @@ fn rdb_restart_after_kill9_keeps_holds() {
     assert!(next > old, "token {next} after restart not above {old}");
 }
 
-/// Wait until no AOF rewrite is running or scheduled.
-fn wait_no_aof_rewrite(server: &Server) {
-    let mut c = server.conn();
-    wait_until("AOF rewrite to finish", Duration::from_secs(10), || {
-        info_field(&mut c, "persistence", "aof_rewrite_in_progress").as_deref() == Some("0")
-            && info_field(&mut c, "persistence", "aof_rewrite_scheduled").as_deref() == Some("0")
-    });
-}
-
 /// The current base file of a multi-part AOF (Redis 7), from its manifest
 /// (`file <name> seq <n> type b`).
 fn aof_base_file(server: &Server) -> std::path::PathBuf {

@@ -1,4 +1,4 @@
-//! `LOCK.ACQUIRE key owner ttl-ms [BLOCK timeout-ms]` -> token | nil
+//! `LOCK.ACQUIRE key owner ttl-ms [SHARED] [LIMIT n] [BLOCK timeout-ms]` -> token | nil
 
 use redis_module::{raw, Context, RedisResult, RedisString, RedisValue};
 
@@ -15,22 +15,27 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let now = key::now();
     let deadline = lock::deadline_after(now, cmd.ttl).ok_or_else(error::ttl_too_large)?;
     let name = &args[1];
+    let db = key::selected_db(ctx.ctx);
     let mut lock_key = LockKey::open(ctx, name);
-    let queued = blocking::has_waiters(key::selected_db(ctx.ctx), name.as_slice());
-    let mut decision = lock::decide_acquire(lock_key.hold()?, cmd.owner, now, queued);
+    let decide = |lock_key: &LockKey, queued| {
+        lock::decide_acquire(lock_key.lock()?, cmd.owner, cmd.mode, now, queued)
+            .map_err(error::conflict)
+    };
+    let mut decision = decide(&lock_key, blocking::has_waiters(db, name.as_slice()))?;
     if decision == Acquire::ServeQueue {
-        // The lock is free but others queued first: hand it to them, never to this caller.
-        decision = if blocking::serve(ctx.ctx, &mut lock_key, name.as_slice(), now)? {
-            Acquire::Busy
-        } else {
-            Acquire::Grant
+        // Compatible, but others queued first: admit them, and this caller only if nobody is
+        // left waiting ahead of it (no barging).
+        blocking::serve(ctx.ctx, &mut lock_key, name.as_slice(), now)?;
+        decision = match blocking::has_waiters(db, name.as_slice()) {
+            true => Acquire::Busy,
+            false => decide(&lock_key, false)?,
         };
     }
     match decision {
         Acquire::Retry { token } => {
-            lock_key.set_deadline(deadline)?;
-            lock_key.replicate_hold();
-            blocking::deadline_changed(ctx.ctx, name.as_slice(), deadline);
+            lock_key.set_deadline(cmd.owner, deadline, now)?;
+            lock_key.replicate_holder(cmd.owner, now);
+            blocking::deadline_changed(ctx.ctx, &lock_key, name.as_slice(), now);
             Ok(RedisValue::Integer(token as i64))
         }
         Acquire::Grant => {
@@ -41,8 +46,8 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
                 deadline,
                 granted_at: now,
             };
-            lock_key.put(hold, now)?;
-            lock_key.replicate_hold();
+            lock_key.grant(cmd.mode, hold, Some(now))?;
+            lock_key.replicate_holder(cmd.owner, now);
             lock_key.notify(c"lock.acquired");
             stats::ACQUIRED.incr();
             Ok(RedisValue::Integer(token as i64))
@@ -51,15 +56,22 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
             stats::CONTENDED.incr();
             match cmd.block {
                 Some(timeout) if blocking::may_block(ctx) => {
-                    let holder_deadline = lock_key.hold()?.map_or(now, |h| h.deadline);
+                    if let Some(conflict) = blocking::queued_conflict(db, name.as_slice(), cmd.mode)
+                    {
+                        return Err(error::conflict(conflict).into());
+                    }
+                    let next_expiry = lock_key.lock()?.and_then(|l| l.next_expiry(now));
                     drop(lock_key);
                     blocking::block(
                         ctx,
                         name.as_slice(),
-                        cmd.owner,
-                        cmd.ttl,
+                        blocking::Wants {
+                            owner: cmd.owner,
+                            mode: cmd.mode,
+                            ttl: cmd.ttl,
+                        },
                         timeout,
-                        holder_deadline,
+                        next_expiry.unwrap_or(now),
                     )?;
                     Ok(RedisValue::NoReply)
                 }
@@ -71,9 +83,10 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 
 pub const DOC: docs::Doc = docs::Doc {
     name: c"lock.acquire",
-    summary: c"Acquires a lock for ttl-ms milliseconds and returns its fencing token; \
-               with BLOCK, waits in the key's FIFO queue.",
-    complexity: c"O(1)",
+    summary: c"Acquires a lock for ttl-ms milliseconds and returns its fencing token: alone, or \
+               SHARED with other holders (at most LIMIT n of them); with BLOCK, waits in the \
+               key's FIFO queue.",
+    complexity: c"O(1) for an exclusive lock; O(N) with N holders of a shared one",
     arity: -4,
     key_flags: raw::REDISMODULE_CMD_KEY_RW
         | raw::REDISMODULE_CMD_KEY_ACCESS
@@ -82,6 +95,18 @@ pub const DOC: docs::Doc = docs::Doc {
         docs::KEY_ARG,
         docs::OWNER_ARG,
         docs::TTL_ARG,
+        docs::Arg {
+            name: c"shared",
+            kind: docs::PURE_TOKEN,
+            token: Some(c"SHARED"),
+            optional: true,
+        },
+        docs::Arg {
+            name: c"limit",
+            kind: docs::INTEGER,
+            token: Some(c"LIMIT"),
+            optional: true,
+        },
         docs::Arg {
             name: c"timeout-ms",
             kind: docs::INTEGER,

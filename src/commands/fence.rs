@@ -5,7 +5,6 @@
 
 use redis_module::{raw, Context, RedisResult, RedisString, RedisValue};
 
-use crate::lock;
 use crate::parse;
 use crate::redis::docs;
 use crate::redis::key::{self, LockKey};
@@ -15,19 +14,20 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let cmd = parse::fence(&raw)?;
     let now = key::now();
     let lock_key = LockKey::open_read(ctx, &args[1]);
-    let current = lock_key.hold()?;
+    let current = lock_key.lock()?;
     Ok(match cmd.token {
-        None => lock::live(current, now)
-            .map_or(RedisValue::Null, |h| RedisValue::Integer(h.token as i64)),
-        Some(token) => RedisValue::Integer(lock::fence_matches(current, token, now) as i64),
+        None => current
+            .and_then(|l| l.max_token(now))
+            .map_or(RedisValue::Null, |t| RedisValue::Integer(t as i64)),
+        Some(token) => RedisValue::Integer(current.is_some_and(|l| l.fences(token, now)) as i64),
     })
 }
 
 pub const DOC: docs::Doc = docs::Doc {
     name: c"lock.fence",
-    summary:
-        c"Returns the live holder's fencing token, or with a token, whether it is the live one.",
-    complexity: c"O(1)",
+    summary: c"Returns the largest fencing token among the live holders, or with a token, \
+               whether it is a live holder's.",
+    complexity: c"O(1) for an exclusive lock; O(N) with N holders of a shared one",
     arity: -2,
     key_flags: raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS,
     args: &[

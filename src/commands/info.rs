@@ -1,4 +1,5 @@
-//! `LOCK.INFO key` -> nil | {owner, token, ttl, waiters}, and the `INFO lock` section.
+//! `LOCK.INFO key` -> nil | {owner, token, ttl, waiters, mode, limit, holders, queue}, and the
+//! `INFO lock` section.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering::Relaxed;
@@ -9,7 +10,7 @@ use redis_module::{
 };
 
 use crate::error::Error;
-use crate::lock;
+use crate::lock::Mode;
 use crate::redis::key::{self, LockKey};
 use crate::redis::{blocking, docs};
 use crate::stats::{self, Summary};
@@ -20,18 +21,78 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     }
     let now = key::now();
     let lock_key = LockKey::open_read(ctx, &args[1]);
-    let Some(hold) = lock::live(lock_key.hold()?, now) else {
+    let Some(lock) = lock_key.lock()?.filter(|l| l.live(now).next().is_some()) else {
         return Ok(RedisValue::Null);
     };
-    let waiters = blocking::waiters(key::selected_db(ctx.ctx), args[1].as_slice());
-    // Field names sort in the order we want them shown: owner, token, ttl, waiters.
-    let mut fields = BTreeMap::new();
-    let mut put = |k: &str, v| fields.insert(RedisValueKey::String(k.to_string()), v);
-    put("owner", RedisValue::StringBuffer(hold.owner.clone()));
-    put("token", RedisValue::Integer(hold.token as i64));
-    put("ttl", RedisValue::Integer(hold.deadline - now));
-    put("waiters", RedisValue::Integer(waiters as i64));
-    Ok(RedisValue::OrderedMap(fields))
+    let db = key::selected_db(ctx.ctx);
+    let map = |pairs: Vec<(&str, RedisValue)>| {
+        RedisValue::OrderedMap(
+            pairs
+                .into_iter()
+                .map(|(k, v)| (RedisValueKey::String(k.to_string()), v))
+                .collect::<BTreeMap<_, _>>(),
+        )
+    };
+    let holders: Vec<RedisValue> = lock
+        .live(now)
+        .map(|h| {
+            map(vec![
+                ("owner", RedisValue::StringBuffer(h.owner.clone())),
+                ("token", RedisValue::Integer(h.token as i64)),
+                ("ttl", RedisValue::Integer(h.deadline - now)),
+            ])
+        })
+        .collect();
+    let queue: Vec<RedisValue> = blocking::queue_view(db, args[1].as_slice())
+        .into_iter()
+        .map(|(owner, mode)| {
+            map(vec![
+                ("owner", RedisValue::StringBuffer(owner)),
+                ("mode", mode_name(mode)),
+            ])
+        })
+        .collect();
+    // Shown in this order (a map under RESP3, flat pairs under RESP2): the fields an exclusive
+    // lock showed before shared holders existed come first, unchanged. For a shared lock,
+    // `token` is the largest live token (as `LOCK.FENCE key`) and `ttl` the time until the
+    // last holder's deadline (as `PTTL`), and there is no single `owner`.
+    let mut fields = vec![];
+    if lock.mode == Mode::Exclusive {
+        if let Some(h) = lock.live(now).next() {
+            fields.push(("owner", RedisValue::StringBuffer(h.owner.clone())));
+        }
+    }
+    let last_deadline = lock.live(now).map(|h| h.deadline).max().unwrap_or(now);
+    let limit = lock
+        .mode
+        .limit()
+        .map_or(RedisValue::Null, |n| RedisValue::Integer(n as i64));
+    fields.extend([
+        (
+            "token",
+            RedisValue::Integer(lock.max_token(now).unwrap_or(0) as i64),
+        ),
+        ("ttl", RedisValue::Integer(last_deadline - now)),
+        ("waiters", RedisValue::Integer(queue.len() as i64)),
+        ("mode", mode_name(lock.mode)),
+        ("limit", limit),
+        ("holders", RedisValue::Array(holders)),
+        ("queue", RedisValue::Array(queue)),
+    ]);
+    raw::reply_with_map(ctx.ctx, fields.len() as _);
+    for (name, value) in fields {
+        ctx.reply_with_key(RedisValueKey::String(name.to_string()));
+        ctx.reply(Ok(value));
+    }
+    Ok(RedisValue::NoReply)
+}
+
+fn mode_name(mode: Mode) -> RedisValue {
+    RedisValue::SimpleStringStatic(if mode.is_shared() {
+        "shared"
+    } else {
+        "exclusive"
+    })
 }
 
 /// The `INFO lock` section: fields are printed as `lock_<name>`.
@@ -81,9 +142,9 @@ fn describe(s: &Summary) -> String {
 
 pub const DOC: docs::Doc = docs::Doc {
     name: c"lock.info",
-    summary:
-        c"Returns the owner, token, remaining ttl and number of waiters of a held lock, or nil.",
-    complexity: c"O(1)",
+    summary: c"Returns a held lock's mode, limit, holders (owner, token, remaining ttl) and \
+               queued waiters, or nil.",
+    complexity: c"O(N+M) with N holders and M waiters",
     arity: 2,
     key_flags: raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS,
     args: &[docs::KEY_ARG],

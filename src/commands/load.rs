@@ -1,4 +1,4 @@
-//! `LOCK.LOAD key owner token deadline-ms` -> OK
+//! `LOCK.LOAD key owner token deadline-ms [SHARED [LIMIT n]] [PRUNE ms]` -> OK
 //!
 //! The deterministic effect of a grant, retry, extend or handoff, as the primary replicates it
 //! and as a rewritten AOF stores it: absolute deadline, explicit token. Ordinary clients may
@@ -21,22 +21,23 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let cmd = parse::load(&raw)?;
     state::observe_token(cmd.token);
     let mut lock_key = LockKey::open(ctx, &args[1]);
-    let existing = lock_key.hold()?.is_some();
-    let now = key::now();
-    if cmd.deadline <= now {
-        // Already expired here (replication lag, or an old AOF): the hold is over, but its
-        // token was issued, which observe_token remembered.
-        if existing {
-            lock_key.delete();
+    let hold = Hold {
+        owner: cmd.owner.to_vec(),
+        token: cmd.token,
+        deadline: cmd.deadline,
+        granted_at: 0,
+    };
+    if cmd.deadline > key::now() {
+        lock_key.grant(cmd.mode, hold, cmd.prune)?;
+    } else if cmd.mode.is_shared() {
+        // Already over here (replication lag, or an old AOF), but its token was issued, which
+        // observe_token remembered. Only this holder's entry goes.
+        if lock_key.remove(cmd.owner, cmd.prune)?.is_some() {
+            lock_key.delete_if_empty()?;
         }
-    } else {
-        let hold = Hold {
-            owner: cmd.owner.to_vec(),
-            token: cmd.token,
-            deadline: cmd.deadline,
-            granted_at: 0,
-        };
-        lock_key.put(hold, now)?;
+    } else if lock_key.lock()?.is_some() {
+        // An exclusive grant replaced whatever was there, and it is over too.
+        lock_key.delete();
     }
     Ok(RedisValue::SimpleStringStatic("OK"))
 }
@@ -45,12 +46,30 @@ pub const DOC: docs::Doc = docs::Doc {
     name: c"lock.load",
     summary: c"Internal: applies a replicated or AOF-loaded hold. Refused from ordinary clients.",
     complexity: c"O(1)",
-    arity: 5,
+    arity: -5,
     key_flags: raw::REDISMODULE_CMD_KEY_OW | raw::REDISMODULE_CMD_KEY_UPDATE,
     args: &[
         docs::KEY_ARG,
         docs::OWNER_ARG,
         docs::Arg::required(c"token", docs::INTEGER),
         docs::Arg::required(c"deadline-ms", docs::INTEGER),
+        docs::Arg {
+            name: c"shared",
+            kind: docs::PURE_TOKEN,
+            token: Some(c"SHARED"),
+            optional: true,
+        },
+        docs::Arg {
+            name: c"limit",
+            kind: docs::INTEGER,
+            token: Some(c"LIMIT"),
+            optional: true,
+        },
+        docs::Arg {
+            name: c"prune-ms",
+            kind: docs::INTEGER,
+            token: Some(c"PRUNE"),
+            optional: true,
+        },
     ],
 };

@@ -2,7 +2,6 @@
 
 use redis_module::{raw, Context, RedisResult, RedisString, RedisValue};
 
-use crate::lock;
 use crate::parse;
 use crate::redis::key::{self, LockKey};
 use crate::redis::{blocking, docs};
@@ -14,37 +13,52 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let now = key::now();
     let name = &args[1];
     let mut lock_key = LockKey::open(ctx, name);
-    let current = lock_key.hold()?;
+    let current = lock_key.lock()?;
     if key::applying_effects(ctx.ctx) {
         // Replayed from the primary or the AOF: the primary already decided this release was
         // valid, so apply it whatever this server's clock says about the deadline.
-        if current.is_some_and(|h| h.owner == cmd.owner) {
-            lock_key.delete();
+        if lock_key.remove(cmd.owner, None)?.is_some() {
+            lock_key.delete_if_empty()?;
         }
         return Ok(RedisValue::Integer(1));
     }
-    if !lock::held_by(current, cmd.owner, now) {
+    let Some(held) = current.and_then(|l| l.holder(cmd.owner, now)) else {
         return Ok(RedisValue::Integer(0));
+    };
+    if held.granted_at > 0 {
+        stats::HOLD_US.record(((now - held.granted_at).max(0) as u64) * 1000);
     }
-    if let Some(granted_at) = current.map(|h| h.granted_at).filter(|t| *t > 0) {
-        stats::HOLD_US.record(((now - granted_at).max(0) as u64) * 1000);
-    }
+    let shared = current.is_some_and(|l| l.mode.is_shared());
     stats::RELEASED.incr();
     lock_key.notify(c"lock.released");
-    // With waiters queued, the lock goes straight to the first of them: the handoff replicates
-    // the new hold, which overwrites this one. Otherwise the key goes away, and the command
-    // itself is the effect: replayed on a replica or from the AOF it deletes the same hold
-    // (see above), and replicating it verbatim costs a fraction of building a `DEL`.
-    if !blocking::serve(ctx.ctx, &mut lock_key, name.as_slice(), now)? {
-        lock_key.delete();
+    lock_key.remove(cmd.owner, Some(now))?;
+    // The command itself is the effect: replayed on a replica or from the AOF it removes the
+    // same holder (see above), and replicating it verbatim costs a fraction of building a
+    // `DEL`. It goes first, so that the handoffs below reach replicas after it; an exclusive
+    // lock handed to a waiter needs none (the handoff replaces the whole value there).
+    let exclusive_handoff =
+        !shared && blocking::has_waiters(key::selected_db(ctx.ctx), name.as_slice());
+    if !exclusive_handoff {
         key::replicate_verbatim(ctx.ctx);
+    }
+    let granted = blocking::serve(ctx.ctx, &mut lock_key, name.as_slice(), now)?;
+    if lock_key.delete_if_empty()? {
+        if shared {
+            // The replica may still keep holders that expired here and were never replicated
+            // as gone: the key goes on both sides.
+            lock_key.replicate_delete();
+        } else if exclusive_handoff && granted == 0 {
+            key::replicate_verbatim(ctx.ctx);
+        }
     }
     Ok(RedisValue::Integer(1))
 }
 
 pub const DOC: docs::Doc = docs::Doc {
     name: c"lock.release",
-    summary: c"Releases a lock if owner holds it, handing it to the first waiter if any.",
+    summary:
+        c"Releases owner's hold on a lock (exclusive or shared), handing what it frees to the \
+               waiters at the head of the queue.",
     complexity: c"O(1)",
     arity: 3,
     key_flags: raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_DELETE,

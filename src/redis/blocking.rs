@@ -25,7 +25,7 @@ use std::os::raw::{c_int, c_void};
 use redis_module::{logging, raw, Context, RedisString};
 
 use crate::error::{self, Result};
-use crate::lock::{self, Hold, Millis, WaitQueue};
+use crate::lock::{self, Acquire, Conflict, Hold, Millis, Mode, WaitQueue};
 use crate::redis::key::{self, LockKey};
 use crate::redis::{cluster, guard};
 use crate::{state, stats};
@@ -41,9 +41,17 @@ struct Waiter {
     /// The module timer that ends the wait at its `BLOCK` timeout (none for `BLOCK 0`).
     timeout_timer: Option<raw::RedisModuleTimerID>,
     owner: Vec<u8>,
+    mode: Mode,
     ttl: Millis,
     /// When it queued, for the wait-time statistic.
     queued: Instant,
+}
+
+/// What a blocking acquire asks for.
+pub struct Wants<'a> {
+    pub owner: &'a [u8],
+    pub mode: Mode,
+    pub ttl: Millis,
 }
 
 #[derive(Default)]
@@ -62,7 +70,7 @@ enum Outcome {
         /// Set by the reply callback; a grant never delivered is revoked when freed.
         delivered: bool,
     },
-    Failed(&'static str),
+    Failed(String),
     /// The `BLOCK` timeout passed: the reply is nil.
     TimedOut,
 }
@@ -102,6 +110,37 @@ pub fn waiters(db: i32, key: &[u8]) -> usize {
     })
 }
 
+/// The waiters of `key` in queue order: owner and mode (for `LOCK.INFO`).
+pub fn queue_view(db: i32, key: &[u8]) -> Vec<(Vec<u8>, Mode)> {
+    QUEUES.with(|q| {
+        q.borrow().get(&(db, key.to_vec())).map_or(vec![], |q| {
+            q.waiters
+                .iter()
+                .map(|w| (w.owner.clone(), w.mode))
+                .collect()
+        })
+    })
+}
+
+/// A shared waiter queued on `key` whose limit differs from `mode`'s: the key's limit is
+/// fixed by whoever is queued first, so a caller asking for another would only fail later.
+pub fn queued_conflict(db: i32, key: &[u8], mode: Mode) -> Option<Conflict> {
+    if !mode.is_shared() || QUEUED_KEYS.with(Cell::get) == 0 {
+        return None;
+    }
+    QUEUES.with(|q| {
+        let queues = q.borrow();
+        let other = queues
+            .get(&(db, key.to_vec()))?
+            .waiters
+            .iter()
+            .find(|w| w.mode.is_shared() && w.mode != mode)?;
+        Some(Conflict::Limit {
+            limit: other.mode.limit(),
+        })
+    })
+}
+
 /// Blocked clients across every key.
 pub fn total_waiters() -> usize {
     CLIENTS.with(|c| c.borrow().len())
@@ -122,15 +161,15 @@ pub fn may_block(ctx: &Context) -> bool {
         == 0
 }
 
-/// Block the calling client in `key`'s queue until it is granted the lock, times out
-/// (`timeout` ms; 0 waits forever) or goes away. `deadline` is the current holder's.
+/// Block the calling client in `key`'s queue until it is granted what it `wants`, times out
+/// (`timeout` ms; 0 waits forever) or goes away. `next_expiry` is when a live holder's
+/// deadline next passes.
 pub fn block(
     ctx: &Context,
     key: &[u8],
-    owner: &[u8],
-    ttl: Millis,
+    wants: Wants,
     timeout: Millis,
-    deadline: Millis,
+    next_expiry: Millis,
 ) -> Result<()> {
     let db = key::selected_db(ctx.ctx);
     let qk: QueueKey = (db, key.to_vec());
@@ -179,8 +218,9 @@ pub fn block(
         bc,
         id,
         timeout_timer,
-        owner: owner.to_vec(),
-        ttl,
+        owner: wants.owner.to_vec(),
+        mode: wants.mode,
+        ttl: wants.ttl,
         queued: Instant::now(),
     };
     let pushed = QUEUES.with(|q| {
@@ -194,65 +234,129 @@ pub fn block(
     if let Err(lock::QueueFull(waiter)) = pushed {
         // Checked above and nothing runs in between; keep the invariant anyway.
         retire(ctx.ctx, &waiter);
-        unblock(bc, Outcome::Failed("ERR too many waiters on this key"));
+        unblock(
+            bc,
+            Outcome::Failed("ERR too many waiters on this key".into()),
+        );
         return Ok(());
     }
     CLIENTS.with(|c| c.borrow_mut().insert(bc as usize, qk.clone()));
-    arm_deadline_timer(ctx.ctx, &qk, deadline);
+    arm_deadline_timer(ctx.ctx, &qk, next_expiry);
     Ok(())
 }
 
-/// Grant the lock in `lock_key` (which must be free) to the first waiter of `key`.
-/// Returns false when nobody is queued.
+/// Admit the waiters at the head of `key`'s queue that the lock in `lock_key` can take now: in
+/// queue order, every compatible one (readers behind a writer all go in one step, a semaphore
+/// fills its free permits), stopping at the first that must wait, so nobody is overtaken. A
+/// waiter whose request conflicts with the holders (mode or limit) is failed and the scan goes
+/// on. Returns how many were granted; with waiters left, the timer is set for the next expiry.
 pub fn serve(
     ctx: *mut raw::RedisModuleCtx,
     lock_key: &mut LockKey,
     key: &[u8],
     now: Millis,
-) -> Result<bool> {
+) -> Result<usize> {
     if QUEUED_KEYS.with(Cell::get) == 0 {
-        return Ok(false);
+        return Ok(0);
     }
     let qk: QueueKey = (key::selected_db(ctx), key.to_vec());
-    let Some(waiter) = pop_front(ctx, &qk) else {
-        return Ok(false);
-    };
-    let token = state::next_token(now);
-    // The ttl was checked against the clock when the waiter queued; a long wait cannot push it
-    // past the cap by more than the wait itself, so clamp instead of failing the grant.
-    let deadline = lock::deadline_after(now, waiter.ttl).unwrap_or(lock::MAX_DEADLINE);
-    let hold = Hold {
-        owner: waiter.owner,
-        token,
-        deadline,
-        granted_at: now,
-    };
-    if let Err(e) = lock_key.put(hold, now) {
-        unblock(waiter.bc, Outcome::Failed("ERR could not grant the lock"));
-        return Err(e);
+    let mut granted = 0;
+    loop {
+        let lock = lock_key.lock()?;
+        let step = QUEUES.with(|q| {
+            let queues = q.borrow();
+            let head = queues.get(&qk)?.waiters.iter().next()?;
+            Some(lock::decide_acquire(
+                lock,
+                &head.owner,
+                head.mode,
+                now,
+                false,
+            ))
+        });
+        let token = match step {
+            None | Some(Ok(Acquire::Busy)) => break,
+            Some(Ok(Acquire::Retry { token })) => Some(token),
+            Some(Ok(_)) => None,
+            Some(Err(conflict)) => {
+                if let Some(waiter) = pop_front(ctx, &qk) {
+                    let msg = error::conflict(conflict).reply_text();
+                    unblock(waiter.bc, Outcome::Failed(msg));
+                }
+                continue;
+            }
+        };
+        let Some(waiter) = pop_front(ctx, &qk) else {
+            break;
+        };
+        // The ttl was checked against the clock when the waiter queued; a long wait cannot push
+        // it past the cap by more than the wait itself, so clamp instead of failing the grant.
+        let deadline = lock::deadline_after(now, waiter.ttl).unwrap_or(lock::MAX_DEADLINE);
+        let applied = match token {
+            // The same owner already holds it (another connection of the same holder).
+            Some(token) => lock_key
+                .set_deadline(&waiter.owner, deadline, now)
+                .map(|_| token),
+            None => {
+                let token = state::next_token(now);
+                let hold = Hold {
+                    owner: waiter.owner.clone(),
+                    token,
+                    deadline,
+                    granted_at: now,
+                };
+                lock_key.grant(waiter.mode, hold, Some(now)).map(|_| token)
+            }
+        };
+        let token = match applied {
+            Ok(token) => token,
+            Err(e) => {
+                unblock(
+                    waiter.bc,
+                    Outcome::Failed("ERR could not grant the lock".into()),
+                );
+                return Err(e);
+            }
+        };
+        lock_key.replicate_holder(&waiter.owner, now);
+        lock_key.notify(c"lock.acquired");
+        stats::ACQUIRED.incr();
+        stats::HANDED_OFF.incr();
+        stats::WAIT_US.record(waiter.queued.elapsed().as_micros() as u64);
+        unblock(
+            waiter.bc,
+            Outcome::Granted {
+                token,
+                db: qk.0,
+                key: qk.1.clone(),
+                delivered: false,
+            },
+        );
+        granted += 1;
     }
-    lock_key.replicate_hold();
-    lock_key.notify(c"lock.acquired");
-    stats::ACQUIRED.incr();
-    stats::HANDED_OFF.incr();
-    stats::WAIT_US.record(waiter.queued.elapsed().as_micros() as u64);
-    unblock(
-        waiter.bc,
-        Outcome::Granted {
-            token,
-            db: qk.0,
-            key: qk.1.clone(),
-            delivered: false,
-        },
-    );
-    arm_deadline_timer(ctx, &qk, deadline);
-    Ok(true)
+    if let Some(at) = lock_key.lock()?.and_then(|l| l.next_expiry(now)) {
+        arm_deadline_timer(ctx, &qk, at);
+    }
+    Ok(granted)
 }
 
-/// After a holder's deadline moved (retry or extend), make sure the timer fires by then.
-pub fn deadline_changed(ctx: *mut raw::RedisModuleCtx, key: &[u8], deadline: Millis) {
+/// After a holder's deadline moved (retry or extend), make sure the timer fires when the next
+/// live holder expires.
+pub fn deadline_changed(
+    ctx: *mut raw::RedisModuleCtx,
+    lock_key: &LockKey,
+    key: &[u8],
+    now: Millis,
+) {
     if QUEUED_KEYS.with(Cell::get) > 0 {
-        arm_deadline_timer(ctx, &(key::selected_db(ctx), key.to_vec()), deadline);
+        if let Some(at) = lock_key
+            .lock()
+            .ok()
+            .flatten()
+            .and_then(|l| l.next_expiry(now))
+        {
+            arm_deadline_timer(ctx, &(key::selected_db(ctx), key.to_vec()), at);
+        }
     }
 }
 
@@ -273,14 +377,23 @@ fn remove_waiter(
     id: Option<u64>,
 ) -> Option<Waiter> {
     let qk = CLIENTS.with(|c| c.borrow().get(&(bc as usize)).cloned())?;
-    let waiter = QUEUES.with(|q| {
-        q.borrow_mut()
-            .get_mut(&qk)?
-            .waiters
-            .remove(|w| w.bc == bc && id.is_none_or(|id| w.id == id))
+    let (waiter, was_head) = QUEUES.with(|q| {
+        let mut queues = q.borrow_mut();
+        let waiters = &mut queues.get_mut(&qk)?.waiters;
+        let is = |w: &Waiter| w.bc == bc && id.is_none_or(|id| w.id == id);
+        let was_head = waiters.iter().next().is_some_and(is);
+        Some((waiters.remove(is)?, was_head))
     })?;
     CLIENTS.with(|c| c.borrow_mut().remove(&(bc as usize)));
     drop_queue_if_empty(ctx, &qk);
+    if was_head && has_waiters(qk.0, &qk.1) {
+        // The head stopped the scan; whoever is at the head now may be admissible (readers
+        // behind a writer that gave up, while other readers hold the key).
+        let detached = DETACHED.with(Cell::get);
+        if !detached.is_null() {
+            defer(detached, Work::Settle(qk));
+        }
+    }
     Some(waiter)
 }
 
@@ -331,7 +444,7 @@ fn drop_queue_if_empty(ctx: *mut raw::RedisModuleCtx, qk: &QueueKey) {
 /// longer grant).
 fn fail_all(ctx: *mut raw::RedisModuleCtx, qk: &QueueKey, reply: &'static str) {
     while let Some(waiter) = pop_front(ctx, qk) {
-        unblock(waiter.bc, Outcome::Failed(reply));
+        unblock(waiter.bc, Outcome::Failed(reply.into()));
     }
 }
 
@@ -428,7 +541,7 @@ fn settle(ctx: *mut raw::RedisModuleCtx, qk: &QueueKey) {
     let name = RedisString::create_from_slice(ctx, &qk.1);
     let mut lock_key = LockKey::open_raw(ctx, name.inner, raw::KeyMode::READ | raw::KeyMode::WRITE);
     let now = key::now();
-    let deadline = match lock_key.hold() {
+    let head_admissible = match lock_key.lock() {
         Err(_) => {
             drop(lock_key);
             fail_all(
@@ -438,19 +551,30 @@ fn settle(ctx: *mut raw::RedisModuleCtx, qk: &QueueKey) {
             );
             return;
         }
-        Ok(hold) => lock::live(hold, now).map(|h| h.deadline),
+        Ok(lock) => QUEUES.with(|q| {
+            q.borrow()
+                .get(qk)
+                .and_then(|queue| queue.waiters.iter().next())
+                .is_some_and(|w| {
+                    lock::decide_acquire(lock, &w.owner, w.mode, now, false)
+                        .is_ok_and(|d| d != Acquire::Busy)
+                })
+        }),
     };
-    match deadline {
-        Some(deadline) => arm_deadline_timer(ctx, qk, deadline),
-        None if !cluster::replicas_allow_writes(ctx) => {
-            drop(lock_key);
-            fail_all(ctx, qk, "NOREPLICAS Not enough good replicas to write.");
-        }
-        None => {
-            if let Err(e) = serve(ctx, &mut lock_key, &qk.1, now) {
-                logging::log_warning(format!("redis-lock: handoff failed: {e}"));
+    // A command is refused by the server itself when too few replicas are connected; a grant
+    // from a timer is not, so check as the server would.
+    if head_admissible && !cluster::replicas_allow_writes(ctx) {
+        drop(lock_key);
+        fail_all(ctx, qk, "NOREPLICAS Not enough good replicas to write.");
+        return;
+    }
+    match serve(ctx, &mut lock_key, &qk.1, now) {
+        Ok(_) => {
+            if let Err(e) = lock_key.delete_if_empty() {
+                logging::log_warning(format!("redis-lock: handoff cleanup failed: {e}"));
             }
         }
+        Err(e) => logging::log_warning(format!("redis-lock: handoff failed: {e}")),
     }
 }
 
@@ -464,19 +588,28 @@ fn revoke(ctx: *mut raw::RedisModuleCtx, qk: &QueueKey, token: u64) {
     let name = RedisString::create_from_slice(ctx, &qk.1);
     let mut lock_key = LockKey::open_raw(ctx, name.inner, raw::KeyMode::READ | raw::KeyMode::WRITE);
     let now = key::now();
-    if !matches!(lock_key.hold(), Ok(Some(h)) if h.token == token && h.is_live(now))
-        || !cluster::replicas_allow_writes(ctx)
-    {
+    let owner = match lock_key.lock() {
+        Ok(Some(lock)) => lock
+            .live(now)
+            .find(|h| h.token == token)
+            .map(|h| h.owner.clone()),
+        _ => None,
+    };
+    let Some(owner) = owner.filter(|_| cluster::replicas_allow_writes(ctx)) else {
         return;
-    }
-    match serve(ctx, &mut lock_key, &qk.1, now) {
-        Ok(true) => {}
-        Ok(false) => {
-            lock_key.notify(c"lock.released");
-            lock_key.delete();
+    };
+    let revoked = lock_key.remove(&owner, Some(now)).and_then(|_| {
+        lock_key.notify(c"lock.released");
+        lock_key.replicate_release(&owner);
+        serve(ctx, &mut lock_key, &qk.1, now)?;
+        if lock_key.delete_if_empty()? {
+            // Holders this server dropped as expired may remain on a replica.
             lock_key.replicate_delete();
         }
-        Err(e) => logging::log_warning(format!("redis-lock: revoke failed: {e}")),
+        Ok(())
+    });
+    if let Err(e) = revoked {
+        logging::log_warning(format!("redis-lock: revoke failed: {e}"));
     }
 }
 

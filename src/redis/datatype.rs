@@ -1,11 +1,11 @@
-//! The `redislock` data type: how a [`Hold`] is saved to and loaded from RDB, rewritten into an
+//! The `redislock` data type: how a [`Lock`] is saved to and loaded from RDB, rewritten into an
 //! AOF, measured and freed, plus the aux field that carries the token high-water mark.
 
 use std::os::raw::{c_int, c_void};
 
 use redis_module::{logging, native_types::RedisType, raw};
 
-use crate::lock::Hold;
+use crate::lock::{Hold, Lock, Mode};
 use crate::redis::{blocking, guard, key};
 use crate::{state, stats};
 use std::sync::atomic::Ordering::Relaxed;
@@ -19,9 +19,12 @@ fn wall_clock_ms() -> i64 {
 /// `TYPE key` shows this name (Redis requires exactly 9 characters).
 pub const TYPE_NAME: &str = "redislock";
 
-/// Version 1: owner (string buffer), token (unsigned), deadline (signed ms since the epoch).
+/// Version 2: mode (unsigned: 0 exclusive, 1 shared), limit (unsigned, 0 for none), the number
+/// of holders (unsigned), then per holder the owner (string buffer), token (unsigned) and
+/// deadline (signed ms since the epoch).
+/// Version 1 (up to f67aa42): a single exclusive holder, owner, token, deadline.
 /// Bump it when the layout changes and keep a `match` arm for every version ever shipped.
-pub const ENCODING_VERSION: i32 = 1;
+pub const ENCODING_VERSION: i32 = 2;
 
 pub static LOCK_TYPE: RedisType = RedisType::new(
     TYPE_NAME,
@@ -58,40 +61,53 @@ pub fn raw_type() -> *mut raw::RedisModuleType {
 
 extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
     guard::callback("rdb_save", (), || {
-        // SAFETY: Redis passes a value of our type: a Box<Hold> we created.
-        let hold = unsafe { &*value.cast::<Hold>() };
-        raw::save_slice(rdb, &hold.owner);
-        raw::save_unsigned(rdb, hold.token);
-        raw::save_signed(rdb, hold.deadline);
+        // SAFETY: Redis passes a value of our type: a Box<Lock> we created.
+        let lock = unsafe { &*value.cast::<Lock>() };
+        let (mode, limit) = match lock.mode {
+            Mode::Exclusive => (0, 0),
+            Mode::Shared { limit } => (1, limit.unwrap_or(0)),
+        };
+        raw::save_unsigned(rdb, mode);
+        raw::save_unsigned(rdb, limit);
+        raw::save_unsigned(rdb, lock.holders.len() as u64);
+        for hold in &lock.holders {
+            raw::save_slice(rdb, &hold.owner);
+            raw::save_unsigned(rdb, hold.token);
+            raw::save_signed(rdb, hold.deadline);
+        }
     })
 }
 
 extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
     guard::callback("rdb_load", std::ptr::null_mut(), || {
-        let hold = match encver {
-            1 => load_v1(rdb),
+        let lock = match encver {
+            1 => load_hold(rdb).map(|hold| Lock::new(Mode::Exclusive, hold)),
+            2 => load_v2(rdb),
             _ => {
                 logging::log_warning(format!(
                     "redis-lock: cannot load a lock saved with encoding version {encver} \
-                     (this module reads version {ENCODING_VERSION}); upgrade the module"
+                     (this module reads versions 1 to {ENCODING_VERSION}); upgrade the module"
                 ));
                 return std::ptr::null_mut();
             }
         };
-        match hold {
-            Some(hold) => {
+        match lock {
+            Some(lock) => {
                 // Whatever happens to this key next (even if it is already expired and Redis
-                // drops it), its token was issued: ours must stay above it.
-                state::observe_token(hold.token);
+                // drops it), its tokens were issued: ours must stay above them.
+                lock.holders
+                    .iter()
+                    .for_each(|h| state::observe_token(h.token));
                 stats::LOCK_VALUES.fetch_add(1, Relaxed);
-                Box::into_raw(Box::new(hold)).cast()
+                Box::into_raw(Box::new(lock)).cast()
             }
             None => std::ptr::null_mut(),
         }
     })
 }
 
-fn load_v1(rdb: *mut raw::RedisModuleIO) -> Option<Hold> {
+/// One holder: the whole of a version 1 value, and each holder of a version 2 one.
+fn load_hold(rdb: *mut raw::RedisModuleIO) -> Option<Hold> {
     let owner = raw::load_string_buffer(rdb).ok()?.as_ref().to_vec();
     let token = raw::load_unsigned(rdb).ok()?;
     let deadline = raw::load_signed(rdb).ok()?;
@@ -106,6 +122,24 @@ fn load_v1(rdb: *mut raw::RedisModuleIO) -> Option<Hold> {
     })
 }
 
+fn load_v2(rdb: *mut raw::RedisModuleIO) -> Option<Lock> {
+    let mode = match (raw::load_unsigned(rdb).ok()?, raw::load_unsigned(rdb).ok()?) {
+        (0, _) => Mode::Exclusive,
+        (1, limit) => Mode::Shared {
+            limit: (limit > 0).then_some(limit),
+        },
+        _ => return None,
+    };
+    let count = raw::load_unsigned(rdb).ok()?;
+    if count == 0 || (mode == Mode::Exclusive && count != 1) {
+        return None;
+    }
+    let holders = (0..count)
+        .map(|_| load_hold(rdb))
+        .collect::<Option<Vec<_>>>()?;
+    Some(Lock { mode, holders })
+}
+
 extern "C" fn aof_rewrite(
     aof: *mut raw::RedisModuleIO,
     name: *mut raw::RedisModuleString,
@@ -113,16 +147,22 @@ extern "C" fn aof_rewrite(
 ) {
     guard::callback("aof_rewrite", (), || {
         // SAFETY: as in rdb_save.
-        let hold = unsafe { &*value.cast::<Hold>() };
-        key::emit_aof(aof, name, hold);
+        let lock = unsafe { &*value.cast::<Lock>() };
+        key::emit_aof(aof, name, lock);
     })
 }
 
 extern "C" fn mem_usage(value: *const c_void) -> usize {
     guard::callback("mem_usage", 0, || {
         // SAFETY: as in rdb_save.
-        let hold = unsafe { &*value.cast::<Hold>() };
-        std::mem::size_of::<Hold>() + hold.owner.capacity()
+        let lock = unsafe { &*value.cast::<Lock>() };
+        std::mem::size_of::<Lock>()
+            + lock.holders.capacity() * std::mem::size_of::<Hold>()
+            + lock
+                .holders
+                .iter()
+                .map(|h| h.owner.capacity())
+                .sum::<usize>()
     })
 }
 
@@ -131,11 +171,11 @@ extern "C" fn free(value: *mut c_void) {
     // only atomics and the system clock, never the main thread's module state.
     if !value.is_null() {
         // SAFETY: Redis hands back a value we created with Box::into_raw, exactly once.
-        let hold = unsafe { Box::from_raw(value.cast::<Hold>()) };
+        let lock = unsafe { Box::from_raw(value.cast::<Lock>()) };
         stats::LOCK_VALUES.fetch_sub(1, Relaxed);
-        if !hold.is_live(wall_clock_ms()) {
-            stats::EXPIRED.incr();
-        }
+        let now = wall_clock_ms();
+        let expired = lock.holders.iter().filter(|h| !h.is_live(now)).count();
+        stats::EXPIRED.add(expired as u64);
     }
 }
 
@@ -174,7 +214,10 @@ extern "C" fn aux_save(rdb: *mut raw::RedisModuleIO, when: c_int) {
 
 extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, when: c_int) -> c_int {
     guard::callback("aux_load", raw::REDISMODULE_ERR as c_int, || {
-        if when != raw::REDISMODULE_AUX_BEFORE_RDB as c_int || encver != ENCODING_VERSION {
+        // The aux layout is the same in every encoding version so far.
+        if when != raw::REDISMODULE_AUX_BEFORE_RDB as c_int
+            || !(1..=ENCODING_VERSION).contains(&encver)
+        {
             return raw::REDISMODULE_ERR as c_int;
         }
         match (raw::load_unsigned(rdb), raw::load_unsigned(rdb)) {

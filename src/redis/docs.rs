@@ -37,6 +37,9 @@ pub const INTEGER: raw::RedisModuleCommandArgType =
     raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER;
 pub const KEY: raw::RedisModuleCommandArgType =
     raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_KEY;
+/// A keyword with no value (`SHARED`).
+pub const PURE_TOKEN: raw::RedisModuleCommandArgType =
+    raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_PURE_TOKEN;
 
 impl Arg {
     /// A required argument.

@@ -1,5 +1,5 @@
-//! A lock key in the keyspace: open it, read or write its [`Hold`], keep the key's Redis expiry
-//! equal to the hold's deadline, and replicate the effect.
+//! A lock key in the keyspace: open it, read or write its [`Lock`], keep the key's Redis expiry
+//! equal to the latest deadline of its holders, and replicate the effect.
 //!
 //! Why raw calls and not the crate's `RedisKeyWritable`: that type hides its key pointer, and we
 //! need the type check, the absolute expiry (7.2+) and in-place updates that it does not offer.
@@ -11,7 +11,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use redis_module::{raw, Context, RedisString};
 
 use crate::error::{Error, Result};
-use crate::lock::{Hold, Millis};
+use crate::lock::{Hold, Lock, Millis, Mode};
 use crate::redis::datatype;
 use crate::stats;
 
@@ -86,7 +86,7 @@ impl LockKey {
         }
     }
 
-    fn raw_value(&self) -> Result<*mut Hold> {
+    fn raw_value(&self) -> Result<*mut Lock> {
         if self.key.is_null() {
             return Ok(std::ptr::null_mut());
         }
@@ -105,56 +105,96 @@ impl LockKey {
         }
     }
 
-    /// The stored hold, live or not; `WRONGTYPE` if the key holds something else.
-    pub fn hold(&self) -> Result<Option<&Hold>> {
-        // SAFETY: a non-null value of our type is a Box<Hold> we handed to Redis; it stays
+    /// The stored lock, with live and expired holders; `WRONGTYPE` if the key holds something
+    /// else.
+    pub fn lock(&self) -> Result<Option<&Lock>> {
+        // SAFETY: a non-null value of our type is a Box<Lock> we handed to Redis; it stays
         // valid while the key is open and nothing else runs (single-threaded server).
         Ok(unsafe { self.raw_value()?.as_ref() })
     }
 
-    /// Store `hold` (replacing any previous one) and set the key's expiry to its deadline.
-    /// Replacing a hold whose deadline passed before Redis removed the key counts as its
-    /// expiry (`lock.expired`).
-    pub fn put(&mut self, hold: Hold, now: Millis) -> Result<()> {
-        let deadline = hold.deadline;
-        let current = self.raw_value()?;
-        // SAFETY: a non-null current is our live Hold (see `hold`).
-        if unsafe { current.as_ref() }.is_some_and(|h| !h.is_live(now)) {
-            stats::EXPIRED.incr();
-            self.notify(c"lock.expired");
-        }
-        if current.is_null() {
-            let value = Box::into_raw(Box::new(hold));
-            // SAFETY: the key is open for writing and empty; on success Redis owns `value` and
-            // frees it through our type's free callback.
-            let rc = unsafe {
-                raw::RedisModule_ModuleTypeSetValue.unwrap()(
-                    self.key,
-                    datatype::raw_type(),
-                    value.cast::<c_void>(),
-                )
-            };
-            if rc != raw::REDISMODULE_OK as c_int {
-                // SAFETY: Redis did not take ownership, so the box is still ours.
-                drop(unsafe { Box::from_raw(value) });
-                return Err(crate::error::internal("could not store the lock value"));
-            }
-            stats::LOCK_VALUES.fetch_add(1, Relaxed);
-        } else {
-            // SAFETY: current points at our live Hold; no other reference to it exists now.
-            unsafe { *current = hold };
-        }
-        self.set_deadline(deadline)
+    fn lock_mut(&mut self) -> Result<Option<&mut Lock>> {
+        // SAFETY: as in `lock`; `&mut self` makes this the only reference.
+        Ok(unsafe { self.raw_value()?.as_mut() })
     }
 
-    /// Move the key's Redis expiry (and the stored deadline) to `deadline`.
-    pub fn set_deadline(&mut self, deadline: Millis) -> Result<()> {
-        let current = self.raw_value()?;
-        if current.is_null() {
-            return Err(crate::error::internal("no lock value to set a deadline on"));
+    /// Store `hold` in `mode`, as `lock::decide_acquire` (or the primary) allowed: create the
+    /// value, or admit the hold into it after dropping the holders that expired at or before
+    /// `prune` (each counts as an expiry, `lock.expired`). The key's expiry follows.
+    pub fn grant(&mut self, mode: Mode, hold: Hold, prune: Option<Millis>) -> Result<()> {
+        match self.lock_mut()? {
+            Some(lock) => {
+                let expired = prune.map_or(0, |before| lock.prune(before));
+                lock.admit(mode, hold);
+                if expired > 0 {
+                    stats::EXPIRED.add(expired as u64);
+                    self.notify(c"lock.expired");
+                }
+            }
+            None => {
+                let value = Box::into_raw(Box::new(Lock::new(mode, hold)));
+                // SAFETY: the key is open for writing and empty; on success Redis owns `value`
+                // and frees it through our type's free callback.
+                let rc = unsafe {
+                    raw::RedisModule_ModuleTypeSetValue.unwrap()(
+                        self.key,
+                        datatype::raw_type(),
+                        value.cast::<c_void>(),
+                    )
+                };
+                if rc != raw::REDISMODULE_OK as c_int {
+                    // SAFETY: Redis did not take ownership, so the box is still ours.
+                    drop(unsafe { Box::from_raw(value) });
+                    return Err(crate::error::internal("could not store the lock value"));
+                }
+                stats::LOCK_VALUES.fetch_add(1, Relaxed);
+            }
         }
-        // SAFETY: as in `put`.
-        unsafe { (*current).deadline = deadline };
+        self.sync_expiry()
+    }
+
+    /// Move `owner`'s live deadline (retry, extend) and the key's expiry with it.
+    pub fn set_deadline(&mut self, owner: &[u8], deadline: Millis, now: Millis) -> Result<()> {
+        let moved = self
+            .lock_mut()?
+            .is_some_and(|l| l.set_deadline(owner, deadline, now));
+        if !moved {
+            return Err(crate::error::internal("no live hold to set a deadline on"));
+        }
+        self.sync_expiry()
+    }
+
+    /// Take `owner`'s entry out, and the holders that expired at or before `prune`. The value
+    /// stays even when it has no holders left, so that a handoff can fill it in the same
+    /// command; the caller deletes the key if nobody is granted (see [`Self::delete_if_empty`]).
+    pub fn remove(&mut self, owner: &[u8], prune: Option<Millis>) -> Result<Option<Hold>> {
+        let Some(lock) = self.lock_mut()? else {
+            return Ok(None);
+        };
+        let removed = lock.remove(owner);
+        let expired = prune.map_or(0, |before| lock.prune(before));
+        if expired > 0 {
+            stats::EXPIRED.add(expired as u64);
+            self.notify(c"lock.expired");
+        }
+        Ok(removed)
+    }
+
+    /// Delete the key if no holder is left in it (true), else move its expiry to the latest
+    /// deadline left (false).
+    pub fn delete_if_empty(&mut self) -> Result<bool> {
+        if self.lock()?.is_none_or(|l| l.holders.is_empty()) {
+            self.delete();
+            return Ok(true);
+        }
+        self.sync_expiry().map(|_| false)
+    }
+
+    /// Set the key's Redis expiry to the latest deadline of its holders.
+    fn sync_expiry(&mut self) -> Result<()> {
+        let Some(deadline) = self.lock()?.and_then(Lock::key_deadline) else {
+            return Ok(());
+        };
         // SAFETY: the key is open for writing and holds a value. SetAbsExpire (7.2+) keeps the
         // exact absolute deadline; on 7.0 we convert to relative, at least 1 ms so that an
         // expiry of 0 is never taken as "now" twice.
@@ -178,11 +218,30 @@ impl LockKey {
         }
     }
 
-    /// Send the stored hold to replicas and the AOF as `LOCK.LOAD key owner token deadline`:
-    /// the deterministic effect of a grant, retry, extend or handoff.
-    pub fn replicate_hold(&self) {
-        if let Ok(Some(hold)) = self.hold() {
-            replicate_load(self.ctx, self.name, hold);
+    /// Send `owner`'s hold to replicas and the AOF as `LOCK.LOAD`: the deterministic effect of
+    /// a grant, retry, extend or handoff. A shared hold also carries `PRUNE now`: the holders
+    /// this server dropped as expired, which a replica drops too (never by its own clock).
+    pub fn replicate_holder(&self, owner: &[u8], now: Millis) {
+        if let Ok(Some(lock)) = self.lock() {
+            if let Some(hold) = lock.holders.iter().find(|h| h.owner == owner) {
+                replicate_load(self.ctx, self.name, lock.mode, hold, now);
+            }
+        }
+    }
+
+    /// Send `LOCK.RELEASE key owner` to replicas and the AOF (where it removes `owner`'s entry
+    /// whatever the clock says; see `commands::release`).
+    pub fn replicate_release(&self, owner: &[u8]) {
+        // SAFETY: format "sb": a RedisModuleString and a (pointer, length) buffer.
+        unsafe {
+            raw::RedisModule_Replicate.unwrap()(
+                self.ctx,
+                c"LOCK.RELEASE".as_ptr(),
+                c"sb".as_ptr(),
+                self.name,
+                owner.as_ptr().cast::<c_char>(),
+                owner.len(),
+            );
         }
     }
 
@@ -223,36 +282,118 @@ impl Drop for LockKey {
     }
 }
 
-fn replicate_load(ctx: *mut raw::RedisModuleCtx, name: *mut raw::RedisModuleString, hold: &Hold) {
-    // SAFETY: format "sbll": a RedisModuleString, a (pointer, length) buffer, two long longs.
+fn replicate_load(
+    ctx: *mut raw::RedisModuleCtx,
+    name: *mut raw::RedisModuleString,
+    mode: Mode,
+    hold: &Hold,
+    now: Millis,
+) {
+    let (owner, owner_len) = (hold.owner.as_ptr().cast::<c_char>(), hold.owner.len());
+    let (token, deadline) = (hold.token as c_longlong, hold.deadline as c_longlong);
+    // SAFETY: reading a function pointer RedisModule_Init set once, before any command ran.
+    let replicate = unsafe { raw::RedisModule_Replicate.unwrap() };
+    // SAFETY: each format matches its arguments: s = RedisModuleString, b = (pointer, length),
+    // l = long long, c = NUL-terminated C string. The exclusive form is the hot path and the
+    // one every earlier release of the module wrote, so it stays as short as it was.
     unsafe {
-        raw::RedisModule_Replicate.unwrap()(
-            ctx,
+        let (load, shared, limit, prune) = (
             c"LOCK.LOAD".as_ptr(),
-            c"sbll".as_ptr(),
-            name,
-            hold.owner.as_ptr().cast::<c_char>(),
-            hold.owner.len(),
-            hold.token as c_longlong,
-            hold.deadline as c_longlong,
+            c"SHARED".as_ptr(),
+            c"LIMIT".as_ptr(),
+            c"PRUNE".as_ptr(),
         );
+        match mode {
+            Mode::Exclusive => replicate(
+                ctx,
+                load,
+                c"sbll".as_ptr(),
+                name,
+                owner,
+                owner_len,
+                token,
+                deadline,
+            ),
+            Mode::Shared { limit: None } => replicate(
+                ctx,
+                load,
+                c"sbllccl".as_ptr(),
+                name,
+                owner,
+                owner_len,
+                token,
+                deadline,
+                shared,
+                prune,
+                now as c_longlong,
+            ),
+            Mode::Shared { limit: Some(n) } => replicate(
+                ctx,
+                load,
+                c"sbllcclcl".as_ptr(),
+                name,
+                owner,
+                owner_len,
+                token,
+                deadline,
+                shared,
+                limit,
+                n as c_longlong,
+                prune,
+                now as c_longlong,
+            ),
+        };
     }
 }
 
-/// Write `LOCK.LOAD key owner token deadline` into a rewritten AOF.
-pub fn emit_aof(aof: *mut raw::RedisModuleIO, name: *mut raw::RedisModuleString, hold: &Hold) {
-    // SAFETY: same format as replicate_load; aof and name come from the rewrite callback.
-    unsafe {
-        raw::RedisModule_EmitAOF.unwrap()(
-            aof,
-            c"LOCK.LOAD".as_ptr(),
-            c"sbll".as_ptr(),
-            name,
-            hold.owner.as_ptr().cast::<c_char>(),
-            hold.owner.len(),
-            hold.token as c_longlong,
-            hold.deadline as c_longlong,
-        );
+/// Write a key's holders into a rewritten AOF: one `LOCK.LOAD key owner token deadline` for an
+/// exclusive lock, one `... SHARED [LIMIT n]` per holder of a shared one.
+pub fn emit_aof(aof: *mut raw::RedisModuleIO, name: *mut raw::RedisModuleString, lock: &Lock) {
+    // SAFETY: as in replicate_load.
+    let emit = unsafe { raw::RedisModule_EmitAOF.unwrap() };
+    for hold in &lock.holders {
+        let (owner, owner_len) = (hold.owner.as_ptr().cast::<c_char>(), hold.owner.len());
+        let (token, deadline) = (hold.token as c_longlong, hold.deadline as c_longlong);
+        // SAFETY: as in replicate_load; aof and name come from the rewrite callback.
+        unsafe {
+            let load = c"LOCK.LOAD".as_ptr();
+            match lock.mode {
+                Mode::Exclusive => emit(
+                    aof,
+                    load,
+                    c"sbll".as_ptr(),
+                    name,
+                    owner,
+                    owner_len,
+                    token,
+                    deadline,
+                ),
+                Mode::Shared { limit: None } => emit(
+                    aof,
+                    load,
+                    c"sbllc".as_ptr(),
+                    name,
+                    owner,
+                    owner_len,
+                    token,
+                    deadline,
+                    c"SHARED".as_ptr(),
+                ),
+                Mode::Shared { limit: Some(n) } => emit(
+                    aof,
+                    load,
+                    c"sbllccl".as_ptr(),
+                    name,
+                    owner,
+                    owner_len,
+                    token,
+                    deadline,
+                    c"SHARED".as_ptr(),
+                    c"LIMIT".as_ptr(),
+                    n as c_longlong,
+                ),
+            };
+        }
     }
 }
 

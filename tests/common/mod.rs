@@ -422,6 +422,15 @@ pub fn wait_for_replica_sync(primary: &Server, replica: &Server) {
     }
 }
 
+/// Wait until no AOF rewrite is running or scheduled.
+pub fn wait_no_aof_rewrite(server: &Server) {
+    let mut c = server.conn();
+    wait_until("AOF rewrite to finish", Duration::from_secs(10), || {
+        info_field(&mut c, "persistence", "aof_rewrite_in_progress").as_deref() == Some("0")
+            && info_field(&mut c, "persistence", "aof_rewrite_scheduled").as_deref() == Some("0")
+    });
+}
+
 /// A key name no other test uses.
 pub fn unique_key(prefix: &str) -> String {
     format!("{prefix}:{}", uuid::Uuid::new_v4())
