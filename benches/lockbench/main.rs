@@ -27,7 +27,8 @@
 //! - `REDIS_LOCK_MODULE`: the module (default `<crate>/target/release/libredis_lock.so`).
 //! - `REDIS_SERVER`, `REDIS_BENCHMARK`: the binaries (default from `PATH`).
 //! - `BENCH_SERVERS`, `BENCH_MATRIX`: more server binaries, space-separated.
-//! - `ONLY=contention,peers`: run only these scenarios (by id), for a quick look.
+//! - `ONLY=contention,peers`: run only these scenarios (by id), for a quick look; the report
+//!   then goes to `bench/only.md` and `bench/only.json`, leaving BENCHMARKS.md alone.
 //!
 //! Every connection goes to 127.0.0.1 and every loop is bounded in count or time.
 
@@ -38,6 +39,7 @@ mod scenarios;
 mod server;
 mod stats;
 mod waits_svg;
+mod workers;
 
 use std::fs;
 use std::path::Path;
@@ -165,11 +167,18 @@ fn run() -> Result<(), String> {
     };
     fs::create_dir_all(root.join("bench")).map_err(|e| e.to_string())?;
     let md = report.markdown();
-    fs::write(root.join("BENCHMARKS.md"), &md).map_err(|e| e.to_string())?;
-    fs::write(root.join("bench/results.json"), report.json()).map_err(|e| e.to_string())?;
+    // A partial run (`ONLY=...`) must not replace the full report: it goes to bench/only.*
+    // (ignored by git), and writes no charts.
+    let (md_path, json_path) = if only.is_empty() {
+        ("BENCHMARKS.md", "bench/results.json")
+    } else {
+        ("bench/only.md", "bench/only.json")
+    };
+    fs::write(root.join(md_path), &md).map_err(|e| e.to_string())?;
+    fs::write(root.join(json_path), report.json()).map_err(|e| e.to_string())?;
     // Extra files (charts) come from each scenario's first run: the first server, bare.
     let mut written: Vec<String> = Vec::new();
-    for d in &report.done {
+    for d in report.done.iter().filter(|_| only.is_empty()) {
         for (path, text) in d.scenario.files() {
             if !written.contains(&path) {
                 fs::write(root.join(&path), text).map_err(|e| e.to_string())?;
@@ -179,7 +188,7 @@ fn run() -> Result<(), String> {
     }
     eprintln!("\n{}", md.split("## 1.").next().unwrap_or(""));
     eprintln!(
-        "lockbench: wrote BENCHMARKS.md, bench/results.json{} in {:.0} s",
+        "lockbench: wrote {md_path}, {json_path}{} in {:.0} s",
         written.iter().map(|p| format!(", {p}")).collect::<String>(),
         report.total_secs
     );

@@ -15,7 +15,11 @@ pub mod contention;
 pub mod expiry;
 pub mod memory;
 pub mod module_tax;
+pub mod rwlock;
 pub mod scale;
+pub mod semaphore;
+pub mod shared_memory;
+pub mod shared_throughput;
 pub mod throughput;
 pub mod waiter_memory;
 
@@ -28,6 +32,10 @@ pub const ALL: &[fn() -> Box<dyn Scenario>] = &[
     memory::new,
     waiter_memory::new,
     scale::new,
+    shared_throughput::new,
+    semaphore::new,
+    rwlock::new,
+    shared_memory::new,
 ];
 
 /// Which servers a scenario runs on.
