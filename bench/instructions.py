@@ -14,7 +14,8 @@ target/bench-instructions/profile-*.txt.
 Environment: REDIS_SERVERS="name=path name=path" (default: Redis 7.0 from /usr/bin and 8.2
 from target/servers), REDIS_LOCK_MODULE (default target/release/libredis_lock.so),
 SETTINGS="bare aof aof+replica", CONTENDERS="cycle evalsha floor acquire setnx" (subsets for a
-quicker look), SHORT/LONG (default 5000/25000: a difference of 20,000 operations).
+quicker look), SHORT/LONG (default 5000/25000: a difference of 20,000 operations),
+RECOMPUTE=1 (no new runs: recount the callgrind files already under target/bench-instructions).
 """
 
 import json
@@ -215,8 +216,11 @@ def main():
             for contender in contenders:
                 files = [OUT / f"callgrind.{name}.{setting}.{contender}.{n}" for n in (SHORT, LONG)]
                 t0 = time.time()
-                short, long_ = (one_run(path, module, setting, contender, n, f)
-                                for n, f in zip((SHORT, LONG), files))
+                if os.environ.get("RECOMPUTE"):
+                    short, long_ = (total(f) for f in files)
+                else:
+                    short, long_ = (one_run(path, module, setting, contender, n, f)
+                                    for n, f in zip((SHORT, LONG), files))
                 per = (long_ - short) / ops
                 results.setdefault(name, {"version": version(path)}) \
                     .setdefault(setting, {})[contender] = round(per)
