@@ -15,6 +15,7 @@ pub mod contention;
 pub mod expiry;
 pub mod memory;
 pub mod module_tax;
+pub mod peers;
 pub mod rwlock;
 pub mod scale;
 pub mod semaphore;
@@ -28,6 +29,7 @@ pub const ALL: &[fn() -> Box<dyn Scenario>] = &[
     throughput::new,
     module_tax::new,
     contention::new,
+    peers::new,
     expiry::new,
     memory::new,
     waiter_memory::new,
