@@ -3,10 +3,12 @@
 //! when nobody else is there? Runs on the headline servers, bare and in production setting.
 
 use std::fmt::Write as _;
+use std::fs;
+use std::path::Path;
 
 use super::throughput::Tput;
 use super::{Env, Scenario, Servers};
-use crate::config::{Config, CONNS, LONG_TTL_MS};
+use crate::config::{Config, Sizes, CONNS, LONG_TTL_MS};
 use crate::load::{drive, key_into, resp, Expect, Load};
 use crate::report::{f, num, obj, ratio, s, Goal, Json};
 use crate::server::flushall;
@@ -85,7 +87,8 @@ impl Scenario for SharedThroughput {
     }
 
     fn run(&mut self, env: &mut Env) {
-        let total = env.sizes.tput_p16;
+        // Half the throughput section's count: three modes x three loads per round.
+        let total = env.sizes.tput_p16 / 2;
         eprintln!(
             "[shared throughput] {CONNS} connections, {DEPTH} in flight each, {total} commands per run"
         );
@@ -171,20 +174,35 @@ impl Scenario for SharedThroughput {
     }
 
     fn intro(&self, o: &mut String, cfg: &Config) {
+        let sizes = Sizes::new(cfg.quick);
         let _ = writeln!(
             o,
             "The load generator of the throughput section ({CONNS} connections, {DEPTH} commands \
-             in flight each, every reply checked and none refused), each acquire on a fresh key with a {} s ttl so \
+             in flight each, every reply checked and none refused), {} commands per run, each \
+             acquire on a fresh key with a {} s ttl so \
              that each one is a real grant: exclusive, `SHARED`, and `SHARED LIMIT 4`. Then \
              `LOCK.RELEASE` of exactly those keys, and full cycles (acquire and release of \
              distinct keys, pipelined together). {} rounds, the modes' order reversed every other \
              round; ops/s is the median over rounds and the ratio the median of the per-round \
              ratios to the exclusive acquire in the same round.\n",
+            f((sizes.tput_p16 / 2) as f64),
             LONG_TTL_MS / 1000,
-            crate::config::Sizes::new(cfg.quick).tput_rounds
+            sizes.tput_rounds
         );
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/instructions_shared.md");
+        let _ = writeln!(
+            o,
+            "CPU time on this machine swings by 30% from run to run, so the same comparison in \
+             server instructions (callgrind, which repeats to within 1%) is run apart: `python3 \
+             bench/instructions_shared.py` (about 15 minutes) writes bench/instructions_shared.md, \
+             shown here as last written:\n"
+        );
+        match fs::read_to_string(&path) {
+            Ok(text) => o.push_str(&text),
+            Err(_) => o.push_str("Not measured yet.\n"),
+        }
+        o.push('\n');
     }
-
     fn markdown(&self, o: &mut String) {
         let Some(ex) = self.get(Mode::Exclusive) else {
             return;
