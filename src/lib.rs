@@ -31,7 +31,7 @@ mod module {
     use redis_module::{raw, redis_module, Context, InfoContext, RedisResult, RedisString, Status};
 
     use crate::commands::{acquire, extend, fence, info, load, macquire, mrelease, release};
-    use crate::redis::{blocking, config, datatype::LOCK_TYPE, docs, guard, role};
+    use crate::redis::{acl, blocking, config, datatype::LOCK_TYPE, docs, guard, role};
 
     fn init(ctx: &Context, args: &[RedisString]) -> Status {
         if !config::server_supported() {
@@ -77,6 +77,17 @@ mod module {
                 ));
                 return Status::Err;
             }
+        }
+        match acl::categorise(ctx) {
+            acl::Outcome::Unsupported => ctx.log_notice(
+                "redis-lock: commands are in no ACL category (this server cannot set them; \
+                 Redis 7.2+ can)",
+            ),
+            acl::Outcome::BuiltIn => ctx.log_notice(
+                "redis-lock: commands are in the built-in ACL categories (@write, @read, @fast, \
+                 ...); no @lock category (needs Redis 7.4+)",
+            ),
+            acl::Outcome::WithOwn => {}
         }
         if !blocking::subscribe(ctx) || !role::subscribe(ctx) {
             ctx.log_warning("redis-lock: could not subscribe to keyspace and server events");
@@ -128,8 +139,8 @@ mod module {
     #[cfg(test)]
     const ALLOCATOR: Allocator = std::alloc::System;
 
-    // ACL categories are left empty: mandatory categories need Redis 7.2
-    // (RedisModule_SetCommandACLCategories) and the module must load on 7.0.
+    // ACL categories are left empty here: the macro's mandatory categories need Redis 7.2
+    // and the module must load on 7.0. `acl::categorise` sets them at load where it can.
     redis_module! {
         name: "lock",
         version: 1,

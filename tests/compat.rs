@@ -1,12 +1,12 @@
 //! On a server the module cannot support it refuses to load with one clear log line, and the
-//! server does not crash. Run by `make test-valkey`, which sets OLD_REDIS_SERVER to Redis 6.2.
+//! server does not crash. Run by `make test-servers`, which sets OLD_REDIS_SERVER to Redis 6.2.
 //! (Redis 6.2 has no module configs; the module needs 7.0.)
 
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 #[test]
-#[ignore = "needs OLD_REDIS_SERVER, a Redis 6.2 binary: run by make test-valkey"]
+#[ignore = "needs OLD_REDIS_SERVER, a Redis 6.2 binary: run by make test-servers"]
 fn refuses_to_load_on_redis_6_with_one_clear_line() {
     let server = std::env::var("OLD_REDIS_SERVER")
         .expect("OLD_REDIS_SERVER must name a Redis 6.2 redis-server binary");

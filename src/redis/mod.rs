@@ -4,8 +4,10 @@
 //! - `datatype`: the `redislock` type's RDB, AOF and memory callbacks.
 //! - `blocking`: waiter queues, handoff, timers, and reacting to locks freed behind our back.
 //! - `guard`: turns panics into error replies and log lines.
+//! - `acl`: ACL categories for the commands, on servers that can set them.
 //! - `role`: the token jumps at start-up and when this server is promoted to primary.
 
+pub mod acl;
 pub mod blocking;
 pub mod cluster;
 pub mod config;

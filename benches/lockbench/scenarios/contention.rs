@@ -1,0 +1,601 @@
+//! Contention on one key: worker threads all after one key, each holding it 1 ms, with the
+//! module's blocking acquire against polling strategies and `BLPOP` token passing (the fair
+//! lower bound). Runs on the headline servers.
+
+use std::fmt::Write as _;
+use std::sync::{Barrier, OnceLock};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use rand::Rng;
+use redis::Connection;
+
+use super::{Env, Scenario, Servers};
+use crate::config::{Config, Sizes};
+use crate::report::{f, num, obj, ratio, s, Goal, Json};
+use crate::server::{server_cpu, Server};
+use crate::stats::{pct, sorted};
+
+pub fn new() -> Box<dyn Scenario> {
+    Box::new(ContentionScenario {
+        cont: Vec::new(),
+        grace_secs: 0,
+    })
+}
+
+pub struct ContentionScenario {
+    cont: Vec<Contention>,
+    /// How long a starved poller keeps trying after the run's time is up.
+    grace_secs: u64,
+}
+
+impl ContentionScenario {
+    fn find(&self, strategy: Strategy, workers: usize) -> Option<&Contention> {
+        self.cont
+            .iter()
+            .find(|c| c.strategy == strategy && c.workers == workers)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Strategy {
+    /// `LOCK.ACQUIRE ... BLOCK`, released with `LOCK.RELEASE`.
+    Block,
+    /// `BLPOP` a token from a one-element list, `LPUSH` it back: the fair lower bound.
+    Blpop,
+    /// `SET NX PX`, sleep 10 ms on failure; released with the EVALSHA script.
+    Retry10,
+    /// As `Retry10` with 1 ms.
+    Retry1,
+    /// As `Retry10`, sleeping `d/2 + rand(0..=d/2)` with `d = min(100 ms, 1 ms * 2^failures)`.
+    Backoff,
+}
+
+impl Strategy {
+    pub const ALL: [Strategy; 5] = [
+        Strategy::Block,
+        Strategy::Blpop,
+        Strategy::Retry10,
+        Strategy::Retry1,
+        Strategy::Backoff,
+    ];
+    pub fn label(self) -> &'static str {
+        match self {
+            Strategy::Block => "LOCK.ACQUIRE BLOCK",
+            Strategy::Blpop => "BLPOP/LPUSH token",
+            Strategy::Retry10 => "retry every 10 ms",
+            Strategy::Retry1 => "retry every 1 ms",
+            Strategy::Backoff => "exp. backoff 1-100 ms",
+        }
+    }
+    fn id(self) -> &'static str {
+        match self {
+            Strategy::Block => "lock_block",
+            Strategy::Blpop => "blpop_token",
+            Strategy::Retry10 => "retry_10ms",
+            Strategy::Retry1 => "retry_1ms",
+            Strategy::Backoff => "exp_backoff",
+        }
+    }
+    /// SVG stroke attributes: the lock thick, BLPOP dashed (it runs along the lock's line).
+    pub fn stroke(self) -> &'static str {
+        match self {
+            Strategy::Block => r#"stroke-width="4""#,
+            Strategy::Blpop => r#"stroke-width="2" stroke-dasharray="6 4""#,
+            _ => r#"stroke-width="2""#,
+        }
+    }
+    pub fn color(self) -> &'static str {
+        match self {
+            Strategy::Block => "#1f5fbf",
+            Strategy::Blpop => "#2a9d3a",
+            Strategy::Retry10 => "#e07b00",
+            Strategy::Retry1 => "#c62828",
+            Strategy::Backoff => "#7b3fa0",
+        }
+    }
+}
+
+/// One contender at one worker count, summed over its rounds.
+#[derive(Clone, Debug)]
+pub struct Contention {
+    pub strategy: Strategy,
+    pub workers: usize,
+    /// Seconds from the start signal to the last release, summed over rounds.
+    pub secs: f64,
+    /// Every completed wait, in ms (from wanting the lock to holding it).
+    pub waits: Vec<f64>,
+    /// Waits still going when the run's hard limit hit (a starved worker gave up), in ms.
+    pub unfinished: Vec<f64>,
+    /// Acquisitions per worker.
+    pub per_worker: Vec<u64>,
+    /// Acquisitions whose holder differs from the previous holder.
+    pub handoffs: u64,
+    /// Commands the clients sent, and the acquire attempts among them.
+    pub cmds: u64,
+    pub acquire_cmds: u64,
+    /// Server CPU seconds.
+    pub cpu: f64,
+}
+
+impl Contention {
+    fn acquisitions(&self) -> u64 {
+        self.per_worker.iter().sum()
+    }
+    fn handoffs_per_s(&self) -> f64 {
+        self.handoffs as f64 / self.secs
+    }
+    pub fn cpu_us_per_acq(&self) -> f64 {
+        self.cpu * 1e6 / self.acquisitions() as f64
+    }
+    fn max_wait(&self) -> f64 {
+        self.waits
+            .iter()
+            .chain(&self.unfinished)
+            .copied()
+            .fold(0.0, f64::max)
+    }
+}
+
+/// What a worker reports: its acquisitions (grant time since start in s, wait in ms) and counts.
+struct WorkerLog {
+    grants: Vec<(f64, f64)>,
+    unfinished: Option<f64>,
+    cmds: u64,
+    acquire_cmds: u64,
+    last_release: Instant,
+}
+
+const LOCK_KEY: &str = "bench:onekey";
+const TOKEN_LIST: &str = "bench:token";
+const HOLD: Duration = Duration::from_millis(1);
+
+fn contention_round(
+    srv: &Server,
+    ctl: &mut Connection,
+    strategy: Strategy,
+    workers: usize,
+    secs: f64,
+    grace: Duration,
+    sha: &str,
+) -> Contention {
+    let _: () = redis::cmd("DEL")
+        .arg(LOCK_KEY)
+        .arg(TOKEN_LIST)
+        .query(ctl)
+        .expect("DEL");
+    if strategy == Strategy::Blpop {
+        let _: () = redis::cmd("LPUSH")
+            .arg(TOKEN_LIST)
+            .arg("token")
+            .query(ctl)
+            .expect("LPUSH");
+    }
+    let connected = Barrier::new(workers + 1);
+    let go = Barrier::new(workers + 1);
+    let start: OnceLock<Instant> = OnceLock::new();
+    let window = Duration::from_secs_f64(secs);
+    let logs: Vec<WorkerLog>;
+    let cpu0;
+    let t0;
+    {
+        let (connected, go, start) = (&connected, &go, &start);
+        (logs, cpu0, t0) = thread::scope(|s| {
+            let handles: Vec<_> = (0..workers)
+                .map(|w| {
+                    s.spawn(move || {
+                        let mut con = srv.connect();
+                        let owner = format!("worker-{w}-{}", uuid::Uuid::new_v4());
+                        let mut rng = rand::thread_rng();
+                        connected.wait();
+                        go.wait();
+                        let t0 = *start.get().expect("start time");
+                        let stop = t0 + window;
+                        let hard_stop = stop + grace;
+                        let mut log = WorkerLog {
+                            grants: Vec::new(),
+                            unfinished: None,
+                            cmds: 0,
+                            acquire_cmds: 0,
+                            last_release: t0,
+                        };
+                        loop {
+                            let want = Instant::now();
+                            if want >= stop {
+                                break;
+                            }
+                            let mut failures = 0u32;
+                            let granted = loop {
+                                log.cmds += 1;
+                                log.acquire_cmds += 1;
+                                let ok = match strategy {
+                                    Strategy::Block => redis::cmd("LOCK.ACQUIRE")
+                                        .arg(LOCK_KEY)
+                                        .arg(&owner)
+                                        .arg(10_000)
+                                        .arg("BLOCK")
+                                        .arg(30_000)
+                                        .query::<Option<i64>>(&mut con)
+                                        .expect("LOCK.ACQUIRE")
+                                        .is_some(),
+                                    Strategy::Blpop => redis::cmd("BLPOP")
+                                        .arg(TOKEN_LIST)
+                                        .arg(30)
+                                        .query::<Option<(String, String)>>(&mut con)
+                                        .expect("BLPOP")
+                                        .is_some(),
+                                    _ => redis::cmd("SET")
+                                        .arg(LOCK_KEY)
+                                        .arg(&owner)
+                                        .arg("NX")
+                                        .arg("PX")
+                                        .arg(10_000)
+                                        .query::<Option<String>>(&mut con)
+                                        .expect("SET NX PX")
+                                        .is_some(),
+                                };
+                                if ok {
+                                    break true;
+                                }
+                                if Instant::now() >= hard_stop {
+                                    break false;
+                                }
+                                let pause = match strategy {
+                                    Strategy::Block | Strategy::Blpop => Duration::ZERO,
+                                    Strategy::Retry10 => Duration::from_millis(10),
+                                    Strategy::Retry1 => Duration::from_millis(1),
+                                    Strategy::Backoff => {
+                                        let d_us = (1000u64 << failures.min(7)).min(100_000);
+                                        Duration::from_micros(
+                                            d_us / 2 + rng.gen_range(0..=d_us / 2),
+                                        )
+                                    }
+                                };
+                                failures += 1;
+                                thread::sleep(pause);
+                            };
+                            let got = Instant::now();
+                            if !granted {
+                                log.unfinished = Some((got - want).as_secs_f64() * 1000.0);
+                                break;
+                            }
+                            log.grants.push((
+                                (got - t0).as_secs_f64(),
+                                (got - want).as_secs_f64() * 1000.0,
+                            ));
+                            thread::sleep(HOLD);
+                            log.cmds += 1;
+                            match strategy {
+                                Strategy::Block => {
+                                    let n: i64 = redis::cmd("LOCK.RELEASE")
+                                        .arg(LOCK_KEY)
+                                        .arg(&owner)
+                                        .query(&mut con)
+                                        .expect("LOCK.RELEASE");
+                                    assert_eq!(n, 1, "LOCK.RELEASE of a held lock returned {n}");
+                                }
+                                Strategy::Blpop => {
+                                    let _: i64 = redis::cmd("LPUSH")
+                                        .arg(TOKEN_LIST)
+                                        .arg("token")
+                                        .query(&mut con)
+                                        .expect("LPUSH");
+                                }
+                                _ => {
+                                    let n: i64 = redis::cmd("EVALSHA")
+                                        .arg(sha)
+                                        .arg(1)
+                                        .arg(LOCK_KEY)
+                                        .arg(&owner)
+                                        .query(&mut con)
+                                        .expect("EVALSHA");
+                                    assert_eq!(n, 1, "release script on a held lock returned {n}");
+                                }
+                            }
+                            log.last_release = Instant::now();
+                        }
+                        log
+                    })
+                })
+                .collect();
+            connected.wait();
+            let cpu0 = server_cpu(ctl);
+            let t0 = Instant::now();
+            start.set(t0).expect("start set once");
+            go.wait();
+            let logs: Vec<WorkerLog> = handles
+                .into_iter()
+                .map(|h| h.join().expect("worker panicked"))
+                .collect();
+            (logs, cpu0, t0)
+        });
+    }
+    let cpu = server_cpu(ctl) - cpu0;
+    let end = logs.iter().map(|l| l.last_release).max().unwrap_or(t0);
+    let mut grants: Vec<(f64, usize)> = Vec::new();
+    let mut waits = Vec::new();
+    for (w, l) in logs.iter().enumerate() {
+        for &(at, wait) in &l.grants {
+            grants.push((at, w));
+            waits.push(wait);
+        }
+    }
+    grants.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let handoffs = grants.windows(2).filter(|p| p[0].1 != p[1].1).count() as u64;
+    Contention {
+        strategy,
+        workers,
+        secs: (end - t0).as_secs_f64(),
+        waits,
+        unfinished: logs.iter().filter_map(|l| l.unfinished).collect(),
+        per_worker: logs.iter().map(|l| l.grants.len() as u64).collect(),
+        handoffs,
+        cmds: logs.iter().map(|l| l.cmds).sum(),
+        acquire_cmds: logs.iter().map(|l| l.acquire_cmds).sum(),
+        cpu,
+    }
+}
+
+fn contention(
+    srv: &Server,
+    ctl: &mut Connection,
+    sizes: &Sizes,
+    quick: bool,
+    sha: &str,
+) -> Vec<Contention> {
+    let grace = Duration::from_secs(if quick { 10 } else { 30 });
+    let mut out = Vec::new();
+    for workers in [2, 8, 32] {
+        eprintln!(
+            "[2] contention on one key, {workers} workers, {} x {:.0} s per contender",
+            sizes.contention_rounds, sizes.contention_secs
+        );
+        let mut merged: Vec<Option<Contention>> = vec![None; Strategy::ALL.len()];
+        for round in 0..sizes.contention_rounds {
+            let mut order: Vec<usize> = (0..Strategy::ALL.len()).collect();
+            if round % 2 == 1 {
+                order.reverse();
+            }
+            for i in order {
+                let r = contention_round(
+                    srv,
+                    ctl,
+                    Strategy::ALL[i],
+                    workers,
+                    sizes.contention_secs,
+                    grace,
+                    sha,
+                );
+                merged[i] = Some(match merged[i].take() {
+                    None => r,
+                    Some(mut m) => {
+                        m.secs += r.secs;
+                        m.waits.extend(r.waits);
+                        m.unfinished.extend(r.unfinished);
+                        for (a, b) in m.per_worker.iter_mut().zip(&r.per_worker) {
+                            *a += b;
+                        }
+                        m.handoffs += r.handoffs;
+                        m.cmds += r.cmds;
+                        m.acquire_cmds += r.acquire_cmds;
+                        m.cpu += r.cpu;
+                        m
+                    }
+                });
+            }
+        }
+        out.extend(merged.into_iter().flatten());
+    }
+    out
+}
+
+impl Scenario for ContentionScenario {
+    fn title(&self) -> &'static str {
+        "Contention on one key"
+    }
+    fn id(&self) -> &'static str {
+        "contention"
+    }
+    fn servers(&self) -> Servers {
+        Servers::Headline
+    }
+    fn run(&mut self, env: &mut Env) {
+        self.grace_secs = if env.cfg.quick { 10 } else { 30 };
+        self.cont = contention(env.srv, env.ctl, env.sizes, env.cfg.quick, env.sha);
+    }
+
+    fn goals(&self) -> Vec<Goal> {
+        let mut g = Vec::new();
+        for workers in [8, 32] {
+            let (Some(lock), Some(blpop), Some(r10)) = (
+                self.find(Strategy::Block, workers),
+                self.find(Strategy::Blpop, workers),
+                self.find(Strategy::Retry10, workers),
+            ) else {
+                continue;
+            };
+            let vs_blpop = lock.handoffs_per_s() / blpop.handoffs_per_s();
+            g.push(Goal {
+                goal: format!("{workers} workers: handoffs/s >= 1.0x BLPOP token passing"),
+                measured: format!(
+                    "{} ({} vs {} /s)",
+                    ratio(vs_blpop),
+                    f(lock.handoffs_per_s()),
+                    f(blpop.handoffs_per_s())
+                ),
+                met: vs_blpop >= 1.0,
+            });
+            let cpu = lock.cpu_us_per_acq() / blpop.cpu_us_per_acq();
+            g.push(Goal {
+                goal: format!(
+                    "{workers} workers: server CPU per acquisition <= 1.1x BLPOP token passing"
+                ),
+                measured: format!(
+                    "{} ({} vs {} us)",
+                    ratio(cpu),
+                    f(lock.cpu_us_per_acq()),
+                    f(blpop.cpu_us_per_acq())
+                ),
+                met: cpu <= 1.1,
+            });
+            let vs_r10 = lock.handoffs_per_s() / r10.handoffs_per_s();
+            g.push(Goal {
+                goal: format!("{workers} workers: handoffs/s >= 5x retry every 10 ms"),
+                measured: format!(
+                    "{} ({} vs {} /s)",
+                    ratio(vs_r10),
+                    f(lock.handoffs_per_s()),
+                    f(r10.handoffs_per_s())
+                ),
+                met: vs_r10 >= 5.0,
+            });
+            let min = *lock.per_worker.iter().min().unwrap_or(&0) as f64;
+            let max = *lock.per_worker.iter().max().unwrap_or(&0) as f64;
+            g.push(Goal {
+                goal: format!("{workers} workers: acquisitions per worker within 5% of each other"),
+                measured: format!(
+                    "min {} / max {} ({:.1}% apart)",
+                    min,
+                    max,
+                    (max - min) / max * 100.0
+                ),
+                met: min >= 0.95 * max,
+            });
+            let per = lock.acquire_cmds as f64 / lock.acquisitions() as f64;
+            g.push(Goal {
+                goal: format!("{workers} workers: exactly one acquire command per acquisition"),
+                measured: format!(
+                    "{} acquire commands for {} acquisitions ({per:.3})",
+                    lock.acquire_cmds,
+                    lock.acquisitions()
+                ),
+                met: lock.acquire_cmds == lock.acquisitions(),
+            });
+        }
+        g
+    }
+
+    fn intro(&self, o: &mut String, _cfg: &Config) {
+        let secs = self.cont.first().map_or(0.0, |c| c.secs);
+        let _ = writeln!(
+            o,
+            "Worker threads, one connection each, all after one key; each holds the lock for 1 ms \
+             (a `sleep` of 1 ms) and asks again at once. About {:.0} s per contender (two halves, \
+             the contenders' order reversed in the second). *Wait* runs from the moment a worker \
+             wants the lock to the reply that grants it. *Real handoffs* count grants whose holder \
+             differs from the previous holder (a releaser that wins its own lock again is not a \
+             handoff); per second of the whole run. *Commands per acquisition* counts every \
+             command the clients sent (acquire attempts and releases), with the acquire attempts \
+             alone in brackets. Polling strategies: `SET key owner NX PX 10000`, released with the \
+             `EVALSHA` script; on failure sleep 10 ms, 1 ms, or (exponential backoff with equal \
+             jitter) `d/2 + rand(0..d/2)` with `d = min(100 ms, 1 ms * 2^failures)`, reset after \
+             each acquisition. `LOCK.ACQUIRE key owner 10000 BLOCK 30000` / `LOCK.RELEASE`. Token \
+             passing: a list holds one token; `BLPOP list 30` acquires, `LPUSH` releases. A worker \
+             starts no attempt after the run's time is up but finishes the one in progress (a \
+             starved poller gives up {} s later: that wait is counted in *max* only, marked >=).\n",
+            secs, self.grace_secs
+        );
+    }
+
+    fn markdown(&self, o: &mut String) {
+        let _ = writeln!(
+            o,
+            "| workers | strategy | real handoffs/s | acquisitions/s | wait p50 ms | wait p99 ms | wait max ms | acquisitions per worker min / max | commands per acquisition (acquire) | server CPU us/acquisition |\n|---|---|---|---|---|---|---|---|---|---|"
+        );
+        for c in &self.cont {
+            let w = sorted(c.waits.clone());
+            let unfinished = c.unfinished.iter().copied().fold(0.0, f64::max);
+            let max = if unfinished > pct(&w, 100.0) {
+                format!(">= {}", f(unfinished))
+            } else {
+                f(pct(&w, 100.0))
+            };
+            let acq = c.acquisitions() as f64;
+            let _ = writeln!(
+                o,
+                "| {} | {} | {} | {} | {} | {} | {} | {} / {} | {} ({}) | {} |",
+                c.workers,
+                c.strategy.label(),
+                f(c.handoffs_per_s()),
+                f(acq / c.secs),
+                f(pct(&w, 50.0)),
+                f(pct(&w, 99.0)),
+                max,
+                c.per_worker.iter().min().unwrap_or(&0),
+                c.per_worker.iter().max().unwrap_or(&0),
+                f(c.cmds as f64 / acq),
+                f(c.acquire_cmds as f64 / acq),
+                f(c.cpu * 1e6 / acq)
+            );
+        }
+        let _ = writeln!(o, "\nRatios of `LOCK.ACQUIRE BLOCK` real handoffs/s:\n");
+        let _ = writeln!(o, "| workers | vs BLPOP token | vs retry 10 ms | vs retry 1 ms | vs backoff |\n|---|---|---|---|---|");
+        for workers in [2, 8, 32] {
+            let Some(lock) = self.find(Strategy::Block, workers) else {
+                continue;
+            };
+            let r = |s: Strategy| {
+                self.find(s, workers).map_or("-".into(), |c| {
+                    ratio(lock.handoffs_per_s() / c.handoffs_per_s())
+                })
+            };
+            let _ = writeln!(
+                o,
+                "| {workers} | {} | {} | {} | {} |",
+                r(Strategy::Blpop),
+                r(Strategy::Retry10),
+                r(Strategy::Retry1),
+                r(Strategy::Backoff)
+            );
+        }
+        let _ = writeln!(
+            o,
+            "\n![Wait-time distribution per strategy, 8 and 32 workers](bench/waits.svg)\n"
+        );
+    }
+
+    fn json(&self) -> Json {
+        let cont: Vec<Json> = self
+            .cont
+            .iter()
+            .map(|c| {
+                let w = sorted(c.waits.clone());
+                let acq = c.acquisitions() as f64;
+                obj(vec![
+                    ("workers", num(c.workers as f64)),
+                    ("strategy", s(c.strategy.id())),
+                    ("label", s(c.strategy.label())),
+                    ("seconds", num(c.secs)),
+                    ("acquisitions", num(acq)),
+                    ("real_handoffs", num(c.handoffs as f64)),
+                    ("real_handoffs_per_s", num(c.handoffs_per_s())),
+                    ("wait_ms_p50", num(pct(&w, 50.0))),
+                    ("wait_ms_p99", num(pct(&w, 99.0))),
+                    ("wait_ms_max", num(c.max_wait())),
+                    (
+                        "unfinished_waits_ms",
+                        Json::Arr(c.unfinished.iter().copied().map(num).collect()),
+                    ),
+                    (
+                        "acquisitions_per_worker",
+                        Json::Arr(c.per_worker.iter().map(|x| num(*x as f64)).collect()),
+                    ),
+                    ("commands_per_acquisition", num(c.cmds as f64 / acq)),
+                    (
+                        "acquire_commands_per_acquisition",
+                        num(c.acquire_cmds as f64 / acq),
+                    ),
+                    ("server_cpu_us_per_acquisition", num(c.cpu * 1e6 / acq)),
+                ])
+            })
+            .collect();
+        Json::Arr(cont)
+    }
+
+    fn files(&self) -> Vec<(String, String)> {
+        vec![(
+            "bench/waits.svg".into(),
+            crate::waits_svg::svg(|st, w| self.find(st, w)),
+        )]
+    }
+}

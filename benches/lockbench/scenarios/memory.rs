@@ -1,0 +1,188 @@
+//! Memory: bytes per held lock against a `SET NX PX` string. (Bytes per blocked waiter are
+//! `waiter_memory.rs`, which runs on every server of the matrix.)
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use redis::Connection;
+
+use super::{Env, Scenario};
+use crate::config::{Config, Sizes, CONNS, LONG_TTL_MS};
+use crate::load::{drive, key_into, resp, Expect, Load};
+use crate::report::{f, num, obj, ratio, Goal, Json};
+use crate::server::{flushall, info_u64, wait_info, Server};
+
+pub fn new() -> Box<dyn Scenario> {
+    Box::new(MemoryScenario { mem: None })
+}
+
+pub struct MemoryScenario {
+    mem: Option<Memory>,
+}
+
+struct Memory {
+    locks: usize,
+    owner_len: usize,
+    key_example: String,
+    /// used_memory delta per held lock / per SET-string lock (bytes).
+    lock_bytes: f64,
+    string_bytes: f64,
+    /// `MEMORY USAGE` of one key of each kind.
+    lock_usage: u64,
+    string_usage: u64,
+}
+
+pub fn used_memory(con: &mut Connection) -> f64 {
+    info_u64(con, "memory", "used_memory") as f64
+}
+
+fn memory(srv: &Server, ctl: &mut Connection, sizes: &Sizes) -> Memory {
+    eprintln!("[4] memory: {} held locks", sizes.memory_locks);
+    let n = sizes.memory_locks;
+    let owners: Vec<String> = (0..CONNS)
+        .map(|_| uuid::Uuid::new_v4().to_string())
+        .collect();
+    let ttl = LONG_TTL_MS.to_string();
+    let load = Load {
+        conns: CONNS,
+        depth: 16,
+        per_conn: n / CONNS,
+    };
+    let clients0 = info_u64(ctl, "clients", "connected_clients");
+    let mut per_key = [0.0; 2];
+    let mut usage = [0u64; 2];
+    for (slot, lock) in [(0, true), (1, false)] {
+        flushall(ctl);
+        let before = used_memory(ctl);
+        let run = drive(srv, ctl, load, |c, i, out| {
+            let mut kb = [0u8; 64];
+            let k = key_into(&mut kb, "mem", c, i);
+            if lock {
+                resp(
+                    out,
+                    &[b"LOCK.ACQUIRE", k, owners[c].as_bytes(), ttl.as_bytes()],
+                );
+                Expect::Token
+            } else {
+                resp(
+                    out,
+                    &[
+                        b"SET",
+                        k,
+                        owners[c].as_bytes(),
+                        b"NX",
+                        b"PX",
+                        ttl.as_bytes(),
+                    ],
+                );
+                Expect::Ok
+            }
+        });
+        assert_eq!(run.refused, 0, "memory load: some keys were refused");
+        wait_info(
+            ctl,
+            "clients",
+            "connected_clients",
+            Duration::from_secs(5),
+            |v| v <= clients0,
+        );
+        let after = used_memory(ctl);
+        per_key[slot] = (after - before) / (load.per_conn * CONNS) as f64;
+        usage[slot] = redis::cmd("MEMORY")
+            .arg("USAGE")
+            .arg("mem:0:0")
+            .query(ctl)
+            .expect("MEMORY USAGE");
+    }
+    flushall(ctl);
+
+    Memory {
+        locks: load.per_conn * CONNS,
+        owner_len: owners[0].len(),
+        key_example: "mem:17:4711".into(),
+        lock_bytes: per_key[0],
+        string_bytes: per_key[1],
+        lock_usage: usage[0],
+        string_usage: usage[1],
+    }
+}
+
+impl Scenario for MemoryScenario {
+    fn title(&self) -> &'static str {
+        "Memory per held lock"
+    }
+    fn id(&self) -> &'static str {
+        "memory"
+    }
+    fn run(&mut self, env: &mut Env) {
+        self.mem = Some(memory(env.srv, env.ctl, env.sizes));
+    }
+    fn intro(&self, o: &mut String, _cfg: &Config) {
+        let Some(mm) = &self.mem else { return };
+        let _ = writeln!(
+            o,
+            "`INFO memory` `used_memory` before and after taking {} locks (keys like `{}`, \
+             {}-byte owners, {} s ttl, so each key also has an expiry), divided by the count; then \
+             the same with `SET key owner NX PX ttl`. `MEMORY USAGE` of one key for comparison \
+             (the module reports its own value's size).\n",
+            f(mm.locks as f64),
+            mm.key_example,
+            mm.owner_len,
+            LONG_TTL_MS / 1000
+        );
+    }
+    fn markdown(&self, o: &mut String) {
+        let Some(mm) = &self.mem else { return };
+        let _ = writeln!(
+            o,
+            "| lock kind | bytes per lock (used_memory) | MEMORY USAGE of one key |\n|---|---|---|"
+        );
+        let _ = writeln!(
+            o,
+            "| `LOCK.ACQUIRE` (type `redislock`) | {} | {} |",
+            f(mm.lock_bytes),
+            mm.lock_usage
+        );
+        let _ = writeln!(
+            o,
+            "| `SET NX PX` string | {} | {} |",
+            f(mm.string_bytes),
+            mm.string_usage
+        );
+        let _ = writeln!(
+            o,
+            "| ratio | {} | |\n",
+            ratio(mm.lock_bytes / mm.string_bytes)
+        );
+    }
+    fn goals(&self) -> Vec<Goal> {
+        let Some(mm) = &self.mem else {
+            return Vec::new();
+        };
+        let r = mm.lock_bytes / mm.string_bytes;
+        vec![Goal {
+            goal: "held lock <= 1.5x the memory of a SET string lock".into(),
+            measured: format!(
+                "{} ({} vs {} bytes)",
+                ratio(r),
+                f(mm.lock_bytes),
+                f(mm.string_bytes)
+            ),
+            met: r <= 1.5,
+        }]
+    }
+    fn json(&self) -> Json {
+        let Some(mm) = &self.mem else {
+            return Json::Arr(Vec::new());
+        };
+        obj(vec![
+            ("locks", num(mm.locks as f64)),
+            ("owner_bytes", num(mm.owner_len as f64)),
+            ("lock_bytes_per_key", num(mm.lock_bytes)),
+            ("string_bytes_per_key", num(mm.string_bytes)),
+            ("ratio", num(mm.lock_bytes / mm.string_bytes)),
+            ("memory_usage_lock_key", num(mm.lock_usage as f64)),
+            ("memory_usage_string_key", num(mm.string_usage as f64)),
+        ])
+    }
+}

@@ -1,0 +1,117 @@
+//! The scenarios, one file each. A scenario runs against the server it is given, keeps its
+//! results, and writes its own part of BENCHMARKS.md and bench/results.json.
+//!
+//! To add one: write `scenarios/<name>.rs` with a type that implements [`Scenario`] and a
+//! `pub fn new() -> Box<dyn Scenario>`, then add it to [`ALL`] (and its `mod` line below).
+//! Sections appear in BENCHMARKS.md in the order of [`ALL`].
+
+use redis::Connection;
+
+use crate::config::{Config, Sizes};
+use crate::report::{Goal, Json};
+use crate::server::Server;
+
+pub mod contention;
+pub mod expiry;
+pub mod memory;
+pub mod module_tax;
+pub mod peers;
+pub mod rwlock;
+pub mod scale;
+pub mod semaphore;
+pub mod shared_memory;
+pub mod shared_throughput;
+pub mod throughput;
+pub mod waiter_memory;
+
+/// Every scenario of `make bench`, in report order.
+pub const ALL: &[fn() -> Box<dyn Scenario>] = &[
+    throughput::new,
+    module_tax::new,
+    contention::new,
+    peers::new,
+    expiry::new,
+    memory::new,
+    waiter_memory::new,
+    scale::new,
+    shared_throughput::new,
+    semaphore::new,
+    rwlock::new,
+    shared_memory::new,
+];
+
+/// Which servers a scenario runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Servers {
+    /// The first server only (`REDIS_SERVER`, Redis 7.0 by default).
+    First,
+    /// The headline servers: the first and `BENCH_SERVERS` (Redis 8.2 in `make bench`).
+    Headline,
+    /// Every server of the matrix (also `BENCH_MATRIX`: the Valkeys).
+    Matrix,
+}
+
+/// How the server under test is configured.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Setting {
+    /// `--save "" --appendonly no`, no replica: the one setting where replicating each grant
+    /// costs the module the most against `SET NX PX`.
+    Bare,
+    /// `appendonly yes`, `appendfsync everysec`, and one replica (with the module) attached:
+    /// how production servers run.
+    Production,
+}
+
+impl Setting {
+    pub fn label(self) -> &'static str {
+        match self {
+            Setting::Bare => "bare",
+            Setting::Production => "AOF everysec + replica",
+        }
+    }
+    pub fn id(self) -> &'static str {
+        match self {
+            Setting::Bare => "bare",
+            Setting::Production => "aof_everysec_replica",
+        }
+    }
+}
+
+/// What a scenario runs against.
+pub struct Env<'a> {
+    pub cfg: &'a Config,
+    pub sizes: &'a Sizes,
+    pub srv: &'a Server,
+    /// A control connection to `srv` (not one the load uses).
+    pub ctl: &'a mut Connection,
+    /// SHA1 of the classic pattern's release script, loaded on `srv`.
+    pub sha: &'a str,
+}
+
+/// One scenario on one server and setting.
+pub trait Scenario {
+    /// Section heading in BENCHMARKS.md.
+    fn title(&self) -> &'static str;
+    /// Key in bench/results.json.
+    fn id(&self) -> &'static str;
+    fn servers(&self) -> Servers {
+        Servers::First
+    }
+    /// An uncontended scenario runs in both settings; the others on the bare server only.
+    fn uncontended(&self) -> bool {
+        false
+    }
+    fn run(&mut self, env: &mut Env);
+    /// What the scenario does and how it is measured: written once above its tables.
+    fn intro(&self, o: &mut String, cfg: &Config);
+    /// This run's tables.
+    fn markdown(&self, o: &mut String);
+    fn json(&self) -> Json;
+    fn goals(&self) -> Vec<Goal> {
+        Vec::new()
+    }
+    /// Extra files to write, relative to the crate root (e.g. a chart).
+    fn files(&self) -> Vec<(String, String)> {
+        Vec::new()
+    }
+}

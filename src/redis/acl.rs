@@ -1,0 +1,90 @@
+//! ACL categories for the commands, where the server can set them.
+//!
+//! Seen on Redis 7.0.15, 8.2.3 and Valkey 8.1/9.1: a module command is in no ACL category at
+//! all unless the module puts it in one, so `ACL SETUSER app +@write` does not let `app` take a
+//! lock. The API arrived in steps, so each step is looked up at load and used when present:
+//!
+//! | server | what we can do |
+//! |---|---|
+//! | Redis 7.0 | nothing (`RedisModule_SetCommandACLCategories` is 7.2+): commands stay uncategorised |
+//! | Redis 7.2, Valkey | the built-in categories (`@write`, `@read`, `@fast`, `@slow`, `@blocking`) |
+//! | Redis 7.4+ | also a category of our own, `@lock` (`RedisModule_AddACLCategory`) |
+//!
+//! None of this is needed for the module to work, so a refusal is logged and loading goes on.
+
+use std::ffi::{CStr, CString};
+
+use redis_module::{raw, Context};
+
+/// The category the module adds where the server allows it (`ACL CAT lock`).
+pub const OWN_CATEGORY: &str = "lock";
+
+/// Each command with its built-in categories, mirroring its command flags.
+const COMMANDS: [(&CStr, &str); 8] = [
+    (c"lock.acquire", "write fast blocking"),
+    (c"lock.macquire", "write slow blocking"),
+    (c"lock.mrelease", "write slow"),
+    (c"lock.release", "write fast"),
+    (c"lock.extend", "write fast"),
+    (c"lock.fence", "read fast"),
+    (c"lock.info", "read fast"),
+    (c"lock.load", "write slow"),
+];
+
+/// What the server let us do, for the load log line.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// The server has no API for command categories (Redis 7.0).
+    Unsupported,
+    /// The built-in categories only.
+    BuiltIn,
+    /// The built-in categories and `@lock`.
+    WithOwn,
+}
+
+/// Put every command in its categories. Must run during `RedisModule_OnLoad`, after the
+/// commands are created.
+pub fn categorise(ctx: &Context) -> Outcome {
+    // SAFETY: plain reads of function pointers filled in by RedisModule_Init.
+    let (Some(get_command), Some(set_categories)) =
+        (unsafe { raw::RedisModule_GetCommand }, unsafe {
+            raw::RedisModule_SetCommandACLCategories
+        })
+    else {
+        return Outcome::Unsupported;
+    };
+    // SAFETY: as above.
+    let own = match unsafe { raw::RedisModule_AddACLCategory } {
+        // SAFETY: called during module load with the load context and a NUL-terminated name.
+        Some(add) => (unsafe { add(ctx.ctx, c"lock".as_ptr()) }) == raw::REDISMODULE_OK as i32,
+        None => false,
+    };
+    for (name, builtin) in COMMANDS {
+        // SAFETY: called during module load with the load context and a registered name.
+        let command = unsafe { get_command(ctx.ctx, name.as_ptr()) };
+        if command.is_null() {
+            continue;
+        }
+        let wanted = if own {
+            format!("{builtin} {OWN_CATEGORY}")
+        } else {
+            builtin.to_string()
+        };
+        let Ok(wanted) = CString::new(wanted) else {
+            continue;
+        };
+        // SAFETY: `command` came from GetCommand during load; the server copies the flags.
+        if unsafe { set_categories(command, wanted.as_ptr()) } != raw::REDISMODULE_OK as i32 {
+            ctx.log_warning(&format!(
+                "redis-lock: the server refused ACL categories '{}' for {}",
+                wanted.to_string_lossy(),
+                name.to_string_lossy()
+            ));
+        }
+    }
+    if own {
+        Outcome::WithOwn
+    } else {
+        Outcome::BuiltIn
+    }
+}
