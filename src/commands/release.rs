@@ -32,20 +32,24 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     stats::RELEASED.incr();
     lock_key.notify(c"lock.released");
     lock_key.remove(cmd.owner, Some(now))?;
+    let waiting = blocking::has_waiters(key::selected_db(ctx.ctx), name.as_slice());
+    if shared && !waiting && lock_key.delete_if_empty()? {
+        // The last holder left a shared key: `DEL` alone, because the replica may still keep
+        // holders that expired here unseen, and the key goes on both sides.
+        lock_key.replicate_delete();
+        return Ok(RedisValue::Integer(1));
+    }
     // The command itself is the effect: replayed on a replica or from the AOF it removes the
     // same holder (see above), and replicating it verbatim costs a fraction of building a
     // `DEL`. It goes first, so that the handoffs below reach replicas after it; an exclusive
     // lock handed to a waiter needs none (the handoff replaces the whole value there).
-    let exclusive_handoff =
-        !shared && blocking::has_waiters(key::selected_db(ctx.ctx), name.as_slice());
+    let exclusive_handoff = !shared && waiting;
     if !exclusive_handoff {
         key::replicate_verbatim(ctx.ctx);
     }
     let granted = blocking::serve(ctx.ctx, &mut lock_key, name.as_slice(), now)?;
     if lock_key.delete_if_empty()? {
         if shared {
-            // The replica may still keep holders that expired here and were never replicated
-            // as gone: the key goes on both sides.
             lock_key.replicate_delete();
         } else if exclusive_handoff && granted == 0 {
             key::replicate_verbatim(ctx.ctx);

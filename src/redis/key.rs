@@ -53,6 +53,9 @@ pub struct LockKey {
     ctx: *mut raw::RedisModuleCtx,
     key: *mut raw::RedisModuleKey,
     name: *mut raw::RedisModuleString,
+    /// The value was created through this handle: nothing on a replica can need pruning
+    /// (its copy of the key was deleted or never existed), so shared grants skip `PRUNE`.
+    created: bool,
 }
 
 impl LockKey {
@@ -83,6 +86,7 @@ impl LockKey {
             ctx,
             key: key.cast(),
             name,
+            created: false,
         }
     }
 
@@ -148,6 +152,7 @@ impl LockKey {
                     return Err(crate::error::internal("could not store the lock value"));
                 }
                 stats::LOCK_VALUES.fetch_add(1, Relaxed);
+                self.created = true;
             }
         }
         self.sync_expiry()
@@ -220,11 +225,13 @@ impl LockKey {
 
     /// Send `owner`'s hold to replicas and the AOF as `LOCK.LOAD`: the deterministic effect of
     /// a grant, retry, extend or handoff. A shared hold also carries `PRUNE now`: the holders
-    /// this server dropped as expired, which a replica drops too (never by its own clock).
+    /// this server dropped as expired, which a replica drops too (never by its own clock);
+    /// not on a key this handle created, which has nothing to prune.
     pub fn replicate_holder(&self, owner: &[u8], now: Millis) {
         if let Ok(Some(lock)) = self.lock() {
             if let Some(hold) = lock.holders.iter().find(|h| h.owner == owner) {
-                replicate_load(self.ctx, self.name, lock.mode, hold, now);
+                let prune = (!self.created).then_some(now);
+                replicate_load(self.ctx, self.name, lock.mode, hold, prune);
             }
         }
     }
@@ -287,7 +294,7 @@ fn replicate_load(
     name: *mut raw::RedisModuleString,
     mode: Mode,
     hold: &Hold,
-    now: Millis,
+    prune: Option<Millis>,
 ) {
     let (owner, owner_len) = (hold.owner.as_ptr().cast::<c_char>(), hold.owner.len());
     let (token, deadline) = (hold.token as c_longlong, hold.deadline as c_longlong);
@@ -297,50 +304,58 @@ fn replicate_load(
     // l = long long, c = NUL-terminated C string. The exclusive form is the hot path and the
     // one every earlier release of the module wrote, so it stays as short as it was.
     unsafe {
-        let (load, shared, limit, prune) = (
+        let (load, shared, limit_, prune_) = (
             c"LOCK.LOAD".as_ptr(),
             c"SHARED".as_ptr(),
             c"LIMIT".as_ptr(),
             c"PRUNE".as_ptr(),
         );
-        match mode {
-            Mode::Exclusive => replicate(
-                ctx,
-                load,
-                c"sbll".as_ptr(),
-                name,
-                owner,
-                owner_len,
-                token,
-                deadline,
-            ),
-            Mode::Shared { limit: None } => replicate(
+        let (name, o, ol, t, d) = (name, owner, owner_len, token, deadline);
+        match (mode, prune.map(|p| p as c_longlong)) {
+            (Mode::Exclusive, _) => replicate(ctx, load, c"sbll".as_ptr(), name, o, ol, t, d),
+            (Mode::Shared { limit: None }, None) => {
+                replicate(ctx, load, c"sbllc".as_ptr(), name, o, ol, t, d, shared)
+            }
+            (Mode::Shared { limit: None }, Some(p)) => replicate(
                 ctx,
                 load,
                 c"sbllccl".as_ptr(),
                 name,
-                owner,
-                owner_len,
-                token,
-                deadline,
+                o,
+                ol,
+                t,
+                d,
                 shared,
-                prune,
-                now as c_longlong,
+                prune_,
+                p,
             ),
-            Mode::Shared { limit: Some(n) } => replicate(
+            (Mode::Shared { limit: Some(n) }, None) => replicate(
+                ctx,
+                load,
+                c"sbllccl".as_ptr(),
+                name,
+                o,
+                ol,
+                t,
+                d,
+                shared,
+                limit_,
+                n as c_longlong,
+            ),
+            (Mode::Shared { limit: Some(n) }, Some(p)) => replicate(
                 ctx,
                 load,
                 c"sbllcclcl".as_ptr(),
                 name,
-                owner,
-                owner_len,
-                token,
-                deadline,
+                o,
+                ol,
+                t,
+                d,
                 shared,
-                limit,
+                limit_,
                 n as c_longlong,
-                prune,
-                now as c_longlong,
+                prune_,
+                p,
             ),
         };
     }
