@@ -143,17 +143,17 @@ def test_cancellation_racing_the_grant_gives_the_grant_back(server, r, key, prot
 def test_watchdog_keeps_renewing_and_stops_on_release(server, r, key):
     async def main():
         ar = server.aclient()
-        lock = AsyncLock(ar, key, 0.3, watchdog=True)
+        lock = AsyncLock(ar, key, 0.6, watchdog=True)
         assert await lock.acquire()
         r.config_resetstat()
-        while command_calls(r, "lock.extend") < 3:
+        while command_calls(r, "lock.extend") < 4:
             await asyncio.sleep(0.02)
         assert await lock.owned() and not lock.lost
         dog = lock._dog
         assert await lock.release()
         assert dog.done()
         renewals = command_calls(r, "lock.extend")
-        await asyncio.sleep(0.35)
+        await asyncio.sleep(0.5)
         assert command_calls(r, "lock.extend") == renewals and r.exists(key) == 0
         await ar.aclose()
 
