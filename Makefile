@@ -111,6 +111,8 @@ bench-cluster: build ## Print lock throughput on 1 vs 3 cluster masters (a measu
 lint: ## cargo fmt --check and cargo clippy -D warnings
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	# The client crate as users get it by default, without its async feature (its tests enable it).
+	$(CARGO) clippy -p redis-lock-client --lib -- -D warnings
 
 fmt: ## Format the code
 	$(CARGO) fmt --all

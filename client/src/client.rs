@@ -1,12 +1,13 @@
-//! [`Client`]: one server, its connection pool, and the four lock commands.
+//! [`Client`]: one server and its connection pool.
 
 use std::io;
 use std::sync::{mpsc, Arc, Mutex, PoisonError};
 use std::thread;
 use std::time::Duration;
 
-use redis::{Connection, ConnectionLike, Value};
+use redis::{Connection, ConnectionLike};
 
+use crate::command::{self, in_step, pick_owner, ttl_ms, Command, Failure};
 use crate::error::Error;
 use crate::guard::Guard;
 
@@ -20,7 +21,7 @@ pub const DEFAULT_IO_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Most idle connections kept per [`Client`] (and its clones). A few are enough: each command
 /// holds one only for its round trip, and the watchdog takes one per renewal.
-const MAX_IDLE: usize = 4;
+pub(crate) const MAX_IDLE: usize = 4;
 
 /// A handle to one Redis server that has the redis-lock module loaded.
 ///
@@ -118,14 +119,7 @@ impl Client {
         ttl: Duration,
         wait: Duration,
     ) -> Result<Option<Guard>, Error> {
-        // Round up, so that a sub-millisecond wait still waits rather than meaning "forever".
-        let wait_ms = wait.as_nanos().div_ceil(1_000_000);
-        let wait_ms =
-            u64::try_from(wait_ms).map_err(|_| Error::InvalidArgument("wait too long"))?;
-        if wait_ms == 0 {
-            return self.acquire_inner(key, ttl, None);
-        }
-        self.acquire_inner(key, ttl, Some(wait_ms))
+        self.acquire_inner(key, ttl, command::block_ms(wait)?)
     }
 
     /// [`Client::acquire`], then [`Guard::start_watchdog`] on the granted guard: the lock is
@@ -147,19 +141,16 @@ impl Client {
         block_ms: Option<u64>,
     ) -> Result<Option<Guard>, Error> {
         let ttl_ms = ttl_ms(ttl)?;
-        let (owner, generated) = match &self.owner {
-            Some(owner) => (owner.clone(), false),
-            None => (uuid::Uuid::new_v4().to_string(), true),
-        };
+        let (owner, generated) = pick_owner(&self.owner);
         let read_timeout = match block_ms {
             Some(ms) => Duration::from_millis(ms) + self.inner.io_timeout,
             None => self.inner.io_timeout,
         };
-        let reply = self
-            .inner
-            .with_conn_sent(read_timeout, self.inner.connect_timeout, |conn| {
-                cmd_acquire(conn, key, &owner, ttl_ms, block_ms)
-            });
+        let reply = self.inner.with_conn_sent(
+            read_timeout,
+            self.inner.connect_timeout,
+            &command::acquire(key, &owner, ttl_ms, block_ms),
+        );
         match reply {
             Ok(Some(token)) => Ok(Some(Guard::new(self.clone(), key, owner, token, ttl_ms))),
             Ok(None) => Ok(None),
@@ -171,7 +162,7 @@ impl Client {
                     let _ = self.inner.with_conn(
                         self.inner.io_timeout,
                         self.inner.connect_timeout,
-                        |conn| cmd_release(conn, key, &owner),
+                        &command::release(key, &owner),
                     );
                 }
                 Err(error)
@@ -190,20 +181,18 @@ impl Inner {
         }
     }
 
-    /// Run `f` on a pooled (or new) connection whose read timeout is `read_timeout`.
+    /// Run `command` on a pooled (or new) connection whose read timeout is `read_timeout`.
     ///
-    /// A connection goes back to the pool only if `f` succeeded or got an error *reply* (the
-    /// stream is still in step); after an I/O error, a timeout or a malformed reply it is
-    /// dropped, since a late reply would otherwise be read as the answer to the next command.
+    /// A connection goes back to the pool only if it is still in step ([`in_step`]).
     /// A pooled connection found dead on first use (the server restarted, or closed it as idle)
     /// is replaced once by a fresh one.
     pub(crate) fn with_conn<T>(
         &self,
         read_timeout: Duration,
         connect_timeout: Duration,
-        f: impl Fn(&mut Connection) -> Result<T, Error>,
+        command: &Command<T>,
     ) -> Result<T, Error> {
-        self.with_conn_sent(read_timeout, connect_timeout, f)
+        self.with_conn_sent(read_timeout, connect_timeout, command)
             .map_err(|failure| failure.error)
     }
 
@@ -212,7 +201,7 @@ impl Inner {
         &self,
         read_timeout: Duration,
         connect_timeout: Duration,
-        f: impl Fn(&mut Connection) -> Result<T, Error>,
+        command: &Command<T>,
     ) -> Result<T, Failure> {
         let pooled = self
             .idle
@@ -220,16 +209,13 @@ impl Inner {
             .unwrap_or_else(PoisonError::into_inner)
             .pop();
         if let Some(mut conn) = pooled {
-            match self.run(&mut conn, read_timeout, &f) {
+            match self.run(&mut conn, read_timeout, command) {
                 Err(Error::Connection(e)) if e.is_connection_dropped() => {} // stale
                 result => return self.finish(conn, result),
             }
         }
-        let mut conn = self.connect(connect_timeout).map_err(|error| Failure {
-            error,
-            maybe_sent: false,
-        })?;
-        let result = self.run(&mut conn, read_timeout, &f);
+        let mut conn = self.connect(connect_timeout).map_err(Failure::unsent)?;
+        let result = self.run(&mut conn, read_timeout, command);
         self.finish(conn, result)
     }
 
@@ -264,114 +250,22 @@ impl Inner {
         &self,
         conn: &mut Connection,
         read_timeout: Duration,
-        f: &impl Fn(&mut Connection) -> Result<T, Error>,
+        command: &Command<T>,
     ) -> Result<T, Error> {
         conn.set_read_timeout(Some(read_timeout.max(Duration::from_millis(1))))
             .map_err(Error::from_redis)?;
         conn.set_write_timeout(Some(self.io_timeout))
             .map_err(Error::from_redis)?;
-        f(conn)
+        command.run(conn)
     }
 
     fn finish<T>(&self, conn: Connection, result: Result<T, Error>) -> Result<T, Failure> {
-        let in_step = matches!(result, Ok(_) | Err(Error::Server(_)));
-        if in_step && conn.is_open() {
+        if in_step(&result) && conn.is_open() {
             let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
             if idle.len() < MAX_IDLE {
                 idle.push(conn);
             }
         }
-        result.map_err(|error| Failure {
-            // An error reply means the command ran and changed nothing; anything else (no
-            // reply, a garbled one) leaves its effect unknown.
-            maybe_sent: !matches!(error, Error::Server(_)),
-            error,
-        })
-    }
-}
-
-/// A command that failed, and whether it may have taken effect anyway.
-pub(crate) struct Failure {
-    /// What went wrong.
-    pub(crate) error: Error,
-    /// False when the command certainly did not run (no connection) or ran without effect (an
-    /// error reply); true when its reply was lost, so it may have run.
-    pub(crate) maybe_sent: bool,
-}
-
-/// `ttl` in whole milliseconds; at least 1.
-pub(crate) fn ttl_ms(ttl: Duration) -> Result<u64, Error> {
-    let ms = u64::try_from(ttl.as_millis()).map_err(|_| Error::InvalidArgument("ttl too long"))?;
-    if ms == 0 {
-        return Err(Error::InvalidArgument("ttl must be at least 1 ms"));
-    }
-    Ok(ms)
-}
-
-// ---------------------------------------------------------------------------------------------
-// The commands. Each checks the reply's type: an integer must be an integer, nil must be nil.
-
-/// `LOCK.ACQUIRE key owner ttl [BLOCK ms]` -> `Some(token)` or `None`.
-pub(crate) fn cmd_acquire(
-    conn: &mut Connection,
-    key: &str,
-    owner: &str,
-    ttl_ms: u64,
-    block_ms: Option<u64>,
-) -> Result<Option<u64>, Error> {
-    let mut cmd = redis::cmd("LOCK.ACQUIRE");
-    cmd.arg(key).arg(owner).arg(ttl_ms);
-    if let Some(ms) = block_ms {
-        cmd.arg("BLOCK").arg(ms);
-    }
-    match query(conn, &cmd)? {
-        Value::Int(n) if n > 0 => Ok(Some(n as u64)),
-        Value::Nil => Ok(None),
-        other => Err(unexpected("LOCK.ACQUIRE", other)),
-    }
-}
-
-/// `LOCK.RELEASE key owner` -> released?
-pub(crate) fn cmd_release(conn: &mut Connection, key: &str, owner: &str) -> Result<bool, Error> {
-    let reply = query(conn, redis::cmd("LOCK.RELEASE").arg(key).arg(owner))?;
-    zero_or_one("LOCK.RELEASE", reply)
-}
-
-/// `LOCK.EXTEND key owner ttl` -> extended?
-pub(crate) fn cmd_extend(
-    conn: &mut Connection,
-    key: &str,
-    owner: &str,
-    ttl_ms: u64,
-) -> Result<bool, Error> {
-    let reply = query(
-        conn,
-        redis::cmd("LOCK.EXTEND").arg(key).arg(owner).arg(ttl_ms),
-    )?;
-    zero_or_one("LOCK.EXTEND", reply)
-}
-
-/// `LOCK.FENCE key token` -> is `token` the live hold's?
-pub(crate) fn cmd_fence(conn: &mut Connection, key: &str, token: u64) -> Result<bool, Error> {
-    let reply = query(conn, redis::cmd("LOCK.FENCE").arg(key).arg(token))?;
-    zero_or_one("LOCK.FENCE", reply)
-}
-
-fn query(conn: &mut Connection, cmd: &redis::Cmd) -> Result<Value, Error> {
-    cmd.query(conn).map_err(Error::from_redis)
-}
-
-fn zero_or_one(command: &'static str, reply: Value) -> Result<bool, Error> {
-    match reply {
-        Value::Int(1) => Ok(true),
-        Value::Int(0) => Ok(false),
-        other => Err(unexpected(command, other)),
-    }
-}
-
-fn unexpected(command: &'static str, reply: Value) -> Error {
-    Error::UnexpectedReply {
-        command,
-        reply: format!("{reply:?}"),
+        result.map_err(Failure::sent)
     }
 }

@@ -1,12 +1,12 @@
 //! [`Guard`]: a held lock, released when dropped, optionally renewed by a watchdog.
 
-use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use crate::client::{cmd_extend, cmd_fence, cmd_release, ttl_ms, Client};
+use crate::client::Client;
+use crate::command::{self, ttl_ms, Command};
 use crate::error::Error;
 use crate::watchdog::{Lease, LossReason, LossSignal, Watchdog};
 
@@ -40,6 +40,37 @@ pub struct Guard {
     released: bool,
 }
 
+/// The read-only side of a guard, written once for [`Guard`] and [`crate::aio::Guard`]: both
+/// keep `key`, `owner`, `token` and `ttl_ms: Arc<AtomicU64>` fields.
+macro_rules! guard_accessors {
+    () => {
+        /// The fencing token of this hold: larger than the token of every earlier hold of this key
+        /// on this server. Pass it to the resource you write to, which checks it with
+        /// `LOCK.FENCE key token` (or keeps the largest token it has seen).
+        pub fn token(&self) -> u64 {
+            self.token
+        }
+
+        /// The lock's key.
+        pub fn key(&self) -> &str {
+            &self.key
+        }
+
+        /// The owner id this lock is held as (a random UUID unless [`Client::with_owner`] chose one).
+        pub fn owner(&self) -> &str {
+            &self.owner
+        }
+
+        /// The TTL of the grant or of the last successful [`Guard::extend`]; the watchdog renews with
+        /// this value.
+        pub fn ttl(&self) -> Duration {
+            Duration::from_millis(self.ttl_ms.load(Ordering::Relaxed))
+        }
+    };
+}
+#[cfg(feature = "tokio")]
+pub(crate) use guard_accessors;
+
 impl Guard {
     pub(crate) fn new(client: Client, key: &str, owner: String, token: u64, ttl_ms: u64) -> Guard {
         let (notify, loss_rx) = mpsc::channel();
@@ -59,35 +90,14 @@ impl Guard {
         }
     }
 
-    /// The fencing token of this hold: larger than the token of every earlier hold of this key
-    /// on this server. Pass it to the resource you write to, which checks it with
-    /// `LOCK.FENCE key token` (or keeps the largest token it has seen).
-    pub fn token(&self) -> u64 {
-        self.token
-    }
-
-    /// The lock's key.
-    pub fn key(&self) -> &str {
-        &self.key
-    }
-
-    /// The owner id this lock is held as (a random UUID unless [`Client::with_owner`] chose one).
-    pub fn owner(&self) -> &str {
-        &self.owner
-    }
-
-    /// The TTL of the grant or of the last successful [`Guard::extend`]; the watchdog renews with
-    /// this value.
-    pub fn ttl(&self) -> Duration {
-        Duration::from_millis(self.ttl_ms.load(Ordering::Relaxed))
-    }
+    guard_accessors!();
 
     /// Move the deadline to now + `ttl` (`LOCK.EXTEND`). `Ok(false)`: the lock is no longer held
     /// by this guard (it expired, was deleted, or is someone else's now); the token never
     /// changes. On success the watchdog, if running, renews with `ttl` from then on.
     pub fn extend(&self, ttl: Duration) -> Result<bool, Error> {
         let ms = ttl_ms(ttl)?;
-        let extended = self.command(|conn| cmd_extend(conn, &self.key, &self.owner, ms))?;
+        let extended = self.run(&command::extend(&self.key, &self.owner, ms))?;
         if extended {
             self.ttl_ms.store(ms, Ordering::Relaxed);
         }
@@ -100,12 +110,12 @@ impl Guard {
     pub fn release(mut self) -> Result<bool, Error> {
         self.stop_watchdog();
         self.released = true;
-        self.command(|conn| cmd_release(conn, &self.key, &self.owner))
+        self.run(&command::release(&self.key, &self.owner))
     }
 
     /// Ask the server whether this hold is still the live one (`LOCK.FENCE key token`).
     pub fn is_held(&self) -> Result<bool, Error> {
-        self.command(|conn| cmd_fence(conn, &self.key, self.token))
+        self.run(&command::fence(&self.key, self.token))
     }
 
     /// Start renewing the lock every third of its TTL ([`Guard::ttl`]) in a background thread.
@@ -124,11 +134,7 @@ impl Guard {
     /// than the TTL (a third or less is advisable: a renewal that is one period late must still
     /// land before the deadline).
     pub fn start_watchdog_every(&mut self, period: Duration) -> Result<(), Error> {
-        if period.is_zero() || period >= self.ttl() {
-            return Err(Error::InvalidArgument(
-                "watchdog period must be non-zero and shorter than the ttl",
-            ));
-        }
+        command::check_watchdog_period(period, self.ttl())?;
         self.spawn_watchdog(Some(period))
     }
 
@@ -194,12 +200,9 @@ impl Guard {
         Ok(())
     }
 
-    fn command<T>(
-        &self,
-        f: impl Fn(&mut redis::Connection) -> Result<T, Error>,
-    ) -> Result<T, Error> {
+    fn run<T>(&self, command: &Command<T>) -> Result<T, Error> {
         let inner = &self.client.inner;
-        inner.with_conn(inner.io_timeout, inner.connect_timeout, f)
+        inner.with_conn(inner.io_timeout, inner.connect_timeout, command)
     }
 }
 
@@ -211,24 +214,38 @@ impl Drop for Guard {
         if self.released {
             return;
         }
-        if let Err(e) = self.command(|conn| cmd_release(conn, &self.key, &self.owner)) {
-            eprintln!(
-                "redis-lock-client: could not release lock {:?} (it lapses at its deadline): {e}",
-                self.key
-            );
+        if let Err(e) = self.run(&command::release(&self.key, &self.owner)) {
+            report_release_failure(&self.key, &e);
         }
     }
 }
 
-impl fmt::Debug for Guard {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Guard")
-            .field("key", &self.key)
-            .field("owner", &self.owner)
-            .field("token", &self.token)
-            .field("ttl", &self.ttl())
-            .field("watchdog", &self.watchdog.is_some())
-            .field("lost", &self.is_lost())
-            .finish()
-    }
+/// `Debug` for a guard type with the fields and methods of [`guard_accessors`], `watchdog` and
+/// `is_lost()`; written once for [`Guard`] and [`crate::aio::Guard`].
+macro_rules! impl_guard_debug {
+    ($guard:ty) => {
+        impl std::fmt::Debug for $guard {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.debug_struct("Guard")
+                    .field("key", &self.key)
+                    .field("owner", &self.owner)
+                    .field("token", &self.token)
+                    .field("ttl", &self.ttl())
+                    .field("watchdog", &self.watchdog.is_some())
+                    .field("lost", &self.is_lost())
+                    .finish()
+            }
+        }
+    };
+}
+#[cfg(feature = "tokio")]
+pub(crate) use impl_guard_debug;
+
+impl_guard_debug!(Guard);
+
+/// What a guard's `Drop` does with a release that failed: the lock then lapses at its deadline.
+pub(crate) fn report_release_failure(key: &str, error: &Error) {
+    eprintln!(
+        "redis-lock-client: could not release lock {key:?} (it lapses at its deadline): {error}"
+    );
 }

@@ -3,7 +3,8 @@
 //!
 //! The module does the lock logic inside the server (`LOCK.ACQUIRE`, `LOCK.RELEASE`,
 //! `LOCK.EXTEND`, `LOCK.FENCE`); this crate wraps it in RAII types over the synchronous
-//! [`redis`] client. No async runtime: the watchdog is a plain thread.
+//! [`redis`] client. No async runtime: the watchdog is a plain thread. With the cargo feature
+//! `tokio`, `aio` has the same API for tokio (`aio::Client`, `aio::Guard`, `aio::Redlock`).
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -75,14 +76,21 @@
 //! - `watchdog.rs`: the renewal thread and [`LossReason`].
 //! - `redlock.rs`: [`Redlock`] and [`RedlockGuard`], including how tokens are combined.
 //! - `error.rs`: [`Error`] and [`RedlockError`].
+//! - `command.rs`: the four lock commands (request and reply check) and the argument and outcome
+//!   rules, shared by the sync and the async API.
+//! - `aio/` (feature `tokio`): the async client, guard, watchdog task and Redlock, on top of
+//!   the shared code above.
 
 #![warn(missing_docs)]
 
+#[cfg(feature = "tokio")]
+pub mod aio;
 mod client;
+mod command;
 mod error;
 mod guard;
 mod redlock;
-mod watchdog;
+pub(crate) mod watchdog;
 
 pub use client::{Client, DEFAULT_CONNECT_TIMEOUT, DEFAULT_IO_TIMEOUT};
 pub use error::{Error, RedlockError};
@@ -109,6 +117,17 @@ mod tests {
         send_sync::<LossReason>();
         send::<Guard>();
         send::<RedlockGuard>();
+    }
+
+    /// The async types are shared between tasks the same way, and guards can be held across
+    /// `.await` in a spawned task.
+    #[cfg(feature = "tokio")]
+    #[test]
+    fn async_thread_safety() {
+        send_sync::<aio::Client>();
+        send_sync::<aio::Redlock>();
+        send_sync::<aio::Guard>();
+        send_sync::<aio::RedlockGuard>();
     }
 
     #[test]

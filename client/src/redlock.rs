@@ -17,7 +17,8 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use crate::client::{cmd_acquire, cmd_release, ttl_ms, Client, Failure};
+use crate::client::Client;
+use crate::command::{self, ttl_ms, Failure};
 use crate::error::{Error, RedlockError};
 
 /// Connect timeout per master, unless [`Redlock::with_timeouts`] says otherwise. Small compared
@@ -36,32 +37,14 @@ pub struct Redlock {
     masters: Vec<Client>,
 }
 
-/// What one master answered to `LOCK.ACQUIRE`.
-enum Vote {
-    /// Granted, with this master's token.
-    Granted(u64),
-    /// Held by someone else there.
-    Refused,
-    /// No answer, or an error reply; and whether the request may have been granted anyway
-    /// (its reply was lost).
-    Failed(Error, bool),
-}
-
 impl Redlock {
     /// A lock manager over the masters at `urls` (at least one; use an odd number, typically
     /// 5). Only parses the URLs; nothing is connected until the first acquisition.
     pub fn new<S: AsRef<str>>(urls: &[S]) -> Result<Redlock, Error> {
-        if urls.is_empty() {
-            return Err(Error::InvalidArgument("Redlock needs at least one master"));
-        }
-        let masters = urls
-            .iter()
-            .map(|url| {
-                Client::open(url.as_ref()).map(|client| {
-                    client.with_timeouts(DEFAULT_MASTER_CONNECT_TIMEOUT, DEFAULT_MASTER_IO_TIMEOUT)
-                })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let masters = open_masters(urls, |url| {
+            let client = Client::open(url)?;
+            Ok(client.with_timeouts(DEFAULT_MASTER_CONNECT_TIMEOUT, DEFAULT_MASTER_IO_TIMEOUT))
+        })?;
         Ok(Redlock { masters })
     }
 
@@ -95,28 +78,124 @@ impl Redlock {
     /// error tells contention ([`RedlockError::Contended`]: retry after a random delay) from
     /// failure ([`RedlockError::Unavailable`], [`RedlockError::Expired`]).
     pub fn acquire(&self, key: &str, ttl: Duration) -> Result<RedlockGuard, RedlockError> {
-        let ms = ttl_ms(ttl).map_err(|_| RedlockError::InvalidArgument("ttl must be >= 1 ms"))?;
-        let owner = uuid::Uuid::new_v4().to_string();
-        let start = Instant::now();
-        let votes: Vec<Vote> = self
+        let round = Round::start(key, ttl)?;
+        let votes = self
             .masters
             .iter()
             .map(|master| {
                 let inner = &master.inner;
-                match inner.with_conn_sent(inner.io_timeout, inner.connect_timeout, |conn| {
-                    cmd_acquire(conn, key, &owner, ms, None)
-                }) {
-                    Ok(Some(token)) => Vote::Granted(token),
-                    Ok(None) => Vote::Refused,
-                    Err(Failure { error, maybe_sent }) => Vote::Failed(error, maybe_sent),
-                }
+                let acquire = command::acquire(key, &round.owner, round.ttl_ms, None);
+                Vote::of(inner.with_conn_sent(inner.io_timeout, inner.connect_timeout, &acquire))
             })
             .collect();
-        let elapsed = start.elapsed();
-        let drift = ttl / 100 + Duration::from_millis(2);
-        let validity = ttl.checked_sub(elapsed + drift).filter(|v| !v.is_zero());
+        match round.decide(votes, self.quorum()) {
+            Ok(grant) => Ok(RedlockGuard {
+                masters: self.masters.clone(),
+                grant,
+                released: false,
+            }),
+            Err((maybe_held, error)) => {
+                release_on(&self.masters, &maybe_held, key, &round.owner);
+                Err(error)
+            }
+        }
+    }
+}
 
-        let needed = self.quorum();
+/// One client per URL, made by `open`; at least one URL.
+pub(crate) fn open_masters<S: AsRef<str>, C>(
+    urls: &[S],
+    open: impl Fn(&str) -> Result<C, Error>,
+) -> Result<Vec<C>, Error> {
+    if urls.is_empty() {
+        return Err(Error::InvalidArgument("Redlock needs at least one master"));
+    }
+    urls.iter().map(|url| open(url.as_ref())).collect()
+}
+
+/// What one master answered to `LOCK.ACQUIRE`.
+pub(crate) enum Vote {
+    /// Granted, with this master's token.
+    Granted(u64),
+    /// Held by someone else there.
+    Refused,
+    /// No answer, or an error reply; and whether the request may have been granted anyway
+    /// (its reply was lost).
+    Failed(Error, bool),
+}
+
+impl Vote {
+    /// The vote a master's reply to `LOCK.ACQUIRE` stands for.
+    pub(crate) fn of(reply: Result<Option<u64>, Failure>) -> Vote {
+        match reply {
+            Ok(Some(token)) => Vote::Granted(token),
+            Ok(None) => Vote::Refused,
+            Err(Failure { error, maybe_sent }) => Vote::Failed(error, maybe_sent),
+        }
+    }
+}
+
+/// One acquisition over all masters: steps 1 and 3 of the algorithm, shared by the sync and the
+/// async [`Redlock`]; they differ only in how they collect the votes.
+pub(crate) struct Round {
+    /// The lock's key.
+    pub(crate) key: String,
+    /// The random owner id, the same on every master.
+    pub(crate) owner: String,
+    /// The TTL asked of every master.
+    pub(crate) ttl: Duration,
+    /// `ttl` in milliseconds.
+    pub(crate) ttl_ms: u64,
+    /// When the round started, before the first request.
+    pub(crate) start: Instant,
+}
+
+/// A lock granted by a majority: what a guard needs to report and release it.
+pub(crate) struct Grant {
+    /// The lock's key.
+    pub(crate) key: String,
+    /// The random owner id used on every master.
+    pub(crate) owner: String,
+    /// The combined token: the largest of `tokens`.
+    pub(crate) token: u64,
+    /// Each master's token, `None` where it did not grant.
+    pub(crate) tokens: Vec<Option<u64>>,
+    /// Masters where the lock is or may be held (granted, or no reply): released on drop.
+    pub(crate) maybe_held: Vec<bool>,
+    /// When the validity time ends: start of the acquisition + ttl - drift.
+    pub(crate) valid_until: Instant,
+    /// The validity time left right after the acquisition.
+    pub(crate) validity_at_grant: Duration,
+}
+
+impl Round {
+    /// Step 1: check the TTL, pick a random owner, note the time.
+    pub(crate) fn start(key: &str, ttl: Duration) -> Result<Round, RedlockError> {
+        let ttl_ms =
+            ttl_ms(ttl).map_err(|_| RedlockError::InvalidArgument("ttl must be >= 1 ms"))?;
+        Ok(Round {
+            key: key.to_string(),
+            owner: uuid::Uuid::new_v4().to_string(),
+            ttl,
+            ttl_ms,
+            start: Instant::now(),
+        })
+    }
+
+    /// Step 3: granted if `needed` masters granted and validity time is left. Otherwise the
+    /// error, with the masters where the lock is or may be held: the caller releases it there
+    /// (step 4).
+    pub(crate) fn decide(
+        &self,
+        votes: Vec<Vote>,
+        needed: usize,
+    ) -> Result<Grant, (Vec<bool>, RedlockError)> {
+        let elapsed = self.start.elapsed();
+        let drift = self.ttl / 100 + Duration::from_millis(2);
+        let validity = self
+            .ttl
+            .checked_sub(elapsed + drift)
+            .filter(|v| !v.is_zero());
         let granted = votes
             .iter()
             .filter(|v| matches!(v, Vote::Granted(_)))
@@ -142,23 +221,17 @@ impl Redlock {
                         _ => None,
                     })
                     .collect();
-                return Ok(RedlockGuard {
-                    masters: self.masters.clone(),
-                    key: key.to_string(),
-                    owner,
+                return Ok(Grant {
+                    key: self.key.clone(),
+                    owner: self.owner.clone(),
                     token: tokens.iter().flatten().copied().max().unwrap_or(0),
                     tokens,
                     maybe_held,
-                    valid_until: start + ttl - drift,
+                    valid_until: self.start + self.ttl - drift,
                     validity_at_grant: validity,
-                    released: false,
                 });
             }
-        }
-
-        release_on(&self.masters, &maybe_held, key, &owner);
-        if granted >= needed {
-            return Err(RedlockError::Expired { granted, elapsed });
+            return Err((maybe_held, RedlockError::Expired { granted, elapsed }));
         }
         if reachable < needed {
             let errors = votes
@@ -169,13 +242,14 @@ impl Redlock {
                     _ => None,
                 })
                 .collect();
-            return Err(RedlockError::Unavailable {
+            let error = RedlockError::Unavailable {
                 reachable,
                 needed,
                 errors,
-            });
+            };
+            return Err((maybe_held, error));
         }
-        Err(RedlockError::Contended { granted, needed })
+        Err((maybe_held, RedlockError::Contended { granted, needed }))
     }
 }
 
@@ -197,9 +271,11 @@ fn release_on(masters: &[Client], which: &[bool], key: &str, owner: &str) -> usi
         .filter(|(master, _)| {
             let inner = &master.inner;
             matches!(
-                inner.with_conn(inner.io_timeout, inner.connect_timeout, |conn| {
-                    cmd_release(conn, key, owner)
-                }),
+                inner.with_conn(
+                    inner.io_timeout,
+                    inner.connect_timeout,
+                    &command::release(key, owner)
+                ),
                 Ok(true)
             )
         })
@@ -214,90 +290,89 @@ fn release_on(masters: &[Client], which: &[bool], key: &str, owner: &str) -> usi
 pub struct RedlockGuard {
     /// The masters, in the order of the URLs.
     masters: Vec<Client>,
-    /// The lock's key.
-    key: String,
-    /// The random owner id used on every master.
-    owner: String,
-    /// The combined token: the largest of `tokens`.
-    token: u64,
-    /// Each master's token, `None` where it did not grant.
-    tokens: Vec<Option<u64>>,
-    /// Masters where the lock is or may be held (granted, or no reply): released on drop.
-    maybe_held: Vec<bool>,
-    /// When the validity time ends: start of the acquisition + ttl - drift.
-    valid_until: Instant,
-    /// The validity time left right after the acquisition.
-    validity_at_grant: Duration,
+    /// What was granted.
+    grant: Grant,
     /// Set once [`RedlockGuard::release`] ran.
     released: bool,
 }
 
+/// The read-only side of a Redlock guard, written once for [`RedlockGuard`] and
+/// [`crate::aio::RedlockGuard`]: both keep what was granted in a field `grant: Grant`.
+macro_rules! redlock_guard_accessors {
+    () => {
+        /// One fencing token for the whole lock: the **largest** of the tokens the granting masters
+        /// returned.
+        ///
+        /// Why the maximum: on each master the tokens of a key strictly increase, and every token a
+        /// master mints at time `t` (its clock, in ms) lies in `[t << 11, (t + 1) << 11)` as long as
+        /// that clock never stepped back (see "Fencing tokens" in the module's README). Any two majorities
+        /// share at least one master, and on that master the later acquisition got the larger
+        /// token. With clocks in step, a lock acquired at least a millisecond (plus the clock skew)
+        /// after another therefore has a larger maximum: the later maximum is at least the shared
+        /// master's token, whose clock floor is above every token the earlier majority minted.
+        ///
+        /// The limit: tokens of *different* masters are ordered only through their clocks. If the
+        /// masters' clocks disagree by more than the time between two acquisitions, the earlier
+        /// majority may include a master whose clock runs ahead, and its token can exceed every
+        /// token of the later majority: the maximum then does **not** increase, and a resource that
+        /// fences on it would wrongly reject the newer holder (or, with a stale holder still
+        /// writing, accept the stale one after the newer). A master restarted without persistence
+        /// also forgets its holds, which breaks Redlock's mutual exclusion itself.
+        ///
+        /// When strict fencing matters, either fence per master with [`RedlockGuard::tokens`] (the
+        /// resource keeps the largest token seen from each master and rejects a request any of whose
+        /// tokens is below that master's largest: the intersecting master guarantees a stale holder
+        /// has one), or use a single primary with replicas and `WAIT` after each grant, whose tokens
+        /// are strictly increasing without any clock assumption.
+        pub fn token(&self) -> u64 {
+            self.grant.token
+        }
+
+        /// Each master's token, in the order of the URLs; `None` for masters that did not grant the
+        /// lock. See [`RedlockGuard::token`] for per-master fencing.
+        pub fn tokens(&self) -> &[Option<u64>] {
+            &self.grant.tokens
+        }
+
+        /// How many masters granted the lock.
+        pub fn granted(&self) -> usize {
+            self.grant.granted()
+        }
+
+        /// The lock's key.
+        pub fn key(&self) -> &str {
+            &self.grant.key
+        }
+
+        /// The random owner id the lock is held as on every master.
+        pub fn owner(&self) -> &str {
+            &self.grant.owner
+        }
+
+        /// The validity time left: how much longer the lock can be relied on (zero once past). It
+        /// started as `ttl - elapsed - drift`, counted from the start of the acquisition.
+        pub fn validity(&self) -> Duration {
+            self.grant.validity()
+        }
+
+        /// The validity time left right after the acquisition.
+        pub fn validity_at_grant(&self) -> Duration {
+            self.grant.validity_at_grant
+        }
+    };
+}
+#[cfg(feature = "tokio")]
+pub(crate) use redlock_guard_accessors;
+
 impl RedlockGuard {
-    /// One fencing token for the whole lock: the **largest** of the tokens the granting masters
-    /// returned.
-    ///
-    /// Why the maximum: on each master the tokens of a key strictly increase, and every token a
-    /// master mints at time `t` (its clock, in ms) lies in `[t << 11, (t + 1) << 11)` as long as
-    /// that clock never stepped back (see "Fencing tokens" in the module's README). Any two majorities
-    /// share at least one master, and on that master the later acquisition got the larger
-    /// token. With clocks in step, a lock acquired at least a millisecond (plus the clock skew)
-    /// after another therefore has a larger maximum: the later maximum is at least the shared
-    /// master's token, whose clock floor is above every token the earlier majority minted.
-    ///
-    /// The limit: tokens of *different* masters are ordered only through their clocks. If the
-    /// masters' clocks disagree by more than the time between two acquisitions, the earlier
-    /// majority may include a master whose clock runs ahead, and its token can exceed every
-    /// token of the later majority: the maximum then does **not** increase, and a resource that
-    /// fences on it would wrongly reject the newer holder (or, with a stale holder still
-    /// writing, accept the stale one after the newer). A master restarted without persistence
-    /// also forgets its holds, which breaks Redlock's mutual exclusion itself.
-    ///
-    /// When strict fencing matters, either fence per master with [`RedlockGuard::tokens`] (the
-    /// resource keeps the largest token seen from each master and rejects a request any of whose
-    /// tokens is below that master's largest: the intersecting master guarantees a stale holder
-    /// has one), or use a single primary with replicas and `WAIT` after each grant, whose tokens
-    /// are strictly increasing without any clock assumption.
-    pub fn token(&self) -> u64 {
-        self.token
-    }
-
-    /// Each master's token, in the order of the URLs; `None` for masters that did not grant the
-    /// lock. See [`RedlockGuard::token`] for per-master fencing.
-    pub fn tokens(&self) -> &[Option<u64>] {
-        &self.tokens
-    }
-
-    /// How many masters granted the lock.
-    pub fn granted(&self) -> usize {
-        self.tokens.iter().flatten().count()
-    }
-
-    /// The lock's key.
-    pub fn key(&self) -> &str {
-        &self.key
-    }
-
-    /// The random owner id the lock is held as on every master.
-    pub fn owner(&self) -> &str {
-        &self.owner
-    }
-
-    /// The validity time left: how much longer the lock can be relied on (zero once past). It
-    /// started as `ttl - elapsed - drift`, counted from the start of the acquisition.
-    pub fn validity(&self) -> Duration {
-        self.valid_until.saturating_duration_since(Instant::now())
-    }
-
-    /// The validity time left right after the acquisition.
-    pub fn validity_at_grant(&self) -> Duration {
-        self.validity_at_grant
-    }
+    redlock_guard_accessors!();
 
     /// Release the lock on every master that granted it (or may have); returns how many
     /// released a live hold. Masters that cannot be reached keep it until the TTL passes.
     pub fn release(mut self) -> usize {
         self.released = true;
-        release_on(&self.masters, &self.maybe_held, &self.key, &self.owner)
+        let grant = &self.grant;
+        release_on(&self.masters, &grant.maybe_held, &grant.key, &grant.owner)
     }
 }
 
@@ -306,14 +381,32 @@ impl Drop for RedlockGuard {
     /// unreachable master keeps the lock until the TTL passes.
     fn drop(&mut self) {
         if !self.released {
-            release_on(&self.masters, &self.maybe_held, &self.key, &self.owner);
+            let grant = &self.grant;
+            release_on(&self.masters, &grant.maybe_held, &grant.key, &grant.owner);
         }
     }
 }
 
 impl fmt::Debug for RedlockGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RedlockGuard")
+        self.grant.fmt("RedlockGuard", f)
+    }
+}
+
+impl Grant {
+    /// How many masters granted the lock.
+    pub(crate) fn granted(&self) -> usize {
+        self.tokens.iter().flatten().count()
+    }
+
+    /// The validity time left (zero once past).
+    pub(crate) fn validity(&self) -> Duration {
+        self.valid_until.saturating_duration_since(Instant::now())
+    }
+
+    /// `Debug` for a guard named `name`.
+    pub(crate) fn fmt(&self, name: &str, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct(name)
             .field("key", &self.key)
             .field("owner", &self.owner)
             .field("token", &self.token)

@@ -14,7 +14,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use crate::client::{cmd_extend, Inner};
+use crate::client::Inner;
+use crate::command;
 use crate::error::Error;
 
 /// Why the watchdog gave up a lock. It sends one and stops renewing.
@@ -57,10 +58,11 @@ impl LossSignal {
     }
 }
 
-/// What the watchdog thread renews, and how often.
-pub(crate) struct Lease {
-    /// The server and its connection pool.
-    pub(crate) client: Arc<Inner>,
+/// What a watchdog renews, and how often: for the sync thread `Lease<Inner, LossSignal>`, for the
+/// async task ([`crate::aio`]) its client and a `watch` sender.
+pub(crate) struct Lease<C, L> {
+    /// The server and its connections.
+    pub(crate) client: Arc<C>,
     /// The lock's key.
     pub(crate) key: String,
     /// The holder's owner id.
@@ -70,7 +72,7 @@ pub(crate) struct Lease {
     /// Time between renewals; `None` for a third of the current TTL.
     pub(crate) period: Option<Duration>,
     /// Where to report a loss.
-    pub(crate) loss: LossSignal,
+    pub(crate) loss: L,
 }
 
 /// A running watchdog thread. Dropping it stops and joins the thread.
@@ -83,7 +85,7 @@ pub(crate) struct Watchdog {
 
 impl Watchdog {
     /// Start renewing `lease`.
-    pub(crate) fn spawn(lease: Lease) -> std::io::Result<Watchdog> {
+    pub(crate) fn spawn(lease: Lease<Inner, LossSignal>) -> std::io::Result<Watchdog> {
         let (stop_tx, stop_rx) = mpsc::channel();
         let thread = thread::Builder::new()
             .name("redis-lock-watchdog".to_string())
@@ -112,13 +114,10 @@ impl Drop for Watchdog {
 }
 
 /// The thread: sleep until the next renewal unless stopped, renew, report a failure and quit.
-fn run(lease: Lease, stop: Receiver<()>) {
+fn run(lease: Lease<Inner, LossSignal>, stop: Receiver<()>) {
     let mut next = Instant::now();
     loop {
-        let period = lease
-            .period
-            .unwrap_or_else(|| Duration::from_millis(lease.ttl_ms.load(Ordering::Relaxed)) / 3);
-        let period = period.max(Duration::from_millis(1));
+        let period = renewal_period(lease.period, &lease.ttl_ms);
         // Renewals are scheduled from the previous one's start, so the round trip does not
         // stretch the interval.
         next += period;
@@ -138,14 +137,28 @@ fn run(lease: Lease, stop: Receiver<()>) {
         let reply = lease.client.with_conn(
             lease.client.io_timeout.min(period),
             lease.client.connect_timeout.min(period),
-            |conn| cmd_extend(conn, &lease.key, &lease.owner, ttl_ms),
+            &command::extend(&lease.key, &lease.owner, ttl_ms),
         );
-        let reason = match reply {
-            Ok(true) => continue,
-            Ok(false) => LossReason::NotHeld,
-            Err(e) => LossReason::ExtendFailed(Arc::new(e)),
-        };
-        lease.loss.report(reason);
-        return;
+        if let Some(reason) = loss_of(reply) {
+            lease.loss.report(reason);
+            return;
+        }
+    }
+}
+
+/// The time between renewals: the chosen `period`, or a third of the TTL the lock was last
+/// granted or extended with; at least 1 ms.
+pub(crate) fn renewal_period(period: Option<Duration>, ttl_ms: &AtomicU64) -> Duration {
+    period
+        .unwrap_or_else(|| Duration::from_millis(ttl_ms.load(Ordering::Relaxed)) / 3)
+        .max(Duration::from_millis(1))
+}
+
+/// What a renewal's outcome means: `None` while the lock is held, else why it is lost.
+pub(crate) fn loss_of(renewal: Result<bool, Error>) -> Option<LossReason> {
+    match renewal {
+        Ok(true) => None,
+        Ok(false) => Some(LossReason::NotHeld),
+        Err(e) => Some(LossReason::ExtendFailed(Arc::new(e))),
     }
 }

@@ -6,27 +6,14 @@ mod support;
 use std::time::{Duration, Instant};
 
 use redis_lock_client::{Redlock, RedlockError};
-use support::{fence, raw_acquire, unique_key, Server};
+use support::{five_servers, holders, raw_acquire, unique_key, urls, Server};
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
 
-fn five_servers() -> Vec<Server> {
-    (0..5).map(|_| Server::start()).collect()
-}
-
 fn redlock_over(servers: &[Server]) -> Redlock {
-    let urls: Vec<String> = servers.iter().map(Server::url).collect();
-    Redlock::new(&urls).unwrap()
-}
-
-/// Which servers hold `key` right now.
-fn holders(servers: &[Server], key: &str) -> Vec<bool> {
-    servers
-        .iter()
-        .map(|s| fence(&mut s.conn(), key).is_some())
-        .collect()
+    Redlock::new(&urls(servers)).unwrap()
 }
 
 #[test]

@@ -130,6 +130,28 @@ impl Server {
             .unwrap_or(0)
     }
 
+    /// `INFO clients` `blocked_clients`: how many clients wait in a queue.
+    pub fn blocked_clients(&self) -> u64 {
+        let info: String = redis::cmd("INFO")
+            .arg("clients")
+            .query(&mut self.conn())
+            .expect("INFO clients");
+        info.lines()
+            .find_map(|line| line.strip_prefix("blocked_clients:"))
+            .and_then(|n| n.trim().parse().ok())
+            .expect("INFO clients has no blocked_clients")
+    }
+
+    /// Wait (up to 10 s) until exactly `n` clients are blocked.
+    #[track_caller]
+    pub fn wait_blocked(&self, n: u64) {
+        wait_until(
+            &format!("blocked_clients == {n}"),
+            Duration::from_secs(10),
+            || self.blocked_clients() == n,
+        );
+    }
+
     /// The server's log.
     pub fn log(&self) -> String {
         let mut out = String::new();
@@ -239,6 +261,24 @@ impl Drop for Server {
     }
 }
 
+/// Five servers, as independent Redlock masters.
+pub fn five_servers() -> Vec<Server> {
+    (0..5).map(|_| Server::start()).collect()
+}
+
+/// The servers' URLs, in order.
+pub fn urls(servers: &[Server]) -> Vec<String> {
+    servers.iter().map(Server::url).collect()
+}
+
+/// Which servers hold `key` right now.
+pub fn holders(servers: &[Server], key: &str) -> Vec<bool> {
+    servers
+        .iter()
+        .map(|s| fence(&mut s.conn(), key).is_some())
+        .collect()
+}
+
 /// `kill -<signal> <pid>` (e.g. `STOP`, `CONT`).
 pub fn send_signal(pid: u32, signal: &str) {
     let status = Command::new("kill")
@@ -288,6 +328,19 @@ pub fn wait_until(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool)
             "timed out after {timeout:?} waiting for {what}"
         );
         thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// [`wait_until`] for async tests: polls with `tokio::time::sleep`, so that the runtime's other
+/// tasks (a guard's release, a connection's driver) run meanwhile even on one thread.
+pub async fn eventually(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !cond() {
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
     }
 }
 

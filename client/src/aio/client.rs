@@ -1,0 +1,318 @@
+//! The async [`Client`]: one server, one multiplexed connection for every short command, and a
+//! small pool of connections for blocking acquires.
+
+use std::io;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use redis::AsyncConnectionConfig;
+use tokio::runtime::Handle;
+use tokio::sync::oneshot;
+
+use super::guard::Guard;
+use crate::client::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_IO_TIMEOUT, MAX_IDLE};
+use crate::command::{self, in_step, pick_owner, ttl_ms, Command, Failure};
+use crate::error::Error;
+
+/// A handle to one Redis server that has the redis-lock module loaded; the async counterpart of
+/// [`crate::Client`], with the same timeouts, owners and outcomes.
+///
+/// Cheap to clone: clones share the connections. Nothing is connected until the first command,
+/// which must run inside a tokio runtime (with time enabled).
+///
+/// Connections: every command except a blocking acquire goes through one multiplexed
+/// connection, so the requests of all guards and watchdogs of this client reach the server in
+/// the order they were issued. A blocking acquire takes a connection of its own for the wait
+/// (the server answers nothing else on a connection while it waits in the queue), whose
+/// response timeout is `wait` plus the I/O timeout.
+#[derive(Clone)]
+pub struct Client {
+    /// The server and the connections, shared by clones and by the guards and watchdogs.
+    pub(crate) inner: Arc<Inner>,
+    /// The owner every acquisition uses; `None` for a new UUID per acquisition.
+    owner: Option<String>,
+}
+
+/// What a [`Client`] and its guards share.
+pub(crate) struct Inner {
+    /// Connection parameters.
+    redis: redis::Client,
+    /// Limit on opening a connection, handshake included.
+    pub(crate) connect_timeout: Duration,
+    /// Limit on a reply, except for a blocking acquire.
+    pub(crate) io_timeout: Duration,
+    /// The multiplexed connection for short commands, once opened; forgotten after an I/O
+    /// error or a timeout, so that the next command opens a new one.
+    shared: Mutex<Option<MultiplexedConnection>>,
+    /// Idle connections for blocking acquires that got their reply.
+    idle: Mutex<Vec<MultiplexedConnection>>,
+}
+
+impl Client {
+    /// A client for the server at `url` (see [`crate::Client::open`]). Only parses the URL.
+    pub fn open(url: &str) -> Result<Client, Error> {
+        let redis = redis::Client::open(url).map_err(Error::from_redis)?;
+        Ok(Client::from_parts(
+            redis,
+            DEFAULT_CONNECT_TIMEOUT,
+            DEFAULT_IO_TIMEOUT,
+            None,
+        ))
+    }
+
+    /// The same server with other timeouts (see [`crate::Client::with_timeouts`]). The returned
+    /// client has connections of its own.
+    pub fn with_timeouts(self, connect: Duration, io: Duration) -> Client {
+        let redis = self.inner.redis.clone();
+        Client::from_parts(redis, connect, io, self.owner)
+    }
+
+    /// The same server, with every acquisition made as `owner` (see
+    /// [`crate::Client::with_owner`]).
+    pub fn with_owner(self, owner: impl Into<String>) -> Client {
+        Client {
+            inner: self.inner,
+            owner: Some(owner.into()),
+        }
+    }
+
+    /// Try once to take the lock `key` for `ttl`, without waiting: `Ok(Some(guard))` granted,
+    /// `Ok(None)` held by someone else, `Err` a failure (see [`crate::Client::acquire`]).
+    ///
+    /// Cancel-safe: if this future is dropped before it completes (a timeout, a `select!`), a
+    /// grant that arrives anyway is released at once, by a task that runs on.
+    pub async fn acquire(&self, key: &str, ttl: Duration) -> Result<Option<Guard>, Error> {
+        self.acquire_inner(key, ttl, None).await
+    }
+
+    /// Take the lock `key` for `ttl`, waiting up to `wait` in the key's FIFO queue on the server
+    /// with one `LOCK.ACQUIRE ... BLOCK wait-ms` (see [`crate::Client::acquire_blocking`]).
+    ///
+    /// The wait is never cut short or sliced by the client: the connection that carries it
+    /// waits `wait` plus the I/O timeout for the reply. Cancel-safe as [`Client::acquire`]: if
+    /// this future is dropped, the waiter stays in the queue until its `wait` ends, and a grant
+    /// it gets is released at once.
+    pub async fn acquire_blocking(
+        &self,
+        key: &str,
+        ttl: Duration,
+        wait: Duration,
+    ) -> Result<Option<Guard>, Error> {
+        self.acquire_inner(key, ttl, command::block_ms(wait)?).await
+    }
+
+    /// [`Client::acquire`], then [`Guard::start_watchdog`] on the granted guard.
+    pub async fn acquire_with_watchdog(
+        &self,
+        key: &str,
+        ttl: Duration,
+    ) -> Result<Option<Guard>, Error> {
+        match self.acquire(key, ttl).await? {
+            Some(mut guard) => {
+                guard.start_watchdog()?;
+                Ok(Some(guard))
+            }
+            None => Ok(None),
+        }
+    }
+
+    fn from_parts(
+        redis: redis::Client,
+        connect: Duration,
+        io: Duration,
+        owner: Option<String>,
+    ) -> Client {
+        Client {
+            inner: Arc::new(Inner {
+                redis,
+                connect_timeout: connect.max(Duration::from_millis(1)),
+                io_timeout: io.max(Duration::from_millis(1)),
+                shared: Mutex::new(None),
+                idle: Mutex::new(Vec::new()),
+            }),
+            owner,
+        }
+    }
+
+    async fn acquire_inner(
+        &self,
+        key: &str,
+        ttl: Duration,
+        block_ms: Option<u64>,
+    ) -> Result<Option<Guard>, Error> {
+        let ttl_ms = ttl_ms(ttl)?;
+        let (owner, generated) = pick_owner(&self.owner);
+        let (client, key) = (self.clone(), key.to_string());
+        // The request runs in a task of its own that hands over a Guard, never a bare token:
+        // if the caller stops waiting, the guard is dropped in the task (or in the channel) and
+        // releases the lock, so a cancelled acquire leaves no grant behind.
+        let (tx, rx) = oneshot::channel();
+        tokio::spawn(async move {
+            let inner = &client.inner;
+            let acquire = command::acquire(&key, &owner, ttl_ms, block_ms);
+            let reply = match block_ms {
+                None => {
+                    inner
+                        .run(inner.io_timeout, inner.connect_timeout, &acquire)
+                        .await
+                }
+                Some(ms) => {
+                    let timeout = Duration::from_millis(ms) + inner.io_timeout;
+                    inner.run_blocking(timeout, &acquire).await
+                }
+            };
+            let result = match reply {
+                Ok(Some(token)) => Ok(Some(Guard::new(client.clone(), &key, owner, token, ttl_ms))),
+                Ok(None) => Ok(None),
+                Err(Failure { error, maybe_sent }) => {
+                    // As in the sync client: a made-up owner whose grant may have been made
+                    // with the reply lost is released; a chosen one is left alone.
+                    if generated && maybe_sent {
+                        let release = command::release(&key, &owner);
+                        let _ = inner
+                            .run(inner.io_timeout, inner.connect_timeout, &release)
+                            .await;
+                    }
+                    Err(error)
+                }
+            };
+            let _ = tx.send(result);
+        });
+        rx.await.unwrap_or_else(|_| Err(runtime_gone()))
+    }
+}
+
+impl Inner {
+    /// Run `command` on the shared multiplexed connection (opened within `connect` if there is
+    /// none), waiting up to `timeout` for the reply. After an I/O error, a timeout or a malformed
+    /// reply the connection is forgotten (requests already on it finish or fail on their own),
+    /// and the next command opens a new one.
+    pub(crate) async fn run<T>(
+        &self,
+        timeout: Duration,
+        connect: Duration,
+        command: &Command<T>,
+    ) -> Result<T, Failure> {
+        let shared = lock(&self.shared).clone();
+        let (result, in_step) =
+            Inner::run_on(shared, || self.connect_shared(connect), timeout, command).await;
+        if in_step.is_none() {
+            *lock(&self.shared) = None;
+        }
+        result
+    }
+
+    /// Run a blocking `command` on a connection of its own, waiting up to `timeout` for the
+    /// reply. The connection goes back to the idle pool only if it is still in step; one that
+    /// timed out is closed, which also takes the waiter out of the server's queue.
+    pub(crate) async fn run_blocking<T>(
+        &self,
+        timeout: Duration,
+        command: &Command<T>,
+    ) -> Result<T, Failure> {
+        let pooled = lock(&self.idle).pop();
+        let connect = || async {
+            self.connect(self.connect_timeout)
+                .await
+                .map_err(Failure::unsent)
+        };
+        let (result, in_step) = Inner::run_on(pooled, connect, timeout, command).await;
+        if let Some(conn) = in_step {
+            let mut idle = lock(&self.idle);
+            if idle.len() < MAX_IDLE {
+                idle.push(conn);
+            }
+        }
+        result
+    }
+
+    /// Run `command` on `conn`, or on a new one from `open` if there is none. A reused connection
+    /// found dead on first use (the server restarted, or closed it as idle) is replaced once.
+    /// Returns the connection too if it is still in step ([`in_step`]).
+    async fn run_on<T, F: std::future::Future<Output = Result<MultiplexedConnection, Failure>>>(
+        conn: Option<MultiplexedConnection>,
+        open: impl Fn() -> F,
+        timeout: Duration,
+        command: &Command<T>,
+    ) -> (Result<T, Failure>, Option<MultiplexedConnection>) {
+        let mut fresh = conn.is_none();
+        let mut conn = match conn {
+            Some(conn) => conn,
+            None => match open().await {
+                Ok(conn) => conn,
+                Err(failure) => return (Err(failure), None),
+            },
+        };
+        loop {
+            conn.set_response_timeout(timeout.max(Duration::from_millis(1)));
+            let result = command.read(command.cmd.query_async(&mut conn).await);
+            if in_step(&result) {
+                return (result.map_err(Failure::sent), Some(conn));
+            }
+            match result {
+                Err(Error::Connection(e)) if e.is_connection_dropped() && !fresh => {
+                    conn = match open().await {
+                        Ok(conn) => conn,
+                        Err(failure) => return (Err(failure), None),
+                    };
+                    fresh = true;
+                }
+                result => return (result.map_err(Failure::sent), None),
+            }
+        }
+    }
+
+    async fn connect_shared(&self, timeout: Duration) -> Result<MultiplexedConnection, Failure> {
+        let conn = self.connect(timeout).await.map_err(Failure::unsent)?;
+        *lock(&self.shared) = Some(conn.clone());
+        Ok(conn)
+    }
+
+    /// Open a connection within `timeout`, handshake included (redis bounds the whole of it
+    /// with the connection timeout).
+    async fn connect(&self, timeout: Duration) -> Result<MultiplexedConnection, Error> {
+        let config = AsyncConnectionConfig::new().set_connection_timeout(timeout);
+        self.redis
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+            .map_err(Error::from_redis)
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The error for a request whose task was dropped before it answered: the runtime is shutting
+/// down.
+pub(crate) fn runtime_gone() -> Error {
+    Error::Spawn(io::Error::other(
+        "the tokio runtime shut down before the request finished",
+    ))
+}
+
+/// Start `task` now and let it finish on `runtime`: for the requests a `Drop` sends.
+///
+/// `Drop` cannot wait. Polling the task once here queues its request on the client's
+/// multiplexed connection before `drop` returns (when that connection is open: the first poll
+/// of a send on `redis`'s multiplexed connection enqueues it on the channel its writer reads),
+/// so a command the same client sends afterwards reaches the server after it: dropping a guard
+/// and acquiring the key again from the same client finds it free. The rest (writing, the
+/// reply) happens as the runtime runs, in a spawned task.
+/// Outside a runtime (e.g. a guard dropped on a plain thread) the task is only spawned; if the
+/// runtime has shut down, nothing is sent and the lock lapses at its deadline.
+pub(crate) fn send_now(
+    runtime: &Handle,
+    task: impl std::future::Future<Output = ()> + Send + 'static,
+) {
+    let mut task = Box::pin(task);
+    if Handle::try_current().is_ok() {
+        let _context = runtime.enter();
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        if task.as_mut().poll(&mut cx).is_ready() {
+            return;
+        }
+    }
+    drop(runtime.spawn(task));
+}

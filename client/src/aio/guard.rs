@@ -1,0 +1,207 @@
+//! The async [`Guard`]: a held lock, released when dropped, optionally renewed by a watchdog task.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::runtime::Handle;
+use tokio::sync::watch;
+
+use super::client::{send_now, Client};
+use super::watchdog::{Lease, Watchdog};
+use crate::command::{self, ttl_ms, Command};
+use crate::error::Error;
+use crate::guard::report_release_failure;
+use crate::watchdog::LossReason;
+
+/// A lock held on one server; the async counterpart of [`crate::Guard`].
+///
+/// Release it with [`Guard::release`]`.await`, which reports the outcome and, with a watchdog,
+/// waits until no renewal is in flight. Dropping it also releases the lock: Rust has no async
+/// `Drop`, so `drop` aborts the watchdog task and queues `LOCK.RELEASE` without waiting for the
+/// reply (a task awaits it; errors go to stderr). When `drop` runs inside a runtime and the
+/// client's connection is open, the release is queued on that connection before `drop` returns,
+/// so a later command from the same client reaches the server after it (acquiring the key again
+/// finds it free); the runtime writes it out once it runs. Otherwise it is sent by a task on the
+/// runtime the lock was acquired on; if that runtime has shut down, nothing is sent and the lock
+/// lapses at its deadline.
+pub struct Guard {
+    /// The server, for extend, release and fence checks.
+    client: Client,
+    /// The lock's key.
+    key: String,
+    /// The owner id the lock was acquired with.
+    owner: String,
+    /// The fencing token of this hold.
+    token: u64,
+    /// The TTL of the last grant or extension, in ms; shared with the watchdog.
+    ttl_ms: Arc<AtomicU64>,
+    /// The renewal task, if started.
+    watchdog: Option<Watchdog>,
+    /// Where the watchdog publishes a loss; receivers come from [`Guard::loss_watch`].
+    loss: Arc<watch::Sender<Option<LossReason>>>,
+    /// The runtime the lock was acquired on: the watchdog and the release on drop run there.
+    runtime: Handle,
+    /// Set once [`Guard::release`] ran, so that `Drop` does not release again.
+    released: bool,
+}
+
+impl Guard {
+    /// A guard for a grant just received; must be called inside the runtime.
+    pub(crate) fn new(client: Client, key: &str, owner: String, token: u64, ttl_ms: u64) -> Guard {
+        Guard {
+            client,
+            key: key.to_string(),
+            owner,
+            token,
+            ttl_ms: Arc::new(AtomicU64::new(ttl_ms)),
+            watchdog: None,
+            loss: Arc::new(watch::Sender::new(None)),
+            runtime: Handle::current(),
+            released: false,
+        }
+    }
+
+    crate::guard::guard_accessors!();
+
+    /// Move the deadline to now + `ttl` (`LOCK.EXTEND`); `Ok(false)`: no longer held by this
+    /// guard. On success the watchdog, if running, renews with `ttl` from then on.
+    pub async fn extend(&self, ttl: Duration) -> Result<bool, Error> {
+        let ms = ttl_ms(ttl)?;
+        let extended = self
+            .run(&command::extend(&self.key, &self.owner, ms))
+            .await?;
+        if extended {
+            self.ttl_ms.store(ms, Ordering::Relaxed);
+        }
+        Ok(extended)
+    }
+
+    /// Stop the watchdog and wait for its end, then release the lock (`LOCK.RELEASE`).
+    /// `Ok(true)`: it was held and is free now (or handed to the first waiter); `Ok(false)`: it
+    /// had already been lost. On `Err` the lock lapses at its deadline.
+    pub async fn release(mut self) -> Result<bool, Error> {
+        self.stop_watchdog().await;
+        self.released = true;
+        self.run(&command::release(&self.key, &self.owner)).await
+    }
+
+    /// Ask the server whether this hold is still the live one (`LOCK.FENCE key token`).
+    pub async fn is_held(&self) -> Result<bool, Error> {
+        self.run(&command::fence(&self.key, self.token)).await
+    }
+
+    /// Start renewing the lock every third of its TTL in a task on the guard's runtime (see
+    /// [`crate::Guard::start_watchdog`]). A loss is published once, to [`Guard::lost`],
+    /// [`Guard::is_lost`] and the receivers of [`Guard::loss_watch`]; the task then renews no
+    /// more. A running watchdog is replaced (the old task is aborted).
+    pub fn start_watchdog(&mut self) -> Result<(), Error> {
+        self.spawn_watchdog(None);
+        Ok(())
+    }
+
+    /// [`Guard::start_watchdog`] with a chosen `period`, which must be shorter than the TTL.
+    pub fn start_watchdog_every(&mut self, period: Duration) -> Result<(), Error> {
+        command::check_watchdog_period(period, self.ttl())?;
+        self.spawn_watchdog(Some(period));
+        Ok(())
+    }
+
+    /// Stop renewing (the lock stays held until its deadline). Returns once the watchdog task
+    /// has ended, so no renewal is in flight. Does nothing if none runs.
+    pub async fn stop_watchdog(&mut self) {
+        if let Some(watchdog) = self.watchdog.take() {
+            watchdog.stop().await;
+        }
+    }
+
+    /// True while a watchdog task is attached (it may have stopped after reporting a loss).
+    pub fn has_watchdog(&self) -> bool {
+        self.watchdog.is_some()
+    }
+
+    /// True once the watchdog has reported a loss. The holder must stop acting on the lock.
+    pub fn is_lost(&self) -> bool {
+        self.loss.borrow().is_some()
+    }
+
+    /// The loss the watchdog reported, if any.
+    pub fn loss_reason(&self) -> Option<LossReason> {
+        self.loss.borrow().clone()
+    }
+
+    /// Wait until the watchdog reports a loss, and return it (at once if it already did).
+    /// Without a watchdog, or while renewals succeed, it waits forever: use it in
+    /// `tokio::select!` next to the work, or under `tokio::time::timeout`.
+    pub async fn lost(&self) -> LossReason {
+        let mut loss = self.loss.subscribe();
+        let reason = match loss.wait_for(Option::is_some).await {
+            Ok(reason) => reason.clone(),
+            // The guard owns the sender, so it cannot be closed while `self` lives.
+            Err(_) => None,
+        };
+        match reason {
+            Some(reason) => reason,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// A receiver of the loss, for other tasks that act on the lock: it holds `None` until the
+    /// watchdog publishes `Some(reason)` (`changed().await`, `wait_for(Option::is_some)`). It
+    /// reports the sender closed once the guard is gone.
+    pub fn loss_watch(&self) -> watch::Receiver<Option<LossReason>> {
+        self.loss.subscribe()
+    }
+
+    fn spawn_watchdog(&mut self, period: Option<Duration>) {
+        if let Some(old) = self.watchdog.take() {
+            old.abort();
+        }
+        let lease = Lease {
+            client: Arc::clone(&self.client.inner),
+            key: self.key.clone(),
+            owner: self.owner.clone(),
+            ttl_ms: Arc::clone(&self.ttl_ms),
+            period,
+            loss: Arc::clone(&self.loss),
+        };
+        self.watchdog = Some(Watchdog::spawn(lease, &self.runtime));
+    }
+
+    async fn run<T>(&self, command: &Command<T>) -> Result<T, Error> {
+        let inner = &self.client.inner;
+        inner
+            .run(inner.io_timeout, inner.connect_timeout, command)
+            .await
+            .map_err(|failure| failure.error)
+    }
+}
+
+impl Drop for Guard {
+    /// Abort the watchdog, then send `LOCK.RELEASE` unless [`Guard::release`] already did (see
+    /// the type's documentation). A renewal the aborted task had already sent reaches the server
+    /// before the release (one connection, in order); one it was about to send may arrive after
+    /// it and is refused, since the owner id is this hold's alone (unless
+    /// [`Client::with_owner`] chose it).
+    fn drop(&mut self) {
+        if let Some(watchdog) = self.watchdog.take() {
+            watchdog.abort();
+        }
+        if self.released {
+            return;
+        }
+        let inner = Arc::clone(&self.client.inner);
+        let (key, owner) = (self.key.clone(), self.owner.clone());
+        send_now(&self.runtime, async move {
+            let release = command::release(&key, &owner);
+            let reply = inner
+                .run(inner.io_timeout, inner.connect_timeout, &release)
+                .await;
+            if let Err(failure) = reply {
+                report_release_failure(&key, &failure.error);
+            }
+        });
+    }
+}
+
+crate::guard::impl_guard_debug!(Guard);

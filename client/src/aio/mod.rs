@@ -1,0 +1,43 @@
+//! The async API on tokio (cargo feature `tokio`): [`Client`], [`Guard`], [`Redlock`] and
+//! [`RedlockGuard`] with the semantics of their sync namesakes at the crate root. The commands,
+//! the reply checks, the error types, the watchdog's renewal rules and the Redlock decision are
+//! the same code; what differs is how they wait.
+//!
+//! - Every call runs inside a tokio runtime (with time enabled); the watchdog is a task on the
+//!   runtime the lock was acquired on, and stops with its guard.
+//! - A blocking acquire waits in the server's queue with one `LOCK.ACQUIRE ... BLOCK` on a
+//!   connection of its own, whose response timeout is the wait plus the I/O timeout.
+//! - Acquisitions are cancel-safe: dropping the future (a timeout, a `select!`) leaves no grant
+//!   behind; one that arrives anyway is released.
+//! - Guards release on drop without waiting (Rust has no async `Drop`); `release().await`
+//!   reports the outcome. See [`Guard`].
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use redis_lock_client::aio::Client;
+//!
+//! # async fn run() -> Result<(), redis_lock_client::Error> {
+//! let client = Client::open("redis://127.0.0.1:6379/")?;
+//! if let Some(mut guard) = client
+//!     .acquire_blocking("job:nightly", Duration::from_secs(3), Duration::from_secs(30))
+//!     .await?
+//! {
+//!     guard.start_watchdog()?; // LOCK.EXTEND every second
+//!     tokio::select! {
+//!         reason = guard.lost() => eprintln!("stop: {reason}"),
+//!         _ = tokio::time::sleep(Duration::from_secs(10)) => {} // the work, fenced with guard.token()
+//!     }
+//!     guard.release().await?;
+//! }
+//! # Ok(())
+//! # }
+//! ```
+
+mod client;
+mod guard;
+mod redlock;
+mod watchdog;
+
+pub use client::Client;
+pub use guard::Guard;
+pub use redlock::{Redlock, RedlockGuard};

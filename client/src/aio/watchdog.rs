@@ -1,0 +1,90 @@
+//! The async lease watchdog: a tokio task that renews a guard's lock every third of its TTL and
+//! publishes the loss the moment a renewal fails. The renewal rules are the sync watchdog's
+//! ([`crate::watchdog`]); only the waiting differs.
+//!
+//! The guard owns the sending half of a stop channel; the task waits on the other half with a
+//! deadline between renewals. [`Watchdog::stop`] drops the sender, which wakes the task at once,
+//! and awaits the task's end, so no renewal is in flight afterwards. A guard that is dropped
+//! cannot wait: it aborts the task instead (see [`super::Guard`]'s `Drop`).
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use tokio::runtime::Handle;
+use tokio::sync::{oneshot, watch};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use super::client::Inner;
+use crate::command;
+use crate::watchdog::{loss_of, renewal_period, LossReason};
+
+/// What the task renews: the lease of the sync watchdog, with the async client and the guard's
+/// `watch` sender.
+pub(crate) type Lease = crate::watchdog::Lease<Inner, Arc<watch::Sender<Option<LossReason>>>>;
+
+/// A running watchdog task.
+pub(crate) struct Watchdog {
+    /// Dropped to stop the task: its wait then ends at once.
+    stop: oneshot::Sender<()>,
+    /// Awaited on stop, so that no renewal is in flight afterwards.
+    task: JoinHandle<()>,
+}
+
+impl Watchdog {
+    /// Start renewing `lease` on `runtime`.
+    pub(crate) fn spawn(lease: Lease, runtime: &Handle) -> Watchdog {
+        let (stop, stopped) = oneshot::channel();
+        Watchdog {
+            stop,
+            task: runtime.spawn(run(lease, stopped)),
+        }
+    }
+
+    /// Stop renewing and wait for the task to end. A renewal already in flight finishes first;
+    /// it is bounded by the renewal period (its timeouts are at most that).
+    pub(crate) async fn stop(self) {
+        drop(self.stop);
+        // The task never panics by design; if it was aborted there is nothing to add.
+        let _ = self.task.await;
+    }
+
+    /// Stop renewing without waiting: the task ends at its next await point.
+    pub(crate) fn abort(self) {
+        self.task.abort();
+    }
+}
+
+/// The task: wait until the next renewal unless stopped, renew, publish a failure and quit.
+async fn run(lease: Lease, mut stopped: oneshot::Receiver<()>) {
+    let mut next = Instant::now();
+    loop {
+        let period = renewal_period(lease.period, &lease.ttl_ms);
+        // Scheduled from the previous renewal's start, so the round trip does not stretch it.
+        next += period;
+        if tokio::time::timeout_at(next, &mut stopped).await.is_ok() {
+            return; // stopped, or the guard (and with it the sender) is gone
+        }
+        if next < Instant::now() {
+            // This task was starved (a blocked runtime) or the process paused past a renewal:
+            // restart the schedule now. The renewal below then finds out whether the hold
+            // survived; if it lapsed, LOCK.EXTEND answers 0 and nothing is extended.
+            next = Instant::now();
+        }
+        let ttl_ms = lease.ttl_ms.load(Ordering::Relaxed);
+        // As in the sync watchdog, a renewal must not outlast the period.
+        let client = &lease.client;
+        let extend = command::extend(&lease.key, &lease.owner, ttl_ms);
+        let reply = client
+            .run(
+                client.io_timeout.min(period),
+                client.connect_timeout.min(period),
+                &extend,
+            )
+            .await;
+        if let Some(reason) = loss_of(reply.map_err(|failure| failure.error)) {
+            lease.loss.send_replace(Some(reason));
+            return;
+        }
+    }
+}
