@@ -96,8 +96,9 @@ torture: test-deps ## The fault-injection suite, 60 s per scenario (TORTURE_SECS
 	REDIS_SERVER=$(REDIS_SERVER) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) TORTURE_SECS=$${TORTURE_SECS:-60} \
 		$(CARGO) test --release --test torture -- --nocapture --test-threads 1
 
-bench: build ## Benchmarks vs the classic pattern; writes BENCHMARKS.md and bench/ (QUICK=1: smoke run)
+bench: build ## Benchmarks vs the classic pattern; writes BENCHMARKS.md, bench/ and bench/inventory.md (QUICK=1: smoke run)
 	REDIS_SERVER=$(REDIS_SERVER) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_RELEASE) QUICK=$(QUICK) $(CARGO) bench --bench lockbench
+	REDIS_SERVER=$(REDIS_SERVER) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_RELEASE) QUICK=$(QUICK) $(CARGO) bench --bench inventory
 
 cluster: build ## Start a local Redis Cluster (3 masters, 3 replicas, module on each); prints its ports
 	REDIS_SERVER=$(REDIS_SERVER) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_RELEASE) tests/cluster/start.sh

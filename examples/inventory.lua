@@ -1,41 +1,62 @@
--- Take `quantity` items out of stock, fenced by a redis-lock token.
+-- Take the items of one order out of stock, fenced by redis-lock tokens: every
+-- item or none.
 --
---   EVALSHA <sha> 2 <lock key> <stock key> <token> <quantity>
+--   EVALSHA <sha> 2n <lock 1> <stock 1> ... <lock n> <stock n> <token 1> <quantity 1> ... <token n> <quantity n>
 --
--- KEYS[1]  the lock the writer holds (LOCK.ACQUIRE returned ARGV[1])
--- KEYS[2]  the stock: an integer string key
--- ARGV[1]  the writer's fencing token
--- ARGV[2]  how many items to take: a positive integer
+-- KEYS     pairs: the lock of an item (held by the writer, e.g. all of them
+--          from one LOCK.MACQUIRE) and its stock, an integer string key
+-- ARGV     pairs: the writer's fencing token for that lock, and how many items
+--          to take (a positive integer)
 --
--- Replies: the new stock (integer), or an error and nothing changed:
---   STALE ...     the token is not the live hold on KEYS[1] (released, expired,
---                 or granted to someone else since): the writer lost its lock
---   NOSTOCK ...   fewer than ARGV[2] items left; the stock never goes below zero
---   ERR ...       bad quantity, a stock that is not an integer, or a bad token
---                 (LOCK.FENCE's own error)
+-- Replies: the new stock of each item (an array, in order), or an error and
+-- nothing changed:
+--   STALE ...     a token is not the live hold on its lock (released, expired,
+--                 or granted to someone else since): the writer lost that lock
+--   NOSTOCK ...   an item has fewer than asked for; stock never goes below zero
+--   ERR ...       malformed pairs, a bad quantity, a stock listed twice, a stock
+--                 that is not an integer, or a bad token (LOCK.FENCE's error)
 --
--- The check and the write run in one script, so no grant can slip in between:
--- a writer that paused past its lock's deadline cannot write any more, however
--- late its request arrives. In a cluster, give both keys the same hash tag:
--- {sku:42}:lock and {sku:42}:stock.
+-- Every check runs before the first write, and the whole script runs as one
+-- step, so no grant can slip in between: a writer that paused past its locks'
+-- deadline cannot write any more, however late its request arrives. In a
+-- cluster, give every key the same hash tag: {shop}:sku:42:lock, ...
 
-local quantity = tonumber(ARGV[2])
-if not quantity or quantity < 1 or quantity ~= math.floor(quantity) then
+local n = #KEYS / 2
+if #KEYS == 0 or #KEYS % 2 ~= 0 or #ARGV ~= #KEYS then
     return redis.error_reply(
-        'ERR quantity must be a positive integer, got ' .. tostring(ARGV[2]))
+        'ERR expected lock/stock key pairs, and a token and a quantity for each')
 end
 
--- The token stays a string: tokens are above 2^53, beyond what a Lua number
--- holds exactly.
-if redis.call('LOCK.FENCE', KEYS[1], ARGV[1]) ~= 1 then
-    return redis.error_reply('STALE token ' .. ARGV[1] .. ' is not the live hold on ' .. KEYS[1])
+local quantities, seen = {}, {}
+for i = 1, n do
+    local lock, stock_key, token = KEYS[2 * i - 1], KEYS[2 * i], ARGV[2 * i - 1]
+    local quantity = tonumber(ARGV[2 * i])
+    if not quantity or quantity < 1 or quantity ~= math.floor(quantity) then
+        return redis.error_reply(
+            'ERR quantity must be a positive integer, got ' .. tostring(ARGV[2 * i]))
+    end
+    if seen[stock_key] then
+        return redis.error_reply('ERR ' .. stock_key .. ' is listed twice')
+    end
+    seen[stock_key] = true
+    -- The token stays a string: tokens are above 2^53, beyond what a Lua
+    -- number holds exactly.
+    if redis.call('LOCK.FENCE', lock, token) ~= 1 then
+        return redis.error_reply('STALE token ' .. token .. ' is not the live hold on ' .. lock)
+    end
+    local stock = tonumber(redis.call('GET', stock_key) or '0')
+    if not stock then
+        return redis.error_reply('ERR stock at ' .. stock_key .. ' is not an integer')
+    end
+    if stock < quantity then
+        return redis.error_reply(
+            'NOSTOCK ' .. stock_key .. ' has ' .. stock .. ', asked for ' .. quantity)
+    end
+    quantities[i] = quantity
 end
 
-local stock = tonumber(redis.call('GET', KEYS[2]) or '0')
-if not stock then
-    return redis.error_reply('ERR stock at ' .. KEYS[2] .. ' is not an integer')
+local left = {}
+for i = 1, n do
+    left[i] = redis.call('DECRBY', KEYS[2 * i], quantities[i])
 end
-if stock < quantity then
-    return redis.error_reply('NOSTOCK ' .. KEYS[2] .. ' has ' .. stock .. ', asked for ' .. quantity)
-end
-return redis.call('DECRBY', KEYS[2], quantity)
+return left

@@ -117,6 +117,22 @@ pub fn conflict(c: crate::lock::Conflict) -> Error {
     }
 }
 
+pub fn numkeys_invalid() -> Error {
+    err("numkeys must be a positive integer")
+}
+
+pub fn numkeys_too_large() -> Error {
+    err("numkeys is larger than the number of keys given")
+}
+
+pub fn too_many_keys(max: usize) -> Error {
+    err(format!("too many keys (lock.max-multi-keys is {max})"))
+}
+
+pub fn duplicate_key(key: &[u8]) -> Error {
+    err(format!("duplicate key '{}'", printable(key)))
+}
+
 pub fn token_invalid() -> Error {
     err("token must be a positive integer")
 }

@@ -2,7 +2,8 @@
 //!
 //! `LOCK.ACQUIRE`, `LOCK.RELEASE`, `LOCK.EXTEND` and `LOCK.FENCE` check ownership and the
 //! deadline inside the server, mint monotonic fencing tokens, and queue blocked acquirers per
-//! key so the lock is handed to the next one the moment it is free.
+//! key so the lock is handed to the next one the moment it is free. `LOCK.MACQUIRE` and
+//! `LOCK.MRELEASE` take and give back several keys in one step, all or none.
 //!
 //! # Layout
 //! - `lock`: the state machine (holds, deadlines, tokens, waiter queues). Pure Rust; every
@@ -29,7 +30,7 @@ mod fuzz_tests;
 mod module {
     use redis_module::{raw, redis_module, Context, InfoContext, RedisResult, RedisString, Status};
 
-    use crate::commands::{acquire, extend, fence, info, load, release};
+    use crate::commands::{acquire, extend, fence, info, load, macquire, mrelease, release};
     use crate::redis::{blocking, config, datatype::LOCK_TYPE, docs, guard};
 
     fn init(ctx: &Context, args: &[RedisString]) -> Status {
@@ -66,6 +67,17 @@ mod module {
                 ));
             }
         }
+        for doc in [&macquire::DOC, &mrelease::DOC] {
+            // Without key specs the server cannot find these commands' keys (cluster routing,
+            // ACL checks): refuse to load rather than run them unchecked.
+            if !docs::set_with_keys(ctx, doc, docs::Keys::NumKeys) {
+                ctx.log_warning(&format!(
+                    "redis-lock: could not set the key specs of {}; the module is not loaded",
+                    doc.name.to_string_lossy()
+                ));
+                return Status::Err;
+            }
+        }
         if !blocking::subscribe(ctx) {
             ctx.log_warning("redis-lock: could not subscribe to keyspace and server events");
             return Status::Err;
@@ -98,6 +110,12 @@ mod module {
     fn lock_load(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         guard::command(ctx, args, load::run)
     }
+    fn lock_macquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+        guard::command(ctx, args, macquire::run)
+    }
+    fn lock_mrelease(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+        guard::command(ctx, args, mrelease::run)
+    }
 
     // Unit tests run outside Redis, where the Redis allocator does not exist.
     #[cfg(not(test))]
@@ -124,6 +142,10 @@ mod module {
             ["lock.fence", lock_fence, "readonly fast", 1, 1, 1, ""],
             ["lock.info", lock_info, "readonly fast", 1, 1, 1, ""],
             ["lock.load", lock_load, "write", 1, 1, 1, ""],
+            // Key positions 0, 0, 0: the keys follow numkeys. The key specs set in `init`
+            // (docs::Keys::NumKeys) and the getkeys-api callback tell the server where.
+            ["lock.macquire", lock_macquire, "write deny-oom getkeys-api", 0, 0, 0, ""],
+            ["lock.mrelease", lock_mrelease, "write getkeys-api", 0, 0, 0, ""],
         ],
     }
 }

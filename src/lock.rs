@@ -7,7 +7,9 @@
 
 use std::collections::VecDeque;
 
+mod multi;
 mod value;
+pub use multi::{decide_macquire, first_duplicate, KeyGrant, KeyState, MultiAcquire};
 pub use value::{decide_acquire, held_by, Acquire, Conflict, Lock, Mode};
 
 /// Milliseconds since the Unix epoch, as Redis keeps its own expiries.

@@ -1,7 +1,8 @@
 //! Argument parsing for every command: raw byte arguments in, a typed struct or an [`Error`] out.
 //! Nothing here touches the keyspace, so a command that fails to parse changes nothing.
 //!
-//! `args` always includes the command name at 0 and the key at 1, as Redis passes them.
+//! `args` always includes the command name at 0 and the key at 1, as Redis passes them
+//! (`numkeys` and then the keys for the multi-key commands).
 
 use crate::error::{self, Error, Result};
 use crate::lock::{Millis, Mode};
@@ -47,6 +48,24 @@ pub struct Load<'a> {
     /// The primary's clock when it granted: it dropped every holder that had expired by then,
     /// and a replica drops the same ones (never by its own clock, which may differ).
     pub prune: Option<Millis>,
+}
+
+/// `LOCK.MACQUIRE numkeys key [key ...] owner ttl-ms [BLOCK timeout-ms]`
+#[derive(Debug, PartialEq, Eq)]
+pub struct MAcquire<'a> {
+    /// The keys, in argument order (arguments `2..2 + keys.len()`); no duplicates.
+    pub keys: Vec<&'a [u8]>,
+    pub owner: &'a [u8],
+    pub ttl: Millis,
+    /// As for `LOCK.ACQUIRE`.
+    pub block: Option<Millis>,
+}
+
+/// `LOCK.MRELEASE numkeys key [key ...] owner`
+#[derive(Debug, PartialEq, Eq)]
+pub struct MRelease<'a> {
+    pub keys: Vec<&'a [u8]>,
+    pub owner: &'a [u8],
 }
 
 /// The longest `BLOCK` timeout: about 3 years, far below where Redis's own `now + timeout`
@@ -100,6 +119,74 @@ pub fn acquire<'a>(args: &[&'a [u8]], max_owner: usize) -> Result<Acquire<'a>> {
         mode,
         block,
     })
+}
+
+pub fn macquire<'a>(args: &[&'a [u8]], max_owner: usize, max_keys: usize) -> Result<MAcquire<'a>> {
+    let (keys, rest) = numkeys_and_keys(args, 2, max_keys)?;
+    let owner = owner(rest[0], max_owner)?;
+    let ttl = ttl(rest[1])?;
+    let mut block = None;
+    let mut options = rest[2..].iter();
+    while let Some(opt) = options.next() {
+        if opt.eq_ignore_ascii_case(b"BLOCK") {
+            if block.is_some() {
+                return Err(error::option_repeated("BLOCK"));
+            }
+            let value = options
+                .next()
+                .ok_or_else(|| error::option_needs_value("BLOCK", "a timeout in milliseconds"))?;
+            block = Some(block_timeout(value)?);
+        } else {
+            return Err(error::unexpected_argument(opt));
+        }
+    }
+    Ok(MAcquire {
+        keys,
+        owner,
+        ttl,
+        block,
+    })
+}
+
+pub fn mrelease<'a>(args: &[&'a [u8]], max_owner: usize, max_keys: usize) -> Result<MRelease<'a>> {
+    let (keys, rest) = numkeys_and_keys(args, 1, max_keys)?;
+    if let Some(extra) = rest.get(1) {
+        return Err(error::unexpected_argument(extra));
+    }
+    Ok(MRelease {
+        keys,
+        owner: owner(rest[0], max_owner)?,
+    })
+}
+
+/// `numkeys key [key ...]` at argument 1, followed by at least `after` more arguments: the
+/// keys (checked for duplicates) and the arguments after them.
+#[allow(clippy::type_complexity)]
+fn numkeys_and_keys<'a, 'b>(
+    args: &'b [&'a [u8]],
+    after: usize,
+    max_keys: usize,
+) -> Result<(Vec<&'a [u8]>, &'b [&'a [u8]])> {
+    if args.len() < 3 + after {
+        return Err(Error::WrongArity);
+    }
+    let n = match integer(args[1]) {
+        Some(n) if n > 0 => n as u64,
+        None if is_decimal(args[1]) && args[1][0] != b'-' => u64::MAX,
+        _ => return Err(error::numkeys_invalid()),
+    };
+    if n > max_keys as u64 {
+        return Err(error::too_many_keys(max_keys));
+    }
+    let n = n as usize;
+    if 2 + n + after > args.len() {
+        return Err(error::numkeys_too_large());
+    }
+    let keys = args[2..2 + n].to_vec();
+    if let Some(dup) = crate::lock::first_duplicate(&keys) {
+        return Err(error::duplicate_key(dup));
+    }
+    Ok((keys, &args[2 + n..]))
 }
 
 pub fn release<'a>(args: &[&'a [u8]], max_owner: usize) -> Result<Release<'a>> {
@@ -235,6 +322,98 @@ mod tests {
 
     fn msg(e: Error) -> String {
         e.to_string()
+    }
+
+    #[test]
+    fn macquire_parses_keys_owner_ttl_and_block() {
+        with(&["LOCK.MACQUIRE", "2", "a", "b", "me", "1000"], |args| {
+            assert_eq!(
+                macquire(args, 1024, 64).unwrap(),
+                MAcquire {
+                    keys: vec![b"a", b"b"],
+                    owner: b"me",
+                    ttl: 1000,
+                    block: None
+                }
+            )
+        });
+        with(
+            &["LOCK.MACQUIRE", "1", "a", "me", "1000", "block", "5"],
+            |args| assert_eq!(macquire(args, 1024, 64).unwrap().block, Some(5)),
+        );
+        with(&["LOCK.MRELEASE", "2", "a", "b", "me"], |args| {
+            assert_eq!(
+                mrelease(args, 1024, 64).unwrap(),
+                MRelease {
+                    keys: vec![b"a", b"b"],
+                    owner: b"me"
+                }
+            )
+        });
+    }
+
+    #[test]
+    fn macquire_and_mrelease_refuse_bad_key_lists() {
+        let cases: &[(&[&str], &str)] = &[
+            (
+                &["LOCK.MACQUIRE", "0", "a", "me", "1000"],
+                "ERR numkeys must be a positive integer",
+            ),
+            (
+                &["LOCK.MACQUIRE", "-1", "a", "me", "1000"],
+                "ERR numkeys must be a positive integer",
+            ),
+            (
+                &["LOCK.MACQUIRE", "x", "a", "me", "1000"],
+                "ERR numkeys must be a positive integer",
+            ),
+            (
+                &["LOCK.MACQUIRE", "2", "a", "me", "1000"],
+                "ERR numkeys is larger than the number of keys given",
+            ),
+            (
+                &["LOCK.MACQUIRE", "99999999999999999999", "a", "me", "1000"],
+                "ERR too many keys (lock.max-multi-keys is 3)",
+            ),
+            (
+                &["LOCK.MACQUIRE", "4", "a", "b", "c", "d", "me", "1000"],
+                "ERR too many keys (lock.max-multi-keys is 3)",
+            ),
+            (
+                &["LOCK.MACQUIRE", "3", "a", "b", "a", "me", "1000"],
+                "ERR duplicate key 'a'",
+            ),
+            (
+                &["LOCK.MACQUIRE", "1", "a", "me", "1000", "SHARED"],
+                "ERR syntax error: unexpected argument 'SHARED'",
+            ),
+            (
+                &["LOCK.MACQUIRE", "1", "a", "me", "0"],
+                "ERR ttl-ms must be a positive integer",
+            ),
+            (
+                &["LOCK.MRELEASE", "2", "a", "me"],
+                "ERR numkeys is larger than the number of keys given",
+            ),
+            (
+                &["LOCK.MRELEASE", "1", "a", "me", "extra"],
+                "ERR syntax error: unexpected argument 'extra'",
+            ),
+            (
+                &["LOCK.MRELEASE", "2", "a", "a", "me"],
+                "ERR duplicate key 'a'",
+            ),
+        ];
+        for (args, expected) in cases {
+            let got = with(args, |a| match a[0] {
+                b"LOCK.MACQUIRE" => macquire(a, 1024, 3).map(|_| ()),
+                _ => mrelease(a, 1024, 3).map(|_| ()),
+            });
+            assert_eq!(got.map_err(msg), Err(expected.to_string()), "{args:?}");
+        }
+        with(&["LOCK.MACQUIRE", "1", "a", "me"], |a| {
+            assert_eq!(macquire(a, 1024, 3), Err(Error::WrongArity))
+        });
     }
 
     #[test]

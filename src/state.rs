@@ -21,6 +21,14 @@ pub const DEFAULT_MAX_OWNER_BYTES: i64 = 1024;
 pub static MAX_WAITERS: AtomicI64 = AtomicI64::new(DEFAULT_MAX_WAITERS);
 pub const DEFAULT_MAX_WAITERS: i64 = 10_000;
 
+/// `lock.max-multi-keys`: the most keys one `LOCK.MACQUIRE` or `LOCK.MRELEASE` may name.
+pub static MAX_MULTI_KEYS: AtomicI64 = AtomicI64::new(DEFAULT_MAX_MULTI_KEYS);
+pub const DEFAULT_MAX_MULTI_KEYS: i64 = 64;
+
+pub fn max_multi_keys() -> usize {
+    MAX_MULTI_KEYS.load(Ordering::Relaxed).max(1) as usize
+}
+
 pub fn max_owner_bytes() -> usize {
     MAX_OWNER_BYTES.load(Ordering::Relaxed).max(1) as usize
 }

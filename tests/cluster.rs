@@ -5,7 +5,7 @@
 //!   owning master, and each master's replica answers `LOCK.FENCE`/`LOCK.INFO` as it does.
 //! - A lock command sent to the wrong node gets the same `MOVED` (or `ASK`) as `SET`/`GET` on the
 //!   same key; transactions and scripts over keys of two slots get the same `CROSSSLOT` as
-//!   built-in commands.
+//!   built-in commands (`LOCK.MACQUIRE`/`LOCK.MRELEASE` over two slots: the same as `MSET`).
 //! - Waiters whose key's slot is migrated away get an error or a redirect instead of hanging,
 //!   and the migrated lock keeps exactly one owner, on exactly one node.
 //! - `throughput_one_master_vs_three` (ignored: a measurement, not a check) prints the aggregate
@@ -742,6 +742,44 @@ fn wrong_node_and_cross_slot_errors_are_those_of_built_in_commands() {
         "MULTI over one hash tag: {tagged:?}"
     );
     assert!(fence(&mut tm, t1).is_some() && fence(&mut tm, t2).is_some());
+
+    // LOCK.MACQUIRE / LOCK.MRELEASE: the key specs (numkeys) let the server itself answer
+    // CROSSSLOT for keys of two slots, as for MSET, and MOVED from a node that does not own
+    // the slot; keys sharing a hash tag are taken and released together on their master.
+    let multi: [&[&str]; 2] = [
+        &["LOCK.MACQUIRE", "2", &k1, &k2, "a", "10000"],
+        &["LOCK.MRELEASE", "2", &k1, &k2, "a"],
+    ];
+    for cmd in multi {
+        assert_eq!(reply_text(run(&mut m, cmd)), crossslot, "{cmd:?}");
+    }
+    assert_eq!(
+        reply_text(run(&mut m, &["MSET", &k1, "v", &k2, "v"])),
+        crossslot
+    );
+    assert_eq!(fence(&mut m, &k1), None);
+    let (o1, o2) = ("{order:8}:a", "{order:8}:b");
+    let order_slot = keyslot(&mut any, o1);
+    let order_shard = cluster.shard_of(order_slot);
+    let mut other = cluster.master((order_shard + 1) % MASTERS);
+    let moved = format!(
+        "MOVED {order_slot} {}",
+        cluster.master_node(order_shard).addr()
+    );
+    let take: &[&str] = &["LOCK.MACQUIRE", "2", o1, o2, "a", "10000"];
+    assert_eq!(error_text("LOCK.MACQUIRE", run(&mut other, take)), moved);
+    let mut om = cluster.master(order_shard);
+    let tokens = reply_text(run(&mut om, take));
+    assert!(
+        tokens.starts_with('[') && !tokens.contains("nil"),
+        "{tokens}"
+    );
+    assert!(fence(&mut om, o1).is_some() && fence(&mut om, o2).is_some());
+    assert_eq!(
+        reply_text(run(&mut om, &["LOCK.MRELEASE", "2", o1, o2, "a"])),
+        "2"
+    );
+    assert_eq!(fence(&mut om, o1), None);
 
     // Scripts declaring keys of two slots.
     let script_over = |c: &mut Connection, command: &str| {

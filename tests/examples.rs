@@ -11,7 +11,8 @@
 //!   whose lease disappears says `lost`. The binary is `target/debug/examples/leader`, which
 //!   `cargo test` builds; `cargo test --test examples` alone does not, so this file builds it
 //!   first (see [`leader_bin`]).
-//! - `examples/inventory.lua`: a fenced decrement; stale tokens and overdrafts change nothing.
+//! - `examples/inventory.lua`: an order's items locked with `LOCK.MACQUIRE`, a fenced decrement
+//!   of each; stale tokens and overdrafts change nothing.
 //!
 //! Child processes write to files in a scratch directory and are killed if they outlive a
 //! deadline. Nothing sleeps to wait for them: the tests poll their output and the server.
@@ -509,10 +510,15 @@ fn leader_says_lost_when_its_lease_disappears() {
     );
 }
 
-// --- Lua: inventory with a fenced write ---------------------------------------------
+// --- Lua: an order under its items' locks, with fenced writes -------------------------
 
-const LOCK: &str = "{sku:42}:lock";
-const STOCK: &str = "{sku:42}:stock";
+/// Item `sku`'s lock and stock keys (one hash tag for the whole shop, as in inventory.md).
+fn item(sku: u32) -> (String, String) {
+    (
+        format!("{{shop}}:sku:{sku}:lock"),
+        format!("{{shop}}:sku:{sku}:stock"),
+    )
+}
 
 /// `SCRIPT LOAD` examples/inventory.lua; returns its SHA1.
 fn load_inventory(conn: &mut Connection) -> String {
@@ -526,46 +532,84 @@ fn load_inventory(conn: &mut Connection) -> String {
         .expect("SCRIPT LOAD examples/inventory.lua")
 }
 
-/// `EVALSHA sha 2 LOCK STOCK token quantity`.
-fn take(conn: &mut Connection, sha: &str, token: i64, quantity: i64) -> RedisResult<Value> {
-    redis::cmd("EVALSHA")
-        .arg(sha)
-        .arg(2)
-        .arg(LOCK)
-        .arg(STOCK)
-        .arg(token)
-        .arg(quantity)
+/// `EVALSHA sha 2n lock stock ... token quantity ...` for `(sku, token, quantity)` lines.
+fn take(conn: &mut Connection, sha: &str, lines: &[(u32, i64, i64)]) -> RedisResult<Value> {
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(sha).arg(2 * lines.len());
+    for (sku, _, _) in lines {
+        let (lock, stock) = item(*sku);
+        cmd.arg(lock).arg(stock);
+    }
+    for (_, token, quantity) in lines {
+        cmd.arg(*token).arg(*quantity);
+    }
+    cmd.query(conn)
+}
+
+fn ints(values: &[i64]) -> RedisResult<Value> {
+    Ok(Value::Array(
+        values.iter().map(|v| Value::Int(*v)).collect(),
+    ))
+}
+
+fn stocks(conn: &mut Connection, skus: &[u32]) -> Vec<String> {
+    skus.iter()
+        .map(|sku| {
+            redis::cmd("GET")
+                .arg(item(*sku).1)
+                .query(conn)
+                .expect("GET stock")
+        })
+        .collect()
+}
+
+/// `LOCK.MACQUIRE` on the locks of `skus` for `order`; the tokens.
+fn lock_order(conn: &mut Connection, skus: &[u32], order: &str) -> Option<Vec<i64>> {
+    let mut cmd = redis::cmd("LOCK.MACQUIRE");
+    cmd.arg(skus.len());
+    for sku in skus {
+        cmd.arg(item(*sku).0);
+    }
+    cmd.arg(order)
+        .arg(LONG_TTL)
         .query(conn)
+        .expect("LOCK.MACQUIRE")
 }
 
-fn stock(conn: &mut Connection) -> String {
-    redis::cmd("GET").arg(STOCK).query(conn).expect("GET stock")
-}
-
-/// A server with the script loaded and 10 items in stock.
+/// A server with the script loaded, 10 of item 42 and 4 of item 7 in stock.
 fn inventory() -> (Server, Connection, String) {
     let server = Server::start();
     let mut conn = server.conn();
     let sha = load_inventory(&mut conn);
-    let _: () = redis::cmd("SET")
-        .arg(STOCK)
+    let _: () = redis::cmd("MSET")
+        .arg(item(42).1)
         .arg(10)
+        .arg(item(7).1)
+        .arg(4)
         .query(&mut conn)
-        .expect("SET stock");
+        .expect("MSET stock");
     (server, conn, sha)
 }
 
 #[test]
-fn inventory_live_token_decrements() {
+fn inventory_live_tokens_decrement_every_item() {
     let (_server, mut conn, sha) = inventory();
-    let token = must_acquire(&mut conn, LOCK, "clerk-a", LONG_TTL);
-    assert_eq!(take(&mut conn, &sha, token, 3), Ok(Value::Int(7)));
-    assert_eq!(take(&mut conn, &sha, token, 2), Ok(Value::Int(5)));
-    assert_eq!(stock(&mut conn), "5");
+    let t = lock_order(&mut conn, &[42, 7], "order-1001").expect("both locks");
+    assert_eq!(
+        take(&mut conn, &sha, &[(42, t[0], 3), (7, t[1], 1)]),
+        ints(&[7, 3])
+    );
+    assert_eq!(take(&mut conn, &sha, &[(7, t[1], 2)]), ints(&[1]));
+    assert_eq!(stocks(&mut conn, &[42, 7]), ["7", "1"]);
     assert_err(
-        take(&mut conn, &sha, token, 0),
+        take(&mut conn, &sha, &[(42, t[0], 1), (7, t[1], 0)]),
         "ERR quantity must be a positive integer, got 0",
     );
+    assert_err(
+        take(&mut conn, &sha, &[(42, t[0], 1), (42, t[0], 1)]),
+        &format!("ERR {} is listed twice", item(42).1),
+    );
+    assert_eq!(stocks(&mut conn, &[42, 7]), ["7", "1"]);
 
     // examples/inventory.md shows the script's SHA1: it must be this file's.
     let doc = fs::read_to_string(manifest_dir().join("examples/inventory.md"))
@@ -577,37 +621,54 @@ fn inventory_live_token_decrements() {
 }
 
 #[test]
-fn inventory_stale_token_is_refused() {
+fn inventory_stale_token_refuses_the_whole_order() {
     let (_server, mut conn, sha) = inventory();
-    let old = must_acquire(&mut conn, LOCK, "clerk-a", LONG_TTL);
-    assert_eq!(take(&mut conn, &sha, old, 1), Ok(Value::Int(9)));
-    assert_eq!(release(&mut conn, LOCK, "clerk-a"), 1);
+    let old = lock_order(&mut conn, &[42, 7], "order-1001").expect("both locks");
+    assert_eq!(take(&mut conn, &sha, &[(42, old[0], 1)]), ints(&[9]));
+    // A second order sharing item 7 gets nothing until the first releases its set.
+    assert_eq!(lock_order(&mut conn, &[7, 99], "order-1002"), None);
+    let released: i64 = redis::cmd("LOCK.MRELEASE")
+        .arg(2)
+        .arg(item(42).0)
+        .arg(item(7).0)
+        .arg("order-1001")
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(released, 2);
+    let new = lock_order(&mut conn, &[7, 99], "order-1002").expect("both locks");
+    assert!(new[0] > old[1], "token {new:?} after {old:?}");
 
-    // Free lock: the old token is stale already.
-    let stale = format!("STALE token {old} is not the live hold on {LOCK}");
-    assert_err(take(&mut conn, &sha, old, 1), &stale);
-
-    // Granted to someone else: still stale, and the new token works.
-    let new = must_acquire(&mut conn, LOCK, "clerk-b", LONG_TTL);
-    assert!(new > old, "token {new} after {old}");
-    assert_err(take(&mut conn, &sha, old, 1), &stale);
-    assert_eq!(stock(&mut conn), "9");
-    assert_eq!(take(&mut conn, &sha, new, 4), Ok(Value::Int(5)));
+    // Item 42 is free, item 7 is someone else's: both old tokens are stale; nothing changes.
+    let stale =
+        |key: String, token: i64| format!("STALE token {token} is not the live hold on {key}");
+    assert_err(
+        take(&mut conn, &sha, &[(42, old[0], 1), (7, old[1], 1)]),
+        &stale(item(42).0, old[0]),
+    );
+    assert_err(
+        take(&mut conn, &sha, &[(7, old[1], 1)]),
+        &stale(item(7).0, old[1]),
+    );
+    assert_eq!(stocks(&mut conn, &[42, 7]), ["9", "4"]);
+    assert_eq!(take(&mut conn, &sha, &[(7, new[0], 4)]), ints(&[0]));
 }
 
 #[test]
-fn inventory_never_goes_below_zero() {
+fn inventory_never_goes_below_zero_and_an_overdraft_changes_nothing() {
     let (_server, mut conn, sha) = inventory();
-    let token = must_acquire(&mut conn, LOCK, "clerk-a", LONG_TTL);
+    let t = lock_order(&mut conn, &[42, 7], "order-1001").expect("both locks");
     assert_err(
-        take(&mut conn, &sha, token, 11),
-        &format!("NOSTOCK {STOCK} has 10, asked for 11"),
+        take(&mut conn, &sha, &[(42, t[0], 1), (7, t[1], 5)]),
+        &format!("NOSTOCK {} has 4, asked for 5", item(7).1),
     );
-    assert_eq!(stock(&mut conn), "10");
-    assert_eq!(take(&mut conn, &sha, token, 10), Ok(Value::Int(0)));
+    assert_eq!(stocks(&mut conn, &[42, 7]), ["10", "4"]);
+    assert_eq!(
+        take(&mut conn, &sha, &[(42, t[0], 10), (7, t[1], 4)]),
+        ints(&[0, 0])
+    );
     assert_err(
-        take(&mut conn, &sha, token, 1),
-        &format!("NOSTOCK {STOCK} has 0, asked for 1"),
+        take(&mut conn, &sha, &[(42, t[0], 1)]),
+        &format!("NOSTOCK {} has 0, asked for 1", item(42).1),
     );
-    assert_eq!(stock(&mut conn), "0");
+    assert_eq!(stocks(&mut conn, &[42, 7]), ["0", "0"]);
 }

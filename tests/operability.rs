@@ -770,6 +770,7 @@ fn configs_have_defaults_and_reject_out_of_range_values() {
         .query(&mut c)
         .unwrap();
     let expected: BTreeMap<String, String> = [
+        ("lock.max-multi-keys", "64"),
         ("lock.max-owner-bytes", "1024"),
         ("lock.max-waiters", "10000"),
     ]
@@ -787,6 +788,7 @@ fn configs_have_defaults_and_reject_out_of_range_values() {
         ("lock.max-owner-bytes", "abc"),
         ("lock.max-waiters", "-1"),
         ("lock.max-waiters", "abc"),
+        ("lock.max-multi-keys", "0"),
     ] {
         let before = config_get(&mut c, name);
         assert_err_code(config_set(&mut c, name, bad), "ERR");

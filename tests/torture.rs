@@ -15,6 +15,8 @@
 //! - `torture/checker.rs`: the offline checks, each with its pass criterion.
 //! - `torture/faults.rs`: the tools the nemeses use (signals, `CLIENT LIST`, `MULTI`, AOF...).
 //! - `torture/scenarios.rs`: the scenarios and their nemeses.
+//! - `torture/shared.rs`: the scenarios with shared holders (`SHARED [LIMIT n]`) and the checks
+//!   only they need; `torture/checker_tests.rs`: the checker on hand-made histories.
 //! - `torture/run.rs`: running a scenario; `torture/report.rs`: the tables.
 //!
 //! Environment:
@@ -28,6 +30,8 @@ mod common;
 
 #[path = "torture/checker.rs"]
 mod checker;
+#[path = "torture/checker_tests.rs"]
+mod checker_tests;
 #[path = "torture/faults.rs"]
 mod faults;
 #[path = "torture/history.rs"]
@@ -38,6 +42,8 @@ mod report;
 mod run;
 #[path = "torture/scenarios.rs"]
 mod scenarios;
+#[path = "torture/shared.rs"]
+mod shared;
 #[path = "torture/workload.rs"]
 mod workload;
 
@@ -56,6 +62,7 @@ macro_rules! scenarios {
 
 scenarios![
     baseline,
+    multikey,
     gc_pause_threads,
     sigstop_holders,
     waiters_killed_and_unblocked,
@@ -73,6 +80,10 @@ scenarios![
     maxmemory_noeviction,
     maxmemory_allkeys_lru,
     acl,
+    shared_readers_writers,
+    shared_debug_reload,
+    semaphore_limit,
+    semaphore_failover_wait,
 ];
 
 /// Not a test: the body of a holder process, the test binary re-executed by the

@@ -6,9 +6,11 @@ pub mod extend;
 pub mod fence;
 pub mod info;
 pub mod load;
+pub mod macquire;
+pub mod mrelease;
 pub mod release;
 
-use redis_module::{RedisError, RedisString};
+use redis_module::{Context, RedisError, RedisString};
 
 use crate::error::Error;
 
@@ -25,4 +27,27 @@ impl From<Error> for RedisError {
 /// The arguments as byte slices, for the parsers.
 fn bytes(args: &[RedisString]) -> Vec<&[u8]> {
     args.iter().map(RedisString::as_slice).collect()
+}
+
+/// For `numkeys key [key ...]` commands registered with `getkeys-api`: when the server asks
+/// where the keys are (rather than running the command), say so and return true. Why both this
+/// and the key specs: Redis 7.0 routes cluster commands (`CROSSSLOT`, `MOVED`) by the legacy
+/// key range or this callback, never by a module's key specs; `COMMAND GETKEYS` and ACL checks
+/// use the specs.
+fn report_numkeys_keys(ctx: &Context, args: &[RedisString]) -> bool {
+    if !ctx.is_keys_position_request() {
+        return false;
+    }
+    let n = args
+        .get(1)
+        .and_then(|a| std::str::from_utf8(a.as_slice()).ok())
+        .and_then(|a| a.parse::<usize>().ok())
+        .unwrap_or(0);
+    // Only a well-formed count: the command itself reports the error otherwise.
+    if n > 0 && n.checked_add(2).is_some_and(|end| end <= args.len()) {
+        for pos in 2..2 + n {
+            ctx.key_at_pos(pos as i32);
+        }
+    }
+    true
 }

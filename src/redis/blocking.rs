@@ -14,6 +14,9 @@
 //! - A grant whose client vanished before the reply was written is revoked (see `free_outcome`),
 //!   so a waiter that disconnects is never left holding a lock it never heard of.
 //!
+//! A `LOCK.MACQUIRE ... BLOCK` waiter has one entry in the queue of each of its keys (same
+//! `bc` and `id`, and the whole key set); see `multi` for how such a set is granted.
+//!
 //! Work triggered from inside the server's own operations (a lock key unlinked by `DEL`, `RENAME`,
 //! expiry; a flush or `SWAPDB`) is never
 //! done inside the notification: it is queued and run from a zero-delay timer.
@@ -21,6 +24,7 @@
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::os::raw::{c_int, c_void};
+use std::rc::Rc;
 
 use redis_module::{logging, raw, Context, RedisString};
 
@@ -30,6 +34,9 @@ use crate::redis::key::{self, LockKey};
 use crate::redis::{cluster, guard};
 use crate::{state, stats};
 use std::time::Instant;
+
+mod multi;
+pub use multi::block_set;
 
 /// A lock key: database number and key name.
 type QueueKey = (i32, Vec<u8>);
@@ -45,6 +52,10 @@ struct Waiter {
     ttl: Millis,
     /// When it queued, for the wait-time statistic.
     queued: Instant,
+    /// For a `LOCK.MACQUIRE` waiter: all of its keys (in the database of this queue), in
+    /// argument order. Every one of their queues has an entry with this `id`, each carrying
+    /// the same `timeout_timer`; the entry that is taken out first is the one retired.
+    set: Option<Rc<Vec<Vec<u8>>>>,
 }
 
 /// What a blocking acquire asks for.
@@ -68,6 +79,14 @@ enum Outcome {
         db: i32,
         key: Vec<u8>,
         /// Set by the reply callback; a grant never delivered is revoked when freed.
+        delivered: bool,
+    },
+    /// A `LOCK.MACQUIRE` waiter got every key: one token per key, in key order.
+    GrantedSet {
+        tokens: Vec<u64>,
+        db: i32,
+        keys: Vec<Vec<u8>>,
+        /// As for `Granted`.
         delivered: bool,
     },
     Failed(String),
@@ -177,6 +196,49 @@ pub fn block(
     if waiters(db, key) >= cap {
         return Err(error::too_many_waiters(cap));
     }
+    let (bc, id, timeout_timer) = block_client(ctx, timeout)?;
+    let waiter = Waiter {
+        bc,
+        id,
+        timeout_timer,
+        owner: wants.owner.to_vec(),
+        mode: wants.mode,
+        ttl: wants.ttl,
+        queued: Instant::now(),
+        set: None,
+    };
+    let pushed = QUEUES.with(|q| {
+        let mut queues = q.borrow_mut();
+        let queue = queues.entry(qk.clone()).or_insert_with(|| {
+            QUEUED_KEYS.with(|n| n.set(n.get() + 1));
+            Queue::default()
+        });
+        queue.waiters.push(waiter, cap)
+    });
+    if let Err(lock::QueueFull(waiter)) = pushed {
+        // Checked above and nothing runs in between; keep the invariant anyway.
+        retire(ctx.ctx, &waiter);
+        unblock(
+            bc,
+            Outcome::Failed("ERR too many waiters on this key".into()),
+        );
+        return Ok(());
+    }
+    CLIENTS.with(|c| c.borrow_mut().insert(bc as usize, qk.clone()));
+    arm_deadline_timer(ctx.ctx, &qk, next_expiry);
+    Ok(())
+}
+
+/// Block the calling client (no entry in any queue yet): its handle, a new waiter id, and
+/// the timer that ends the wait after `timeout` ms (none for 0).
+fn block_client(
+    ctx: &Context,
+    timeout: Millis,
+) -> Result<(
+    *mut raw::RedisModuleBlockedClient,
+    u64,
+    Option<raw::RedisModuleTimerID>,
+)> {
     // Why Redis gets no timeout (0) and a module timer ends the wait instead: on Redis 7.0 a
     // client whose timeout Redis processes after we unblocked it with a grant (same event-loop
     // turn) gets no reply at all. With one path for every unblock, that race cannot happen.
@@ -214,35 +276,7 @@ pub fn block(
             )
         }
     });
-    let waiter = Waiter {
-        bc,
-        id,
-        timeout_timer,
-        owner: wants.owner.to_vec(),
-        mode: wants.mode,
-        ttl: wants.ttl,
-        queued: Instant::now(),
-    };
-    let pushed = QUEUES.with(|q| {
-        let mut queues = q.borrow_mut();
-        let queue = queues.entry(qk.clone()).or_insert_with(|| {
-            QUEUED_KEYS.with(|n| n.set(n.get() + 1));
-            Queue::default()
-        });
-        queue.waiters.push(waiter, cap)
-    });
-    if let Err(lock::QueueFull(waiter)) = pushed {
-        // Checked above and nothing runs in between; keep the invariant anyway.
-        retire(ctx.ctx, &waiter);
-        unblock(
-            bc,
-            Outcome::Failed("ERR too many waiters on this key".into()),
-        );
-        return Ok(());
-    }
-    CLIENTS.with(|c| c.borrow_mut().insert(bc as usize, qk.clone()));
-    arm_deadline_timer(ctx.ctx, &qk, next_expiry);
-    Ok(())
+    Ok((bc, id, timeout_timer))
 }
 
 /// Admit the waiters at the head of `key`'s queue that the lock in `lock_key` can take now: in
@@ -262,6 +296,15 @@ pub fn serve(
     let qk: QueueKey = (key::selected_db(ctx), key.to_vec());
     let mut granted = 0;
     loop {
+        if head_is_set(&qk) {
+            // A multi-key waiter at the head: the whole set, or this key waits for it.
+            match multi::serve_set(ctx, lock_key, &qk, now)? {
+                multi::SetStep::Granted => granted += 1,
+                multi::SetStep::Failed => {}
+                multi::SetStep::Wait => break,
+            }
+            continue;
+        }
         let lock = lock_key.lock()?;
         let step = QUEUES.with(|q| {
             let queues = q.borrow();
@@ -360,10 +403,21 @@ pub fn deadline_changed(
     }
 }
 
+/// True when the head of `qk`'s queue is a multi-key waiter.
+fn head_is_set(qk: &QueueKey) -> bool {
+    QUEUES.with(|q| {
+        q.borrow()
+            .get(qk)
+            .and_then(|queue| queue.waiters.iter().next())
+            .is_some_and(|w| w.set.is_some())
+    })
+}
+
 fn pop_front(ctx: *mut raw::RedisModuleCtx, qk: &QueueKey) -> Option<Waiter> {
     let waiter = QUEUES.with(|q| q.borrow_mut().get_mut(qk)?.waiters.pop_front())?;
     CLIENTS.with(|c| c.borrow_mut().remove(&(waiter.bc as usize)));
     drop_queue_if_empty(ctx, qk);
+    multi::leave_other_queues(ctx, qk, &waiter);
     retire(ctx, &waiter);
     Some(waiter)
 }
@@ -386,6 +440,7 @@ fn remove_waiter(
     })?;
     CLIENTS.with(|c| c.borrow_mut().remove(&(bc as usize)));
     drop_queue_if_empty(ctx, &qk);
+    multi::leave_other_queues(ctx, &qk, &waiter);
     if was_head && has_waiters(qk.0, &qk.1) {
         // The head stopped the scan; whoever is at the head now may be admissible (readers
         // behind a writer that gave up, while other readers hold the key).
@@ -556,8 +611,13 @@ fn settle(ctx: *mut raw::RedisModuleCtx, qk: &QueueKey) {
                 .get(qk)
                 .and_then(|queue| queue.waiters.iter().next())
                 .is_some_and(|w| {
+                    // A multi-key head: this key alone is checked (it may still wait for
+                    // another), which at worst refuses it NOREPLICAS a little early.
                     lock::decide_acquire(lock, &w.owner, w.mode, now, false)
                         .is_ok_and(|d| d != Acquire::Busy)
+                        && w.set
+                            .as_ref()
+                            .is_none_or(|set| multi::at_head_everywhere(qk.0, set, w.id))
                 })
         }),
     };
@@ -712,6 +772,19 @@ extern "C" fn reply_callback(
                 // SAFETY: ctx is the blocked client's reply context.
                 unsafe { raw::RedisModule_ReplyWithLongLong.unwrap()(ctx, *token as i64) }
             }
+            Some(Outcome::GrantedSet {
+                tokens, delivered, ..
+            }) => {
+                *delivered = true;
+                // SAFETY: ctx is the blocked client's reply context; one element per token.
+                unsafe {
+                    raw::RedisModule_ReplyWithArray.unwrap()(ctx, tokens.len() as _);
+                    for token in tokens.iter() {
+                        raw::RedisModule_ReplyWithLongLong.unwrap()(ctx, *token as i64);
+                    }
+                }
+                raw::REDISMODULE_OK as c_int
+            }
             Some(Outcome::Failed(msg)) => reply_error(ctx, msg),
             // SAFETY: ctx is the blocked client's reply context.
             Some(Outcome::TimedOut) => unsafe { raw::RedisModule_ReplyWithNull.unwrap()(ctx) },
@@ -765,18 +838,26 @@ extern "C" fn free_outcome(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
     }
     // SAFETY: non-null private data is the Box<Outcome> from `unblock`, freed exactly once here.
     let outcome = *unsafe { Box::from_raw(data.cast::<Outcome>()) };
-    guard::callback("blocked free", (), || {
-        if let Outcome::Granted {
+    guard::callback("blocked free", (), || match outcome {
+        // The client went away between the grant and its reply: nobody knows this token,
+        // so free the lock for the next waiter rather than let it sit until its deadline.
+        Outcome::Granted {
             token,
             db,
             key,
             delivered: false,
-        } = outcome
-        {
-            // The client went away between the grant and its reply: nobody knows this token,
-            // so free the lock for the next waiter rather than let it sit until its deadline.
-            defer(ctx, Work::Revoke((db, key), token));
+        } => defer(ctx, Work::Revoke((db, key), token)),
+        Outcome::GrantedSet {
+            tokens,
+            db,
+            keys,
+            delivered: false,
+        } => {
+            for (key, token) in keys.into_iter().zip(tokens) {
+                defer(ctx, Work::Revoke((db, key), token));
+            }
         }
+        _ => {}
     })
 }
 

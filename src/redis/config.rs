@@ -22,7 +22,7 @@ pub struct Numeric {
     pub max: i64,
 }
 
-pub static SETTINGS: [Numeric; 2] = [
+pub static SETTINGS: [Numeric; 3] = [
     Numeric {
         name: c"max-owner-bytes",
         value: &state::MAX_OWNER_BYTES,
@@ -34,6 +34,12 @@ pub static SETTINGS: [Numeric; 2] = [
         value: &state::MAX_WAITERS,
         min: 0,
         max: 10_000_000,
+    },
+    Numeric {
+        name: c"max-multi-keys",
+        value: &state::MAX_MULTI_KEYS,
+        min: 1,
+        max: 100_000,
     },
 ];
 

@@ -57,6 +57,19 @@ impl Arg {
 pub const KEY_ARG: Arg = Arg::required(c"key", KEY);
 pub const OWNER_ARG: Arg = Arg::required(c"owner", STRING);
 pub const TTL_ARG: Arg = Arg::required(c"ttl-ms", INTEGER);
+/// The key count of a multi-key command; the `key` argument after it repeats.
+pub const NUMKEYS_ARG: Arg = Arg::required(c"numkeys", INTEGER);
+
+/// Where a command's keys are.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Keys {
+    /// Exactly one key, at argument 1.
+    One,
+    /// `numkeys key [key ...]` from argument 1, as `LMPOP` and `ZUNIONSTORE` have them: the
+    /// server reads the count, so `COMMAND GETKEYS`, ACL key checks and cluster routing
+    /// (`CROSSSLOT`) see every key.
+    NumKeys,
+}
 
 /// The version we publish the module's commands under (`since` in `COMMAND DOCS`).
 const SINCE: &CStr = c"0.1.0";
@@ -64,6 +77,11 @@ const SINCE: &CStr = c"0.1.0";
 /// Attach `doc` to its registered command. Returns false when the server lacks the API
 /// (older than 7.0) or refuses the description; the command works either way.
 pub fn set(ctx: &Context, doc: &Doc) -> bool {
+    set_with_keys(ctx, doc, Keys::One)
+}
+
+/// As [`set`], for a command whose keys are laid out as `keys` says.
+pub fn set_with_keys(ctx: &Context, doc: &Doc, keys: Keys) -> bool {
     // SAFETY: plain reads of function pointers filled in by RedisModule_Init.
     let (Some(get_command), Some(set_info)) = (unsafe { raw::RedisModule_GetCommand }, unsafe {
         raw::RedisModule_SetCommandInfo
@@ -77,8 +95,8 @@ pub fn set(ctx: &Context, doc: &Doc) -> bool {
     }
     // Arrays end with a zeroed entry; Redis copies what it keeps, and the rest lives until
     // this function returns.
-    let args = raw_args(doc.args);
-    let mut key_specs = [key_spec(doc.key_flags), zeroed_key_spec()];
+    let args = raw_args(doc.args, keys);
+    let mut key_specs = [key_spec(doc.key_flags, keys), zeroed_key_spec()];
     let version = raw::RedisModuleCommandInfoVersion {
         version: 1,
         sizeof_historyentry: std::mem::size_of::<raw::RedisModuleCommandHistoryEntry>(),
@@ -100,7 +118,7 @@ pub fn set(ctx: &Context, doc: &Doc) -> bool {
     unsafe { set_info(command, &info) == raw::REDISMODULE_OK as c_int }
 }
 
-fn raw_args(args: &[Arg]) -> Vec<raw::RedisModuleCommandArg> {
+fn raw_args(args: &[Arg], keys: Keys) -> Vec<raw::RedisModuleCommandArg> {
     let mut array: Vec<raw::RedisModuleCommandArg> = args
         .iter()
         .map(|a| raw::RedisModuleCommandArg {
@@ -110,10 +128,10 @@ fn raw_args(args: &[Arg]) -> Vec<raw::RedisModuleCommandArg> {
             token: a.token.map_or(std::ptr::null(), CStr::as_ptr),
             summary: std::ptr::null(),
             since: std::ptr::null(),
-            flags: if a.optional {
-                raw::REDISMODULE_CMD_ARG_OPTIONAL as c_int
-            } else {
-                0
+            flags: match (a.optional, a.kind == KEY && keys == Keys::NumKeys) {
+                (true, _) => raw::REDISMODULE_CMD_ARG_OPTIONAL as c_int,
+                (false, true) => raw::REDISMODULE_CMD_ARG_MULTIPLE as c_int,
+                (false, false) => 0,
             },
             deprecated_since: std::ptr::null(),
             subargs: std::ptr::null_mut(),
@@ -125,9 +143,10 @@ fn raw_args(args: &[Arg]) -> Vec<raw::RedisModuleCommandArg> {
     array
 }
 
-/// The key is argument 1, and there is exactly one.
-fn key_spec(flags: u32) -> raw::RedisModuleCommandKeySpec {
-    raw::RedisModuleCommandKeySpec {
+/// The search starts at argument 1: the key itself, or the key count (then the keys follow it,
+/// one every argument).
+fn key_spec(flags: u32, keys: Keys) -> raw::RedisModuleCommandKeySpec {
+    let mut spec = raw::RedisModuleCommandKeySpec {
         notes: std::ptr::null(),
         flags: flags as u64,
         begin_search_type: raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX,
@@ -142,7 +161,18 @@ fn key_spec(flags: u32) -> raw::RedisModuleCommandKeySpec {
                 limit: 0,
             },
         },
+    };
+    if keys == Keys::NumKeys {
+        spec.find_keys_type = raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_KEYNUM;
+        spec.fk = raw::RedisModuleCommandKeySpec__bindgen_ty_2 {
+            keynum: raw::RedisModuleCommandKeySpec__bindgen_ty_2__bindgen_ty_2 {
+                keynumidx: 0,
+                firstkey: 1,
+                keystep: 1,
+            },
+        };
     }
+    spec
 }
 
 fn zeroed_key_spec() -> raw::RedisModuleCommandKeySpec {

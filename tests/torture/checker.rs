@@ -17,10 +17,14 @@
 //! - The workload extends with the hold's own ttl, so a hold's deadline only ever moves later.
 //!
 //! [`TOLERANCE`] absorbs the server's millisecond truncation of its clock.
+//!
+//! Shared holders (`SHARED [LIMIT n]`) are holds like any other, each with its own token; the
+//! checks only they need (a shared and an exclusive hold never overlap, a limited key never
+//! has more than `n` holders) are in `shared.rs`, on the same intervals ([`certain_intervals`]).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use crate::history::{Effect, Entry, Fault, History, Micros, Op, Outcome, Survival};
+use crate::history::{Effect, Entry, Fault, History, Micros, Mode, Op, Outcome, Survival};
 use crate::workload::NO_REPLY;
 
 /// How far client-side times may disagree with the server's deadlines: the server truncates
@@ -94,12 +98,15 @@ impl Verdict {
 }
 
 /// One `(key, token)`: who got it and every operation on it.
-struct Hold<'h> {
-    key: &'h str,
-    token: i64,
-    owner: &'h str,
-    /// Ok operations proving it live: grants and retries, extends, accepted fenced writes.
-    proofs: Vec<&'h Entry>,
+pub struct Hold<'h> {
+    pub key: &'h str,
+    pub token: i64,
+    pub owner: &'h str,
+    /// The mode its grant asked for.
+    pub mode: Mode,
+    /// Ok operations proving it live: grants and retries, extends, accepted fenced writes and
+    /// reads.
+    pub proofs: Vec<&'h Entry>,
     /// `LOCK.RELEASE` calls on it, whatever their outcome.
     releases: Vec<&'h Entry>,
     /// Ok `WAIT`s after its grant.
@@ -126,10 +133,10 @@ impl Hold<'_> {
             .max_by_key(|(_, floor)| *floor)
     }
 
-    fn describe(&self) -> String {
+    pub fn describe(&self) -> String {
         let mut out = format!(
-            "hold {} token {} owner {}:",
-            self.key, self.token, self.owner
+            "hold {} token {} owner {}{}:",
+            self.key, self.token, self.owner, self.mode
         );
         for e in self.proofs.iter().chain(&self.releases).take(8) {
             out.push_str(&format!("\n      {e}"));
@@ -143,8 +150,8 @@ impl Hold<'_> {
 type Grants<'h> = (Vec<&'h Entry>, Vec<(i64, &'h Entry)>);
 
 /// Lookups over the history shared by the checks.
-struct Index<'h> {
-    holds: Vec<Hold<'h>>,
+pub struct Index<'h> {
+    pub holds: Vec<Hold<'h>>,
     by_token: HashMap<(&'h str, i64), usize>,
     grants: HashMap<&'h str, Grants<'h>>,
     /// Violations of "one token, one owner" found while building.
@@ -152,7 +159,7 @@ struct Index<'h> {
 }
 
 impl<'h> Index<'h> {
-    fn new(h: &'h History) -> Index<'h> {
+    pub fn new(h: &'h History) -> Index<'h> {
         let mut index = Index {
             holds: Vec::new(),
             by_token: HashMap::new(),
@@ -179,6 +186,7 @@ impl<'h> Index<'h> {
                         key,
                         token,
                         owner: &e.owner,
+                        mode: e.op.mode().unwrap_or(Mode::Exclusive),
                         proofs: vec![e],
                         releases: Vec::new(),
                         waits: Vec::new(),
@@ -197,7 +205,9 @@ impl<'h> Index<'h> {
                 continue;
             }
             match (&e.op, e.outcome) {
-                (Op::Extend { .. } | Op::FencedWrite { .. }, Outcome::Ok) => hold.proofs.push(e),
+                (Op::Extend { .. } | Op::FencedWrite { .. } | Op::FencedRead, Outcome::Ok) => {
+                    hold.proofs.push(e)
+                }
                 (Op::Release, _) => hold.releases.push(e),
                 (Op::Wait, Outcome::Ok) => hold.waits.push(e),
                 _ => {}
@@ -240,7 +250,9 @@ pub fn check(h: &History, lists: &BTreeMap<String, Vec<String>>, expect: &Expect
         exclusive_holds(h, &index),
         token_epochs(h, &index),
         stale_fenced_writes(h, &index),
+        multi_all_or_nothing(h),
     ];
+    checks.extend(crate::shared::checks(h, &index));
     let (lost_fenced_check, lost_fenced) = lost_updates(h, true);
     let (_, lost_unfenced) = lost_updates(h, false);
     checks.push(lost_fenced_check);
@@ -290,6 +302,49 @@ fn calls_answered(h: &History) -> Check {
     c
 }
 
+/// Pass: every `LOCK.MACQUIRE` (owners ending in `MULTI_SUFFIX`) got all of its keys or none:
+/// its entries (one per key, same owner and invocation) share one outcome, a grant has a token
+/// for every key, a refusal is nil or an error, and the `LOCK.MRELEASE` the client sends after
+/// a nil reply releases nothing (a partial grant behind a nil would show there).
+fn multi_all_or_nothing(h: &History) -> Check {
+    use crate::workload::MULTI_SUFFIX;
+    let mut c = Check::new(
+        "multi-all-or-nothing",
+        "each LOCK.MACQUIRE grants every key or none; a refused one holds nothing",
+    );
+    let mut sets: BTreeMap<(&str, Micros), Vec<&Entry>> = BTreeMap::new();
+    for e in &h.entries {
+        if !e.owner.ends_with(MULTI_SUFFIX) {
+            continue;
+        }
+        match (&e.op, e.token) {
+            (Op::Acquire { .. }, _) => sets.entry((&e.owner, e.invoke)).or_default().push(e),
+            (Op::Release, None) => {
+                c.checked += 1;
+                if e.outcome != Outcome::Unknown && e.reply != "0" {
+                    c.violation(format!("a refused set still held keys:\n      {e}"));
+                }
+            }
+            _ => {}
+        }
+    }
+    for entries in sets.values() {
+        c.checked += 1;
+        let first = entries[0];
+        let same = entries.iter().all(|e| e.outcome == first.outcome);
+        let whole = match first.outcome {
+            Outcome::Ok => entries.len() >= 2 && entries.iter().all(|e| e.token.is_some()),
+            Outcome::Fail => !first.reply.starts_with("Array"),
+            Outcome::Unknown => true,
+        };
+        if !same || !whole {
+            let lines: Vec<String> = entries.iter().map(|e| format!("      {e}")).collect();
+            c.violation(format!("a partial set:\n{}", lines.join("\n")));
+        }
+    }
+    c
+}
+
 /// Pass: per key, a token is granted to one owner only (a retry by the same owner may get the
 /// same token again).
 fn token_owner(index: &Index) -> Check {
@@ -305,19 +360,33 @@ fn token_owner(index: &Index) -> Check {
 /// token <= G2's (equal only for a retry by the same owner: the token-owner check). This is
 /// the real-time order of grants, across every fault: completion order alone would be wrong
 /// for concurrent grants (a hold of 1 ms can expire and be handed over before the first
-/// grant's reply is read).
+/// grant's reply is read). Shared grants included: tokens on a key only grow, whatever the
+/// mode. A shared retry answers the token its owner's first attempt was granted, and other
+/// shared holders may have been granted larger ones since, so for it G2's invocation is that
+/// first attempt's (an exclusive retry gets its token back only if nobody was granted since).
 fn grant_order(h: &History, index: &Index) -> Check {
     let mut c = Check::new(
         "grant-order",
         "per key, a grant that completed before another was invoked has a smaller (or, for the \
          same owner's retry, the same) token",
     );
+    let mut first_attempt: HashMap<(&str, &str), Micros> = HashMap::new();
+    for e in h.entries.iter().filter(|e| e.op.is_acquire()) {
+        let t = first_attempt
+            .entry((e.key.as_str(), e.owner.as_str()))
+            .or_insert(e.invoke);
+        *t = (*t).min(e.invoke);
+    }
     for e in h.entries.iter().filter(|e| e.op.is_acquire()) {
         let (Outcome::Ok, Some(token)) = (e.outcome, e.token) else {
             continue;
         };
         c.checked += 1;
-        if let Some((before, by)) = index.max_granted_before(&e.key, e.invoke) {
+        let since = match e.op.mode() {
+            Some(Mode::Shared { .. }) => first_attempt[&(e.key.as_str(), e.owner.as_str())],
+            _ => e.invoke,
+        };
+        if let Some((before, by)) = index.max_granted_before(&e.key, since) {
             if before > token {
                 c.violation(format!(
                     "token {token} granted after token {before} on {}:\n      {by}\n      {e}",
@@ -329,19 +398,50 @@ fn grant_order(h: &History, index: &Index) -> Check {
     c
 }
 
-/// Pass: per key, the intervals in which two different holds were certainly both live, by the
-/// server's own answers, do not overlap by more than [`TOLERANCE`].
+/// Pass: per key, the intervals in which two different exclusive holds were certainly both
+/// live, by the server's own answers, do not overlap by more than [`TOLERANCE`] (an exclusive
+/// and a shared hold: `shared-exclusive-holds`; shared holds may overlap).
+fn exclusive_holds(h: &History, index: &Index) -> Check {
+    let mut c = Check::new(
+        "exclusive-holds",
+        "per key, no two exclusive holds were live at once: [grant completion, min(release \
+         invocation, grant invocation + ttl, fault)] intervals overlap by at most 2 ms",
+    );
+    let mut per_key = certain_intervals(h, index);
+    for intervals in per_key.values_mut() {
+        intervals.retain(|&(_, _, i)| index.holds[i].mode == Mode::Exclusive);
+        c.checked += intervals.len() as u64;
+        let mut widest: Option<(Micros, usize)> = None;
+        for &(start, end, i) in intervals.iter() {
+            if let Some((until, j)) = widest {
+                if start < until - TOLERANCE {
+                    c.violation(format!(
+                        "two holds live at once for {:.3} ms:\n    {}\n    {}",
+                        (until.min(end) - start) as f64 / 1000.0,
+                        index.holds[j].describe(),
+                        index.holds[i].describe()
+                    ));
+                }
+            }
+            if widest.is_none_or(|(until, _)| end > until) {
+                widest = Some((end, i));
+            }
+        }
+    }
+    c
+}
+
+/// Per key, the `(start, end, index in Index::holds)` of every hold that was certainly live
+/// for a while, sorted by start.
 ///
 /// A hold is certainly live from its first proof's completion to the later of its last
 /// proof's invocation and its tail: `L.invoke + ttl` (a lower bound of its deadline), cut at
 /// the invocation of its first release (whatever the outcome) and of any fault that may drop
 /// holds (flush, restart without fsync, failover, eviction...) and could have run after `L`.
-fn exclusive_holds(h: &History, index: &Index) -> Check {
-    let mut c = Check::new(
-        "exclusive-holds",
-        "per key, no two holds were live at once: [grant completion, min(release invocation, \
-         grant invocation + ttl, fault)] intervals overlap by at most 2 ms",
-    );
+pub fn certain_intervals<'h>(
+    h: &'h History,
+    index: &Index<'h>,
+) -> HashMap<&'h str, Vec<(Micros, Micros, usize)>> {
     let mut per_key: HashMap<&str, Vec<(Micros, Micros, usize)>> = HashMap::new();
     for (i, hold) in index.holds.iter().enumerate() {
         let start = hold.start();
@@ -363,25 +463,8 @@ fn exclusive_holds(h: &History, index: &Index) -> Check {
     }
     for intervals in per_key.values_mut() {
         intervals.sort();
-        c.checked += intervals.len() as u64;
-        let mut widest: Option<(Micros, usize)> = None;
-        for &(start, end, i) in intervals.iter() {
-            if let Some((until, j)) = widest {
-                if start < until - TOLERANCE {
-                    c.violation(format!(
-                        "two holds live at once for {:.3} ms:\n    {}\n    {}",
-                        (until.min(end) - start) as f64 / 1000.0,
-                        index.holds[j].describe(),
-                        index.holds[i].describe()
-                    ));
-                }
-            }
-            if widest.is_none_or(|(until, _)| end > until) {
-                widest = Some((end, i));
-            }
-        }
     }
-    c
+    per_key
 }
 
 /// Faults that may have dropped `key`'s holds after an operation invoked at `after` ran.
@@ -731,8 +814,8 @@ fn survival(h: &History, index: &Index) -> (Vec<Check>, Vec<Kept>) {
                 continue;
             }
             tally.expected += 1;
-            let found = s.holds.get(hold.key).cloned().flatten();
-            if found.as_ref() == Some(&(hold.owner.to_string(), hold.token)) {
+            let found = s.holds.get(hold.key).cloned().unwrap_or_default();
+            if found.contains(&(hold.owner.to_string(), hold.token)) {
                 tally.kept += 1;
                 continue;
             }

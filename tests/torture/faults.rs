@@ -125,6 +125,51 @@ pub fn parse_lock_info(reply: &Value) -> Option<(String, i64, i64)> {
     Some((owner?, token?, ttl?))
 }
 
+/// The `(owner, token, ttl)` of every live holder of `key` (`LOCK.INFO`), shared or not;
+/// empty when free.
+pub fn lock_holders(c: &mut Connection, key: &str) -> Vec<(String, i64, i64)> {
+    let reply: Value = redis::cmd("LOCK.INFO")
+        .arg(key)
+        .query(c)
+        .unwrap_or_else(|e| panic!("LOCK.INFO {key}: {e}"));
+    parse_holders(&reply)
+}
+
+/// The `holders` field of a `LOCK.INFO` reply (RESP2: a list of field, value lists) as
+/// `(owner, token, ttl)` each.
+pub fn parse_holders(reply: &Value) -> Vec<(String, i64, i64)> {
+    let Value::Array(items) = reply else {
+        return Vec::new();
+    };
+    let Some(Value::Array(holders)) = items
+        .chunks(2)
+        .find(|pair| pair[0] == Value::BulkString(b"holders".to_vec()))
+        .and_then(|pair| pair.get(1))
+    else {
+        return Vec::new();
+    };
+    holders
+        .iter()
+        .filter_map(|h| {
+            let Value::Array(fields) = h else { return None };
+            let (mut owner, mut token, mut ttl) = (None, None, None);
+            for pair in fields.chunks(2) {
+                match (&pair[0], pair.get(1)) {
+                    (Value::BulkString(f), Some(Value::BulkString(v))) if f == b"owner" => {
+                        owner = Some(String::from_utf8_lossy(v).into_owned())
+                    }
+                    (Value::BulkString(f), Some(Value::Int(v))) if f == b"token" => {
+                        token = Some(*v)
+                    }
+                    (Value::BulkString(f), Some(Value::Int(v))) if f == b"ttl" => ttl = Some(*v),
+                    _ => {}
+                }
+            }
+            Some((owner?, token?, ttl?))
+        })
+        .collect()
+}
+
 /// `INFO lock` `lock_token_high_water`.
 pub fn high_water(c: &mut Connection) -> Option<i64> {
     info_field(c, "lock", "lock_token_high_water")?.parse().ok()

@@ -67,11 +67,62 @@ pub enum Outcome {
     Unknown,
 }
 
+/// How an acquire asks to hold its key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Mode {
+    /// Alone (no `SHARED`).
+    Exclusive,
+    /// `SHARED`, and `LIMIT n` when `limit` is set: beside other shared holders, at most `n`
+    /// of them at once.
+    Shared { limit: Option<u64> },
+}
+
+impl Mode {
+    pub fn is_shared(self) -> bool {
+        matches!(self, Mode::Shared { .. })
+    }
+
+    /// As the history file writes it: `x`, `s`, or `s3` for `SHARED LIMIT 3`.
+    fn code(self) -> String {
+        match self {
+            Mode::Exclusive => "x".to_string(),
+            Mode::Shared { limit: None } => "s".to_string(),
+            Mode::Shared { limit: Some(n) } => format!("s{n}"),
+        }
+    }
+
+    fn parse(code: &str) -> Option<Mode> {
+        match code.strip_prefix('s') {
+            None if code == "x" => Some(Mode::Exclusive),
+            None => None,
+            Some("") => Some(Mode::Shared { limit: None }),
+            Some(n) => Some(Mode::Shared {
+                limit: Some(n.parse().ok()?),
+            }),
+        }
+    }
+}
+
+/// The options of `LOCK.ACQUIRE` that `mode` adds.
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Mode::Exclusive => Ok(()),
+            Mode::Shared { limit: None } => write!(f, " SHARED"),
+            Mode::Shared { limit: Some(n) } => write!(f, " SHARED LIMIT {n}"),
+        }
+    }
+}
+
 /// One client operation.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Op {
-    /// `LOCK.ACQUIRE key owner ttl [BLOCK timeout]`.
-    Acquire { ttl: i64, block: Option<i64> },
+    /// `LOCK.ACQUIRE key owner ttl [SHARED [LIMIT n]] [BLOCK timeout]`.
+    Acquire {
+        ttl: i64,
+        block: Option<i64>,
+        mode: Mode,
+    },
     /// `LOCK.RELEASE key owner`.
     Release,
     /// `LOCK.EXTEND key owner ttl`.
@@ -82,19 +133,29 @@ pub enum Op {
     FencedWrite { read: i64, tag: String },
     /// `GET cnt:k`, then `SET cnt:k read+1`, with no fence at all.
     UnfencedWrite { read: i64 },
+    /// The fenced read (`EVAL` of `FENCED_READ`) of a shared holder: the list's length if the
+    /// token is live (the reply), else -1.
+    FencedRead,
 }
 
 impl Op {
     /// The row of the operations table this operation counts in.
     pub fn row(&self) -> &'static str {
         match self {
-            Op::Acquire { block: None, .. } => "LOCK.ACQUIRE",
-            Op::Acquire { block: Some(_), .. } => "LOCK.ACQUIRE BLOCK",
+            Op::Acquire { block, mode, .. } => match (mode, block) {
+                (Mode::Exclusive, None) => "LOCK.ACQUIRE",
+                (Mode::Exclusive, Some(_)) => "LOCK.ACQUIRE BLOCK",
+                (Mode::Shared { limit: None }, None) => "LOCK.ACQUIRE SHARED",
+                (Mode::Shared { limit: None }, Some(_)) => "LOCK.ACQUIRE SHARED BLOCK",
+                (Mode::Shared { limit: Some(_) }, None) => "LOCK.ACQUIRE SHARED LIMIT",
+                (Mode::Shared { limit: Some(_) }, Some(_)) => "LOCK.ACQUIRE SHARED LIMIT BLOCK",
+            },
             Op::Release => "LOCK.RELEASE",
             Op::Extend { .. } => "LOCK.EXTEND",
             Op::Wait => "WAIT 1 1000",
             Op::FencedWrite { .. } => "fenced write (LLEN+EVAL)",
             Op::UnfencedWrite { .. } => "unfenced write (GET+SET)",
+            Op::FencedRead => "fenced read (EVAL LLEN)",
         }
     }
 
@@ -108,6 +169,14 @@ impl Op {
 
     pub fn is_acquire(&self) -> bool {
         matches!(self, Op::Acquire { .. })
+    }
+
+    /// The mode an acquire asked for; every other operation acts on a hold of either mode.
+    pub fn mode(&self) -> Option<Mode> {
+        match self {
+            Op::Acquire { mode, .. } => Some(*mode),
+            _ => None,
+        }
     }
 }
 
@@ -139,16 +208,22 @@ pub struct Entry {
 impl fmt::Display for Entry {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let op = match &self.op {
-            Op::Acquire { ttl, block: None } => format!("LOCK.ACQUIRE ttl={ttl}"),
+            Op::Acquire {
+                ttl,
+                block: None,
+                mode,
+            } => format!("LOCK.ACQUIRE ttl={ttl}{mode}"),
             Op::Acquire {
                 ttl,
                 block: Some(b),
-            } => format!("LOCK.ACQUIRE ttl={ttl} BLOCK {b}"),
+                mode,
+            } => format!("LOCK.ACQUIRE ttl={ttl}{mode} BLOCK {b}"),
             Op::Release => "LOCK.RELEASE".to_string(),
             Op::Extend { ttl } => format!("LOCK.EXTEND ttl={ttl}"),
             Op::Wait => "WAIT 1 1000".to_string(),
             Op::FencedWrite { read, tag } => format!("fenced write read={read} tag={tag}"),
             Op::UnfencedWrite { read } => format!("unfenced write read={read}"),
+            Op::FencedRead => "fenced read".to_string(),
         };
         write!(
             f,
@@ -250,8 +325,8 @@ pub struct Snapshot {
     pub fault: usize,
     pub invoke: Micros,
     pub complete: Micros,
-    /// Lock key -> (owner, token) of its live hold, or `None` when free.
-    pub holds: BTreeMap<String, Option<(String, i64)>>,
+    /// Lock key -> (owner, token) of each of its live holders (none when free).
+    pub holds: BTreeMap<String, Vec<(String, i64)>>,
     pub survival: Survival,
 }
 
@@ -462,7 +537,7 @@ pub fn load_child(path: &Path, clock: &Clock, died: Micros) -> (Vec<Entry>, Vec<
     for line in text.lines() {
         let fields: Vec<&str> = line.split('\t').collect();
         match fields.first() {
-            Some(&"B") | Some(&"E") if fields.len() == 15 => {
+            Some(&"B") | Some(&"E") if fields.len() == 16 => {
                 let Ok(id) = fields[1].parse::<u64>() else {
                     continue;
                 };
@@ -536,15 +611,16 @@ fn unescape(s: &str) -> String {
     out
 }
 
-/// 13 tab-separated fields.
+/// 14 tab-separated fields.
 fn encode(e: &Entry) -> String {
     let (kind, a, b, tag) = match &e.op {
-        Op::Acquire { ttl, block } => ("A", *ttl, block.unwrap_or(-1), ""),
+        Op::Acquire { ttl, block, .. } => ("A", *ttl, block.unwrap_or(-1), ""),
         Op::Release => ("R", 0, 0, ""),
         Op::Extend { ttl } => ("X", *ttl, 0, ""),
         Op::Wait => ("W", 0, 0, ""),
         Op::FencedWrite { read, tag } => ("F", *read, 0, tag.as_str()),
         Op::UnfencedWrite { read } => ("U", *read, 0, ""),
+        Op::FencedRead => ("Q", 0, 0, ""),
     };
     let outcome = match e.outcome {
         Outcome::Ok => "o",
@@ -565,6 +641,7 @@ fn encode(e: &Entry) -> String {
         outcome.to_string(),
         e.token.map_or("-".to_string(), |t| t.to_string()),
         escape(&e.reply),
+        e.op.mode().map_or("-".to_string(), Mode::code),
     ]
     .join("\t")
 }
@@ -576,6 +653,7 @@ fn decode(f: &[&str]) -> Option<Entry> {
         "A" => Op::Acquire {
             ttl: a,
             block: (b >= 0).then_some(b),
+            mode: Mode::parse(f[13])?,
         },
         "R" => Op::Release,
         "X" => Op::Extend { ttl: a },
@@ -585,6 +663,7 @@ fn decode(f: &[&str]) -> Option<Entry> {
             tag: unescape(f[6]),
         },
         "U" => Op::UnfencedWrite { read: a },
+        "Q" => Op::FencedRead,
         _ => return None,
     };
     Some(Entry {

@@ -186,12 +186,13 @@ impl Env {
     pub fn snapshot(&self, fault: usize, survival: Survival) {
         let mut c = self.conn();
         let invoke = self.now();
-        let holds: BTreeMap<String, Option<(String, i64)>> = self
+        let holds: BTreeMap<String, Vec<(String, i64)>> = self
             .keys()
             .into_iter()
             .map(|key| {
-                let hold = faults::lock_info(&mut c, &key).map(|(owner, token, _)| (owner, token));
-                (key, hold)
+                let holders = faults::lock_holders(&mut c, &key);
+                let holds = holders.into_iter().map(|(owner, token, _)| (owner, token));
+                (key, holds.collect())
             })
             .collect();
         let complete = self.now();
@@ -312,7 +313,7 @@ fn quiescence(env: &Env) {
         )
     });
     for key in env.keys() {
-        if let Some((owner, token, ttl)) = faults::lock_info(&mut c, &key) {
+        for (owner, token, ttl) in faults::lock_holders(&mut c, &key) {
             env.check(name, criterion, ttl <= env.cfg.ttl_ms.1, || {
                 format!("{key} held by {owner} (token {token}) for {ttl} ms more")
             });

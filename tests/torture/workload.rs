@@ -14,6 +14,13 @@
 //!
 //! Each write is a read-modify-write: read the resource, maybe stall (the "GC pause" past the
 //! ttl), write. Two writes that read the same state while both windows were open lost an update.
+//!
+//! Shared holders (`SHARED`, `SHARED LIMIT n`: [`Config::shared_share`]) never write: many of
+//! them hold a key at once, so appends from them would interleave and the checks that assume
+//! one writer at a time (`resource-order`, `fenced-lost-updates`, the unfenced counter) would
+//! report what the lock rightly allows. They read `res:i` through [`FENCED_READ`] instead:
+//! only exclusive holders write it, so every read one shared hold's fence accepts must see the
+//! same length (the checker's `shared-reads-stable`), and the write checks stay as they were.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -24,7 +31,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use redis::{Cmd, Connection, ConnectionLike, Value};
 
-use crate::history::{Entry, FileSink, Micros, Op, Outcome, Sink};
+use crate::history::{Entry, FileSink, Micros, Mode, Op, Outcome, Sink};
 
 /// The fenced write. `KEYS[1]` lock key, `KEYS[2]` the resource list; `ARGV[1]` the writer's
 /// token, `ARGV[2]` what to append. Returns 1 if appended, 0 if the token is not the live one.
@@ -34,6 +41,14 @@ if redis.call('LOCK.FENCE', KEYS[1], ARGV[1]) == 1 then
   return 1
 end
 return 0";
+
+/// The fenced read of a shared holder. `KEYS[1]` lock key, `KEYS[2]` the resource list;
+/// `ARGV[1]` the reader's token. Returns the list's length, or -1 if the token is not live.
+pub const FENCED_READ: &str = "\
+if redis.call('LOCK.FENCE', KEYS[1], ARGV[1]) == 1 then
+  return redis.call('LLEN', KEYS[2])
+end
+return -1";
 
 /// How long a reply may take beyond any wait the command itself asked for (`BLOCK`, `WAIT`).
 /// Past it the client stops reading and records the call as unanswered (`NO_REPLY`), which
@@ -75,6 +90,11 @@ pub struct Config {
     pub block_share: f64,
     /// `BLOCK` timeout, ms (never 0: every wait ends).
     pub block_ms: (i64, i64),
+    /// Share of acquires that are `SHARED` (the rest are exclusive).
+    pub shared_share: f64,
+    /// `LIMIT` of the shared acquires: key `lock:i` takes `shared_limits[i % len]`, always the
+    /// same, so the key's limit never conflicts; empty for `SHARED` without `LIMIT`.
+    pub shared_limits: Vec<u64>,
     /// Share of holds extended once (with the same ttl, so the deadline only moves later).
     pub extend_share: f64,
     /// Share of holds left to expire instead of released.
@@ -88,7 +108,14 @@ pub struct Config {
     pub disconnect_share: f64,
     /// `WAIT 1 1000` after each grant.
     pub wait_replicas: bool,
+    /// Share of lock attempts that take 2 or 3 keys (in random order) at once with
+    /// `LOCK.MACQUIRE`; each key granted is then held on its own, one after the other. Their
+    /// owners end in [`MULTI_SUFFIX`].
+    pub multi_share: f64,
 }
+
+/// The end of the owner string of a `LOCK.MACQUIRE` attempt.
+pub const MULTI_SUFFIX: &str = "-m";
 
 impl Default for Config {
     fn default() -> Config {
@@ -99,12 +126,15 @@ impl Default for Config {
             hold_ms: (0, 20),
             block_share: 0.5,
             block_ms: (20, 300),
+            shared_share: 0.0,
+            shared_limits: Vec::new(),
             extend_share: 0.25,
             expire_share: 0.15,
             pause_share: 0.0,
             gap_ms: (0, 2),
             disconnect_share: 0.0,
             wait_replicas: false,
+            multi_share: 0.0,
         }
     }
 }
@@ -189,6 +219,7 @@ fn classify(op: &Op, reply: &Reply) -> Outcome {
         Reply::Value(v) => {
             let ok = match op {
                 Op::Acquire { .. } => matches!(v, Value::Int(t) if *t > 0),
+                Op::FencedRead => matches!(v, Value::Int(n) if *n >= 0),
                 Op::Release | Op::Extend { .. } | Op::FencedWrite { .. } => *v == Value::Int(1),
                 Op::Wait => matches!(v, Value::Int(n) if *n >= 1),
                 Op::UnfencedWrite { .. } => *v == Value::Okay,
@@ -247,12 +278,43 @@ impl Worker {
     /// Take locks until told to stop.
     pub fn run(mut self) {
         while !self.stop.load(Ordering::Relaxed) {
-            let key = lock_key(self.rng.gen_range(0..self.cfg.keys));
+            let i = self.rng.gen_range(0..self.cfg.keys);
+            let key = lock_key(i);
             let ttl = self.rng.gen_range(self.cfg.ttl_ms.0..=self.cfg.ttl_ms.1);
+            // Drawn only when shared acquires are configured, so the other scenarios' seeds
+            // make the same choices as before shared holders existed.
+            let mode = match self.cfg.shared_share > 0.0 && self.rng.gen_bool(self.cfg.shared_share)
+            {
+                false => Mode::Exclusive,
+                true => Mode::Shared {
+                    limit: self
+                        .cfg
+                        .shared_limits
+                        .get(i % self.cfg.shared_limits.len().max(1))
+                        .copied(),
+                },
+            };
             self.attempts += 1;
             let owner = format!("{}-{}", self.name, self.attempts);
-            match self.acquire(&key, &owner, ttl) {
-                Some(token) => self.hold(&key, &owner, ttl, token),
+            if self.cfg.keys >= 2 && self.rng.gen_bool(self.cfg.multi_share) {
+                let n = self.rng.gen_range(2..=self.cfg.keys.min(3));
+                let keys: Vec<String> = rand::seq::index::sample(&mut self.rng, self.cfg.keys, n)
+                    .into_iter()
+                    .map(lock_key)
+                    .collect();
+                let owner = format!("{owner}{MULTI_SUFFIX}");
+                match self.macquire(&keys, &owner, ttl) {
+                    Some(tokens) => {
+                        for (key, token) in keys.iter().zip(tokens) {
+                            self.hold(key, &owner, ttl, token, Mode::Exclusive);
+                        }
+                    }
+                    None => self.sleep_ms((0, 3)),
+                }
+                continue;
+            }
+            match self.acquire(&key, &owner, ttl, mode) {
+                Some(token) => self.hold(&key, &owner, ttl, token, mode),
                 // Refused, or the wait timed out: back off a little so that non-blocking
                 // callers do not spin.
                 None => self.sleep_ms((0, 3)),
@@ -362,16 +424,15 @@ impl Worker {
         Some(result)
     }
 
-    /// `LOCK.ACQUIRE`, blocking or not; after a lost reply, one retry as the same owner (which
-    /// answers the same token if the first one was granted). Returns the token.
-    fn acquire(&mut self, key: &str, owner: &str, ttl: i64) -> Option<i64> {
+    /// `LOCK.ACQUIRE` in `mode`, blocking or not; after a lost reply, one retry as the same
+    /// owner (which answers the same token if the first one was granted). Returns the token.
+    fn acquire(&mut self, key: &str, owner: &str, ttl: i64, mode: Mode) -> Option<i64> {
         let block = self.rng.gen_bool(self.cfg.block_share).then(|| {
             self.rng
                 .gen_range(self.cfg.block_ms.0..=self.cfg.block_ms.1)
         });
         let give_up = block.is_some() && self.rng.gen_bool(self.cfg.disconnect_share);
-        let mut cmd = redis::cmd("LOCK.ACQUIRE");
-        cmd.arg(key).arg(owner).arg(ttl);
+        let mut cmd = acquire_cmd(key, owner, ttl, mode);
         if let Some(b) = block {
             cmd.arg("BLOCK").arg(b);
         }
@@ -387,7 +448,7 @@ impl Worker {
         let sent = self.op(
             key,
             owner,
-            Op::Acquire { ttl, block },
+            Op::Acquire { ttl, block, mode },
             None,
             &cmd,
             timeout,
@@ -407,12 +468,15 @@ impl Worker {
             Outcome::Ok => token,
             Outcome::Fail => None,
             Outcome::Unknown => {
-                let mut retry = redis::cmd("LOCK.ACQUIRE");
-                retry.arg(key).arg(owner).arg(ttl);
+                let retry = acquire_cmd(key, owner, ttl, mode);
                 let (outcome, token) = self.op(
                     key,
                     owner,
-                    Op::Acquire { ttl, block: None },
+                    Op::Acquire {
+                        ttl,
+                        block: None,
+                        mode,
+                    },
                     None,
                     &retry,
                     SLACK,
@@ -423,9 +487,93 @@ impl Worker {
         }
     }
 
-    /// Use a granted lock: (`WAIT`), write, hold, maybe extend and write again, then release
-    /// or walk away and let it expire. Abandons the hold when an operation's reply is lost.
-    fn hold(&mut self, key: &str, owner: &str, ttl: i64, token: i64) {
+    /// `LOCK.MACQUIRE` on `keys`, blocking or not, recorded as one acquire entry per key
+    /// (same owner, same times, each with its own token). A refusal (nil) is followed by a
+    /// `LOCK.MRELEASE` of the same keys by the same owner, recorded as one release entry with no
+    /// token: it must release 0 (the checker's `multi-all-or-nothing`). A lost reply is not
+    /// retried: a grant nobody heard of expires. Returns the tokens.
+    fn macquire(&mut self, keys: &[String], owner: &str, ttl: i64) -> Option<Vec<i64>> {
+        let block = self.rng.gen_bool(self.cfg.block_share).then(|| {
+            self.rng
+                .gen_range(self.cfg.block_ms.0..=self.cfg.block_ms.1)
+        });
+        let mut cmd = redis::cmd("LOCK.MACQUIRE");
+        cmd.arg(keys.len()).arg(keys).arg(owner).arg(ttl);
+        if let Some(b) = block {
+            cmd.arg("BLOCK").arg(b);
+        }
+        let timeout = block.map_or(SLACK, |b| Duration::from_millis(b as u64) + SLACK);
+        let conn = self.take_conn()?;
+        self.conn = Some(conn);
+        let invoke = self.sink.now();
+        let mut entries: Vec<Entry> = keys
+            .iter()
+            .map(|key| Entry {
+                id: 0,
+                client: self.name.clone(),
+                key: key.clone(),
+                owner: owner.to_string(),
+                op: Op::Acquire {
+                    ttl,
+                    block,
+                    mode: Mode::Exclusive,
+                },
+                invoke,
+                complete: invoke,
+                wall_ms: crate::history::wall_us() / 1000,
+                outcome: Outcome::Unknown,
+                token: None,
+                reply: String::new(),
+            })
+            .collect();
+        let ids: Vec<u64> = entries.iter().map(|e| self.sink.begin(e)).collect();
+        let reply = self.send(&cmd, timeout);
+        let complete = self.sink.now();
+        let tokens: Option<Vec<i64>> = match &reply {
+            Some(Reply::Value(Value::Array(items))) if items.len() == keys.len() => items
+                .iter()
+                .map(|v| match v {
+                    Value::Int(t) if *t > 0 => Some(*t),
+                    _ => None,
+                })
+                .collect(),
+            _ => None,
+        };
+        let outcome = match (&reply, &tokens) {
+            (_, Some(_)) => Outcome::Ok,
+            (Some(Reply::Lost(_)), None) => Outcome::Unknown,
+            _ => Outcome::Fail,
+        };
+        let text = reply
+            .as_ref()
+            .map_or("(not sent: stopping)".to_string(), Reply::text);
+        for (i, (id, mut entry)) in ids.into_iter().zip(entries.drain(..)).enumerate() {
+            entry.complete = complete;
+            entry.outcome = outcome;
+            entry.token = tokens.as_ref().map(|t| t[i]);
+            entry.reply = text.clone();
+            self.sink.end(id, entry);
+        }
+        if matches!(reply, Some(Reply::Value(Value::Nil))) {
+            let mut probe = redis::cmd("LOCK.MRELEASE");
+            probe.arg(keys.len()).arg(keys).arg(owner);
+            let _ = self.op(
+                &keys.join(" "),
+                owner,
+                Op::Release,
+                None,
+                &probe,
+                SLACK,
+                None,
+            );
+        }
+        tokens
+    }
+
+    /// Use a granted lock: (`WAIT`), write (read, when shared), hold, maybe extend and write
+    /// again, then release or walk away and let it expire. Abandons the hold when an
+    /// operation's reply is lost.
+    fn hold(&mut self, key: &str, owner: &str, ttl: i64, token: i64, mode: Mode) {
         if self.cfg.wait_replicas {
             let mut wait = redis::cmd("WAIT");
             wait.arg(1).arg(1000);
@@ -437,7 +585,7 @@ impl Worker {
             }
         }
         for _ in 0..self.rng.gen_range(1..=2) {
-            if !self.write(key, owner, ttl, token) {
+            if !self.use_resource(key, owner, ttl, token, mode) {
                 return;
             }
         }
@@ -456,7 +604,7 @@ impl Worker {
             );
             match extended {
                 Some((Outcome::Ok, _)) => {
-                    if !self.write(key, owner, ttl, token) {
+                    if !self.use_resource(key, owner, ttl, token, mode) {
                         return;
                     }
                     self.sleep_ms(self.cfg.hold_ms);
@@ -471,6 +619,22 @@ impl Worker {
         let mut release = redis::cmd("LOCK.RELEASE");
         release.arg(key).arg(owner);
         let _ = self.op(key, owner, Op::Release, Some(token), &release, SLACK, None);
+    }
+
+    /// What a holder does with the resources: an exclusive holder writes, a shared one only
+    /// reads (see the module docs). False if a reply was lost.
+    fn use_resource(&mut self, key: &str, owner: &str, ttl: i64, token: i64, mode: Mode) -> bool {
+        if !mode.is_shared() {
+            return self.write(key, owner, ttl, token);
+        }
+        let mut eval = redis::cmd("EVAL");
+        eval.arg(FENCED_READ)
+            .arg(2)
+            .arg(key)
+            .arg(fenced_key(key))
+            .arg(token);
+        let read = self.op(key, owner, Op::FencedRead, Some(token), &eval, SLACK, None);
+        matches!(read, Some((Outcome::Ok | Outcome::Fail, _)))
     }
 
     /// One read-modify-write of each resource while believing `token` is held: read both,
@@ -547,6 +711,19 @@ impl Worker {
             Some((Outcome::Ok | Outcome::Fail, _))
         )
     }
+}
+
+/// `LOCK.ACQUIRE key owner ttl` with `mode`'s options.
+fn acquire_cmd(key: &str, owner: &str, ttl: i64, mode: Mode) -> Cmd {
+    let mut cmd = redis::cmd("LOCK.ACQUIRE");
+    cmd.arg(key).arg(owner).arg(ttl);
+    if let Mode::Shared { limit } = mode {
+        cmd.arg("SHARED");
+        if let Some(n) = limit {
+            cmd.arg("LIMIT").arg(n);
+        }
+    }
+    cmd
 }
 
 /// Start `cfg.workers` client threads `w0 .. wN` against `target`.
