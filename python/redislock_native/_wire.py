@@ -193,9 +193,9 @@ def _unblock(client, conn, client_id, cleanup):
         reply = _read(conn, conn.socket_timeout or _UNBLOCKED_REPLY_TIMEOUT)
     except Exception:
         return False
-    if isinstance(reply, int):
+    if isinstance(reply, (int, list)):  # a token (LOCK.ACQUIRE) or tokens (LOCK.MACQUIRE)
         _quietly(cleanup)
-    return reply is None or isinstance(reply, int)
+    return reply is None or isinstance(reply, (int, list))
 
 
 def _quietly(fn):
@@ -299,7 +299,7 @@ async def _aunblock(client, pool, conn, client_id, cleanup):
                 pass
         if reply is None:
             return
-        if not isinstance(reply, int):
+        if not isinstance(reply, (int, list)):  # not a token (or tokens): unknown state
             await conn.disconnect()
         await _aquietly(cleanup)
     finally:
