@@ -16,12 +16,15 @@ from .aio import AsyncLock
 from .compat import AsyncRedisPyLock, RedisPyLock
 from .fence import FENCE_CHECK_LUA, FENCED_CALL_LUA, StaleTokenError, afenced_call, fenced_call, fenced_script
 from .lock import Lock, LockLostError
+from .multi import AsyncMultiLock, MultiLock
 from .shared import AsyncReadLock, AsyncReadWriteLock, AsyncSemaphore, ReadLock, ReadWriteLock, Semaphore
 
 __all__ = [
     "Lock",
     "AsyncLock",
     "LockLostError",
+    "MultiLock",
+    "AsyncMultiLock",
     "Semaphore",
     "AsyncSemaphore",
     "ReadWriteLock",

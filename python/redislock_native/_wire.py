@@ -40,6 +40,11 @@ import uuid
 
 from redis.exceptions import ConnectionError, LockError, ResponseError, TimeoutError
 
+# How long to wait for the reply of a waiter just unblocked (the server sends it at once) when
+# the connection has no socket timeout of its own: finite, in case that reply was already
+# consumed by the interrupted read.
+_UNBLOCKED_REPLY_TIMEOUT = 5.0
+
 # Reads that must not time out (a wait without limit). The asyncio connection's
 # read_response treats None as "use the socket timeout", so a finite large value is
 # passed instead: about 30 years.
@@ -185,12 +190,12 @@ def _unblock(client, conn, client_id, cleanup):
         return False
     try:
         client.execute_command("CLIENT", "UNBLOCK", client_id)
-        reply = _read(conn, conn.socket_timeout)
+        reply = _read(conn, conn.socket_timeout or _UNBLOCKED_REPLY_TIMEOUT)
     except Exception:
         return False
-    if isinstance(reply, int):
+    if isinstance(reply, (int, list)):  # a token (LOCK.ACQUIRE) or tokens (LOCK.MACQUIRE)
         _quietly(cleanup)
-    return reply is None or isinstance(reply, int)
+    return reply is None or isinstance(reply, (int, list))
 
 
 def _quietly(fn):
@@ -289,12 +294,12 @@ async def _aunblock(client, pool, conn, client_id, cleanup):
         if client_id is not None:
             try:
                 await client.execute_command("CLIENT", "UNBLOCK", client_id)
-                reply = await _aread(conn, conn.socket_timeout)
+                reply = await _aread(conn, conn.socket_timeout or _UNBLOCKED_REPLY_TIMEOUT)
             except Exception:
                 pass
         if reply is None:
             return
-        if not isinstance(reply, int):
+        if not isinstance(reply, (int, list)):  # not a token (or tokens): unknown state
             await conn.disconnect()
         await _aquietly(cleanup)
     finally:

@@ -113,7 +113,7 @@ class AsyncLock(_Base):
             except Exception as e:  # no answer within the period: fail safe, count it lost
                 await self._report_lost(f"extend failed: {e!r}")
                 return
-            if reply != 1:
+            if not self._renewed(reply):
                 await self._report_lost("not held")
                 return
 

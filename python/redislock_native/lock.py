@@ -101,6 +101,10 @@ class _Base:
             self._ttl_ms = _wire.to_ms(ttl, "ttl")
         return ("LOCK.EXTEND", self.name, self.owner, self._ttl_ms)
 
+    def _renewed(self, reply):
+        """Whether a renewal's reply says the hold is still there."""
+        return reply == 1
+
     def _granted(self, reply):
         if reply is None:
             return False
@@ -224,7 +228,7 @@ class Lock(_Base):
 
     def _renew(self):
         """One renewal within the period; True if still held."""
-        return _wire.call_timed(self.client, self._extend_args(None), self._period()) == 1
+        return self._renewed(_wire.call_timed(self.client, self._extend_args(None), self._period()))
 
     def _report_lost(self, reason):
         self._lost_reason = reason

@@ -67,20 +67,20 @@ def test_blocking_wait_outlasts_the_socket_timeout_with_one_command(server, r, k
 
         async def release_later():
             await await_waiters(ar, key, 1)
-            await asyncio.sleep(2.5)
+            await asyncio.sleep(1.5)
             await holder.release()
 
         later = asyncio.ensure_future(release_later())
         start = time.monotonic()
         assert await waiter.acquire(timeout=20)
-        assert time.monotonic() - start >= 2.5
+        assert time.monotonic() - start >= 1.5
         await later
         assert command_calls(r, "lock.acquire") == 1
         assert info(r, key)["owner"] == waiter.owner.encode()
         assert await waiter.release()
         # Waits without limit too, and one that runs out says False.
         assert await holder.acquire()
-        assert await AsyncLock(ar, key, 30).acquire(timeout=1.2) is False
+        assert await AsyncLock(ar, key, 30).acquire(timeout=0.5) is False
         assert await AsyncLock(ar, key, 30).acquire(timeout=0) is False
         assert waiters(r, key) == 0
         await ar.aclose()
@@ -143,17 +143,17 @@ def test_cancellation_racing_the_grant_gives_the_grant_back(server, r, key, prot
 def test_watchdog_keeps_renewing_and_stops_on_release(server, r, key):
     async def main():
         ar = server.aclient()
-        lock = AsyncLock(ar, key, 0.3, watchdog=True)
+        lock = AsyncLock(ar, key, 1.2, watchdog=True)
         assert await lock.acquire()
         r.config_resetstat()
-        while command_calls(r, "lock.extend") < 3:
+        while command_calls(r, "lock.extend") < 4:
             await asyncio.sleep(0.02)
         assert await lock.owned() and not lock.lost
         dog = lock._dog
         assert await lock.release()
         assert dog.done()
         renewals = command_calls(r, "lock.extend")
-        await asyncio.sleep(0.35)
+        await asyncio.sleep(0.9)  # more than two periods
         assert command_calls(r, "lock.extend") == renewals and r.exists(key) == 0
         await ar.aclose()
 
@@ -168,7 +168,7 @@ def test_watchdog_reports_a_deleted_key(server, r, key):
         async def on_lost(lock):
             seen.set()
 
-        lock = AsyncLock(ar, key, 0.3, watchdog=True, on_lost=on_lost)
+        lock = AsyncLock(ar, key, 1.2, watchdog=True, on_lost=on_lost)
         assert await lock.acquire()
         r.delete(key)
         await asyncio.wait_for(seen.wait(), 5)
@@ -186,14 +186,14 @@ def test_watchdog_of_a_stalled_event_loop_reports_the_loss(server, r, key):
     async def main():
         ar = server.aclient()
         lost = []
-        lock = AsyncLock(ar, key, 0.4, watchdog=True, on_lost=lost.append)
+        lock = AsyncLock(ar, key, 0.9, watchdog=True, on_lost=lost.append)
         assert await lock.acquire()
         other = Lock(r, key, 30)
         got = []
         t = threading.Thread(target=lambda: got.append(other.acquire(timeout=10)))
         t.start()
         wait_waiters(r, key, 1)
-        time.sleep(1.0)  # blocks the loop: no renewal can run
+        time.sleep(1.5)  # blocks the loop: no renewal can run
         t.join(10)
         assert got == [True]
         while not lost:

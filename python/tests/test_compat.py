@@ -71,7 +71,7 @@ def test_blocking_timeout_beyond_socket_timeout_is_one_command(server, key):
     waiter = r.lock(key, timeout=30, blocking_timeout=20, lock_class=RedisPyLock)
     assert holder.acquire()
     r.config_resetstat()
-    threading.Thread(target=lambda: (wait_waiters(r, key, 1), time.sleep(2.5), holder.release())).start()
+    threading.Thread(target=lambda: (wait_waiters(r, key, 1), time.sleep(1.5), holder.release())).start()
     assert waiter.acquire() is True
     assert command_calls(r, "lock.acquire") == 1
     waiter.release()
@@ -95,11 +95,11 @@ def test_thread_local_tokens(r, key):
 
 
 def test_lock_without_timeout_is_renewed_until_released(r, key, monkeypatch):
-    monkeypatch.setattr(compat, "NO_TIMEOUT_TTL", 0.3)
+    monkeypatch.setattr(compat, "NO_TIMEOUT_TTL", 1.2)
     lock = r.lock(key, lock_class=RedisPyLock)  # timeout=None: held until released
     assert lock.acquire()
     r.config_resetstat()
-    while command_calls(r, "lock.extend") < 3:  # three renewals: 0.3 s, past the lease
+    while command_calls(r, "lock.extend") < 4:  # four renewals: 1.6 s, past the lease
         time.sleep(0.02)
     assert lock.owned()
     with pytest.raises(LockError, match="Cannot extend a lock with no timeout"):
@@ -142,10 +142,10 @@ def test_async_drop_in(server, r, key, monkeypatch):
             async with ar.lock(key, timeout=10, lock_class=AsyncRedisPyLock):
                 await ar.delete(key)
 
-        monkeypatch.setattr(compat, "NO_TIMEOUT_TTL", 0.3)
+        monkeypatch.setattr(compat, "NO_TIMEOUT_TTL", 1.2)
         forever = ar.lock(key, lock_class=AsyncRedisPyLock)
         assert await forever.acquire()
-        await asyncio.sleep(0.7)  # past two leases: the watchdog task renewed it
+        await asyncio.sleep(1.6)  # past the lease: the watchdog task renewed it
         assert await forever.owned()
         await forever.release()
         assert r.exists(key) == 0

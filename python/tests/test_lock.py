@@ -134,7 +134,7 @@ def test_fifo_place_is_kept_past_the_socket_timeout(server, key):
     t2 = threading.Thread(target=wait, args=(second,))
     t2.start()
     wait_waiters(r, key, 2)
-    time.sleep(2)  # both waits are now past the 1 s socket timeout
+    time.sleep(1.2)  # both waits are now past the 1 s socket timeout
     assert waiters(r, key) == 2  # nobody was cut off and re-queued
     holder.release()
     t1.join(10)
@@ -197,23 +197,23 @@ def test_with_block_gives_up_after_blocking_timeout(r, key):
 
 def test_watchdog_keeps_the_lock_past_its_ttl_and_stops_on_release(r, key):
     lost = []
-    lock = Lock(r, key, 0.3, watchdog=True, on_lost=lost.append)
+    lock = Lock(r, key, 1.2, watchdog=True, on_lost=lost.append)
     assert lock.acquire()
     token = lock.token
     r.config_resetstat()
-    wait_until("three renewals", lambda: command_calls(r, "lock.extend") >= 3)  # 3 x 100 ms
+    wait_until("four renewals", lambda: command_calls(r, "lock.extend") >= 4)  # 4 x 400 ms
     assert lock.owned() and lock.token == token and not lock.lost and lost == []
     dog = lock._dog
     assert lock.release() is True
     assert not dog.is_alive()  # release() joined it: no renewal in flight or to come
     renewals = command_calls(r, "lock.extend")
-    time.sleep(0.35)
+    time.sleep(0.9)  # more than two periods
     assert command_calls(r, "lock.extend") == renewals and r.exists(key) == 0
 
 
 def test_watchdog_reports_a_deleted_key_and_never_extends_after(r, key):
     seen = threading.Event()
-    lock = Lock(r, key, 0.3, watchdog=True, on_lost=lambda lk: seen.set())
+    lock = Lock(r, key, 1.2, watchdog=True, on_lost=lambda lk: seen.set())
     assert lock.acquire()
     r.delete(key)
     assert seen.wait(5)
@@ -224,9 +224,11 @@ def test_watchdog_reports_a_deleted_key_and_never_extends_after(r, key):
 
 def test_watchdog_reports_a_failed_renewal(server, key):
     # The server stops answering: the renewal times out within its period, fail-safe.
+    # A 2 s ttl renewed every 0.2 s: the loss is reported (0.2 s renewal timeout) long
+    # before the hold could actually expire.
     r = server.client(socket_timeout=1)
     seen = threading.Event()
-    lock = Lock(r, key, 0.6, watchdog=True, on_lost=lambda lk: seen.set())
+    lock = Lock(r, key, 2, watchdog=True, watchdog_period=0.2, on_lost=lambda lk: seen.set())
     assert lock.acquire()
     server.proc.send_signal(signal.SIGSTOP)
     try:

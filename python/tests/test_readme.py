@@ -1,0 +1,45 @@
+"""The Python snippets of README.md and python/README.md run as written (on the test
+server's port instead of 6379), so the docs cannot drift from the package."""
+
+import re
+
+import pytest
+
+from conftest import REPO
+
+
+def snippets(path):
+    return re.findall(r"```python\n(.*?)```", (REPO / path).read_text(), re.S)
+
+
+def run(server, code, prelude=""):
+    server.client().flushall()  # the snippets use fixed key names
+    port = f"port={server.port}"
+    code = code.replace("redis.Redis()", f"redis.Redis({port})")
+    code = code.replace("redis.asyncio.Redis()", f"redis.asyncio.Redis({port})")
+    exec(compile(prelude + code, "<readme>", "exec"), {"__name__": "readme"})
+
+
+def test_readme_from_python(server, capsys):
+    (code,) = [s for s in snippets("README.md") if "redislock_native" in s]
+    run(server, code)
+    assert re.fullmatch(r"token \d+\n", capsys.readouterr().out)
+
+
+PRELUDE = "import redis\nfrom redislock_native import Lock\nr = redis.Redis()\n"
+
+
+@pytest.mark.parametrize("index", range(len(snippets("python/README.md"))))
+def test_package_readme_snippets(server, index, capsys):
+    code = snippets("python/README.md")[index]
+    if "lock.fenced(" in code and "Lock(r" not in code:
+        # The fencing snippet continues from a held lock.
+        prelude = PRELUDE + "lock = Lock(r, 'invoice:42', ttl=30)\nassert lock.acquire()\n"
+        run(server, code, prelude.replace("redis.Redis()", f"redis.Redis(port={server.port})"))
+        return
+    if "def stop_working" in code:
+        run(server, code + "assert lock.acquire() and lock.release()\n", PRELUDE.replace(
+            "redis.Redis()", f"redis.Redis(port={server.port})"))
+        return
+    prelude = "" if "import redis" in code else PRELUDE
+    run(server, code, prelude.replace("redis.Redis()", f"redis.Redis(port={server.port})"))
