@@ -39,8 +39,8 @@ for i = 1, n do
         return redis.error_reply('ERR ' .. stock_key .. ' is listed twice')
     end
     seen[stock_key] = true
-    -- The token stays a string: tokens are above 2^53, beyond what a Lua
-    -- number holds exactly.
+    -- The token is passed on as the string the client sent: no conversion to a
+    -- Lua number (exact anyway while tokens stay below 2^53, until 2109).
     if redis.call('LOCK.FENCE', lock, token) ~= 1 then
         return redis.error_reply('STALE token ' .. token .. ' is not the live hold on ' .. lock)
     end
