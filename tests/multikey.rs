@@ -365,7 +365,13 @@ fn aof_incr(server: &Server) -> String {
     let manifest = std::fs::read_to_string(dir.join("appendonly.aof.manifest")).unwrap();
     let name = manifest
         .lines()
-        .find(|line| line.ends_with("type i"))
+        // `file <name> seq <n> type i`; Redis 8 appends more fields (offsets) after the type.
+        .find(|line| {
+            line.split_whitespace()
+                .collect::<Vec<_>>()
+                .windows(2)
+                .any(|w| w == ["type", "i"])
+        })
         .and_then(|line| line.split_whitespace().nth(1))
         .expect("an incremental AOF file")
         .to_string();
