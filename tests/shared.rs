@@ -56,6 +56,20 @@ fn waiter(
     handle
 }
 
+/// The client id of the (one) client blocked in `LOCK.ACQUIRE`, from `CLIENT LIST`.
+fn blocked_client_id(c: &mut Connection) -> i64 {
+    let list: String = redis::cmd("CLIENT").arg("LIST").query(c).unwrap();
+    let line = list
+        .lines()
+        .find(|l| l.contains("cmd=lock.acquire") && l.contains("flags=b"))
+        .expect("a blocked client");
+    line.split(' ')
+        .find_map(|f| f.strip_prefix("id="))
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
 fn granted(w: JoinHandle<RedisResult<Value>>) -> i64 {
     match w.join().expect("waiter thread panicked") {
         Ok(Value::Int(t)) => t,
@@ -393,18 +407,7 @@ fn a_writer_that_leaves_the_queue_lets_the_readers_behind_it_in() {
     // Same when the writer at the head is killed.
     let w = waiter(&server, &mut c, &k, "w", &["BLOCK", "0"]);
     let r3 = waiter(&server, &mut c, &k, "r3", &["SHARED", "BLOCK", "0"]);
-    let id: i64 = {
-        let list: String = redis::cmd("CLIENT").arg("LIST").query(&mut c).unwrap();
-        let line = list
-            .lines()
-            .find(|l| l.contains("cmd=lock.acquire") && l.contains("flags=b"));
-        let line = line.expect("a blocked client");
-        line.split(' ')
-            .find_map(|f| f.strip_prefix("id="))
-            .unwrap()
-            .parse()
-            .unwrap()
-    };
+    let id = blocked_client_id(&mut c);
     let _: i64 = redis::cmd("CLIENT")
         .arg("KILL")
         .arg("ID")
@@ -502,18 +505,7 @@ fn shared_waiters_obey_client_unblock_lua_and_max_waiters() {
         "r",
         &["SHARED", "LIMIT", "2", "BLOCK", "0"],
     );
-    let id: i64 = {
-        let list: String = redis::cmd("CLIENT").arg("LIST").query(&mut c).unwrap();
-        let line = list
-            .lines()
-            .find(|l| l.contains("flags=b"))
-            .expect("a blocked client");
-        line.split(' ')
-            .find_map(|f| f.strip_prefix("id="))
-            .unwrap()
-            .parse()
-            .unwrap()
-    };
+    let id = blocked_client_id(&mut c);
     let unblocked: i64 = redis::cmd("CLIENT")
         .arg("UNBLOCK")
         .arg(id)

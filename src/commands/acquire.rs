@@ -95,18 +95,8 @@ pub const DOC: docs::Doc = docs::Doc {
         docs::KEY_ARG,
         docs::OWNER_ARG,
         docs::TTL_ARG,
-        docs::Arg {
-            name: c"shared",
-            kind: docs::PURE_TOKEN,
-            token: Some(c"SHARED"),
-            optional: true,
-        },
-        docs::Arg {
-            name: c"limit",
-            kind: docs::INTEGER,
-            token: Some(c"LIMIT"),
-            optional: true,
-        },
+        docs::SHARED_ARG,
+        docs::LIMIT_ARG,
         docs::Arg {
             name: c"timeout-ms",
             kind: docs::INTEGER,

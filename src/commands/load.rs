@@ -53,18 +53,8 @@ pub const DOC: docs::Doc = docs::Doc {
         docs::OWNER_ARG,
         docs::Arg::required(c"token", docs::INTEGER),
         docs::Arg::required(c"deadline-ms", docs::INTEGER),
-        docs::Arg {
-            name: c"shared",
-            kind: docs::PURE_TOKEN,
-            token: Some(c"SHARED"),
-            optional: true,
-        },
-        docs::Arg {
-            name: c"limit",
-            kind: docs::INTEGER,
-            token: Some(c"LIMIT"),
-            optional: true,
-        },
+        docs::SHARED_ARG,
+        docs::LIMIT_ARG,
         docs::Arg {
             name: c"prune-ms",
             kind: docs::INTEGER,

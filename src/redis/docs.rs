@@ -57,6 +57,18 @@ impl Arg {
 pub const KEY_ARG: Arg = Arg::required(c"key", KEY);
 pub const OWNER_ARG: Arg = Arg::required(c"owner", STRING);
 pub const TTL_ARG: Arg = Arg::required(c"ttl-ms", INTEGER);
+pub const SHARED_ARG: Arg = Arg {
+    name: c"shared",
+    kind: PURE_TOKEN,
+    token: Some(c"SHARED"),
+    optional: true,
+};
+pub const LIMIT_ARG: Arg = Arg {
+    name: c"limit",
+    kind: INTEGER,
+    token: Some(c"LIMIT"),
+    optional: true,
+};
 /// The key count of a multi-key command; the `key` argument after it repeats.
 pub const NUMKEYS_ARG: Arg = Arg::required(c"numkeys", INTEGER);
 
