@@ -35,7 +35,10 @@ use crate::redis::{cluster, guard};
 use crate::{state, stats};
 use std::time::Instant;
 
+mod callbacks;
 mod multi;
+
+use callbacks::{disconnect_callback, free_outcome, reply_callback, timeout_callback};
 pub use multi::block_set;
 
 /// A lock key: database number and key name.
@@ -751,114 +754,6 @@ extern "C" fn on_role_changed(
                 "UNBLOCKED this server became a replica while the client waited",
             );
         }
-    })
-}
-
-extern "C" fn reply_callback(
-    ctx: *mut raw::RedisModuleCtx,
-    _argv: *mut *mut raw::RedisModuleString,
-    _argc: c_int,
-) -> c_int {
-    guard::callback("blocked reply", raw::REDISMODULE_OK as c_int, || {
-        // SAFETY: in a reply callback the private data is the Outcome we passed to
-        // UnblockClient; it stays ours until free_outcome.
-        let outcome =
-            unsafe { raw::RedisModule_GetBlockedClientPrivateData.unwrap()(ctx).cast::<Outcome>() };
-        // SAFETY: non-null private data is a live Box<Outcome> (see above).
-        match unsafe { outcome.as_mut() } {
-            Some(Outcome::Granted {
-                token, delivered, ..
-            }) => {
-                *delivered = true;
-                // SAFETY: ctx is the blocked client's reply context.
-                unsafe { raw::RedisModule_ReplyWithLongLong.unwrap()(ctx, *token as i64) }
-            }
-            Some(Outcome::GrantedSet {
-                tokens, delivered, ..
-            }) => {
-                *delivered = true;
-                // SAFETY: ctx is the blocked client's reply context; one element per token.
-                unsafe {
-                    raw::RedisModule_ReplyWithArray.unwrap()(ctx, tokens.len() as _);
-                    for token in tokens.iter() {
-                        raw::RedisModule_ReplyWithLongLong.unwrap()(ctx, *token as i64);
-                    }
-                }
-                raw::REDISMODULE_OK as c_int
-            }
-            Some(Outcome::Failed(msg)) => reply_error(ctx, msg),
-            // SAFETY: ctx is the blocked client's reply context.
-            Some(Outcome::TimedOut) => unsafe { raw::RedisModule_ReplyWithNull.unwrap()(ctx) },
-            None => reply_error(ctx, "ERR internal error in redis-lock"),
-        }
-    })
-}
-
-fn reply_error(ctx: *mut raw::RedisModuleCtx, msg: &str) -> c_int {
-    let msg = std::ffi::CString::new(msg).unwrap_or_default();
-    // SAFETY: msg is a NUL-terminated string that outlives the call.
-    unsafe { raw::RedisModule_ReplyWithError.unwrap()(ctx, msg.as_ptr()) }
-}
-
-extern "C" fn timeout_callback(
-    ctx: *mut raw::RedisModuleCtx,
-    _argv: *mut *mut raw::RedisModuleString,
-    _argc: c_int,
-) -> c_int {
-    guard::callback("blocked timeout", raw::REDISMODULE_OK as c_int, || {
-        // SAFETY: in a timeout callback the context carries the blocked client's handle.
-        let bc = unsafe { raw::RedisModule_GetBlockedClientHandle.unwrap()(ctx) };
-        if let Some(waiter) = remove_waiter(ctx, bc, None) {
-            retire(ctx, &waiter);
-            stats::TIMED_OUT.incr();
-            // SAFETY: removed from the queue just now, so this is its only UnblockClient call;
-            // it releases the handle (Redis requires it even after a timeout).
-            unsafe { raw::RedisModule_UnblockClient.unwrap()(bc, std::ptr::null_mut()) };
-        }
-        // SAFETY: ctx is the timed-out client's context.
-        unsafe { raw::RedisModule_ReplyWithNull.unwrap()(ctx) }
-    })
-}
-
-extern "C" fn disconnect_callback(
-    ctx: *mut raw::RedisModuleCtx,
-    bc: *mut raw::RedisModuleBlockedClient,
-) {
-    guard::callback("blocked disconnect", (), || {
-        if let Some(waiter) = remove_waiter(ctx, bc, None) {
-            retire(ctx, &waiter);
-            // SAFETY: as in timeout_callback.
-            unsafe { raw::RedisModule_UnblockClient.unwrap()(bc, std::ptr::null_mut()) };
-        }
-    })
-}
-
-extern "C" fn free_outcome(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
-    if data.is_null() {
-        return;
-    }
-    // SAFETY: non-null private data is the Box<Outcome> from `unblock`, freed exactly once here.
-    let outcome = *unsafe { Box::from_raw(data.cast::<Outcome>()) };
-    guard::callback("blocked free", (), || match outcome {
-        // The client went away between the grant and its reply: nobody knows this token,
-        // so free the lock for the next waiter rather than let it sit until its deadline.
-        Outcome::Granted {
-            token,
-            db,
-            key,
-            delivered: false,
-        } => defer(ctx, Work::Revoke((db, key), token)),
-        Outcome::GrantedSet {
-            tokens,
-            db,
-            keys,
-            delivered: false,
-        } => {
-            for (key, token) in keys.into_iter().zip(tokens) {
-                defer(ctx, Work::Revoke((db, key), token));
-            }
-        }
-        _ => {}
     })
 }
 
