@@ -19,7 +19,9 @@
 //!
 //! Work triggered from inside the server's own operations (a lock key unlinked by `DEL`, `RENAME`,
 //! expiry; a flush or `SWAPDB`) is never
-//! done inside the notification: it is queued and run from a zero-delay timer.
+//! done inside the notification: it is queued and run from a zero-delay timer. While the server
+//! holds writes back (`CLIENT PAUSE`, `FAILOVER`), that work and the deadline timers' handoffs
+//! are held until the pause ends (see `pause` for every path this covers).
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -31,7 +33,7 @@ use redis_module::{logging, raw, Context, RedisString};
 use crate::error::{self, Result};
 use crate::lock::{self, Acquire, Conflict, Hold, Millis, Mode, WaitQueue};
 use crate::redis::key::{self, LockKey};
-use crate::redis::{cluster, guard};
+use crate::redis::{cluster, guard, pause};
 use crate::{state, stats};
 use std::time::Instant;
 
@@ -113,6 +115,9 @@ thread_local! {
     static QUEUED_KEYS: Cell<usize> = const { Cell::new(0) };
     static PENDING: RefCell<Vec<Work>> = const { RefCell::new(Vec::new()) };
     static PENDING_ARMED: Cell<bool> = const { Cell::new(false) };
+    /// Work that found writes paused, in the order it came; run again when the pause ends.
+    static HELD: RefCell<Vec<Work>> = const { RefCell::new(Vec::new()) };
+    static HELD_ARMED: Cell<bool> = const { Cell::new(false) };
     static NEXT_WAITER_ID: Cell<u64> = const { Cell::new(0) };
     /// A context of our own for creating timers where Redis gives us none (unlink callbacks).
     static DETACHED: Cell<*mut raw::RedisModuleCtx> = const { Cell::new(std::ptr::null_mut()) };
@@ -565,7 +570,7 @@ extern "C" fn deadline_timer(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
                 queue.timer = None;
             }
         });
-        settle(ctx, &qk);
+        run(ctx, vec![Work::Settle(qk)]);
     })
 }
 
@@ -690,14 +695,53 @@ fn defer(ctx: *mut raw::RedisModuleCtx, work: Work) {
 extern "C" fn pending_timer(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
     guard::callback("deferred work", (), || {
         PENDING_ARMED.with(|a| a.set(false));
-        let mut work = PENDING.with(|p| std::mem::take(&mut *p.borrow_mut()));
-        work.dedup_by(|a, b| matches!((a, b), (Work::Settle(x), Work::Settle(y)) if x == y));
-        for item in work {
-            match item {
-                Work::Settle(qk) => settle(ctx, &qk),
-                Work::Revoke(qk, token) => revoke(ctx, &qk, token),
-            }
+        let work = PENDING.with(|p| std::mem::take(&mut *p.borrow_mut()));
+        run(ctx, work);
+    })
+}
+
+/// Do deferred work now, or, while writes are paused, hold it (after whatever is held already,
+/// so the order stays) until the pause ends.
+fn run(ctx: *mut raw::RedisModuleCtx, mut work: Vec<Work>) {
+    if HELD_ARMED.with(Cell::get) || pause::writes_paused() {
+        HELD.with(|h| h.borrow_mut().append(&mut work));
+        if !HELD_ARMED.with(|a| a.replace(true)) {
+            arm_held_timer(ctx);
         }
+        return;
+    }
+    work.dedup_by(|a, b| matches!((a, b), (Work::Settle(x), Work::Settle(y)) if x == y));
+    for item in work {
+        match item {
+            Work::Settle(qk) => settle(ctx, &qk),
+            Work::Revoke(qk, token) => revoke(ctx, &qk, token),
+        }
+    }
+}
+
+fn arm_held_timer(ctx: *mut raw::RedisModuleCtx) {
+    // SAFETY: the callback matches RedisModuleTimerProc and takes no data.
+    unsafe {
+        raw::RedisModule_CreateTimer.unwrap()(
+            ctx,
+            pause::POLL_MS,
+            Some(held_timer),
+            std::ptr::null_mut(),
+        )
+    };
+}
+
+/// Polls while work is held: when writes are allowed again, runs it all in order.
+extern "C" fn held_timer(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
+    guard::callback("held work", (), || {
+        pause::refresh_server_clock(ctx);
+        if pause::writes_paused() {
+            arm_held_timer(ctx);
+            return;
+        }
+        HELD_ARMED.with(|a| a.set(false));
+        let work = HELD.with(|h| std::mem::take(&mut *h.borrow_mut()));
+        run(ctx, work);
     })
 }
 

@@ -5,6 +5,7 @@
 //! - `blocking`: waiter queues, handoff, timers, and reacting to locks freed behind our back.
 //! - `guard`: turns panics into error replies and log lines.
 //! - `acl`: ACL categories for the commands, on servers that can set them.
+//! - `pause`: nothing is written while the server holds writes back (client pauses, failover).
 //! - `role`: the token jumps at start-up and when this server is promoted to primary.
 
 pub mod acl;
@@ -15,4 +16,5 @@ pub mod datatype;
 pub mod docs;
 pub mod guard;
 pub mod key;
+pub mod pause;
 pub mod role;
