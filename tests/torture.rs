@@ -15,6 +15,7 @@
 //! - `torture/checker.rs`: the offline checks, each with its pass criterion.
 //! - `torture/faults.rs`: the tools the nemeses use (signals, `CLIENT LIST`, `MULTI`, AOF...).
 //! - `torture/scenarios.rs`: the scenarios and their nemeses.
+//! - `torture/pause.rs`: `CLIENT PAUSE` (WRITE and ALL) as the nemesis.
 //! - `torture/shared.rs`: the scenarios with shared holders (`SHARED [LIMIT n]`) and the checks
 //!   only they need; `torture/checker_tests.rs`: the checker on hand-made histories.
 //! - `torture/run.rs`: running a scenario; `torture/report.rs`: the tables.
@@ -36,6 +37,8 @@ mod checker_tests;
 mod faults;
 #[path = "torture/history.rs"]
 mod history;
+#[path = "torture/pause.rs"]
+mod pause;
 #[path = "torture/report.rs"]
 mod report;
 #[path = "torture/run.rs"]
@@ -99,6 +102,8 @@ scenarios![
     shared_debug_reload,
     semaphore_limit,
     semaphore_failover_wait,
+    client_pause,
+    client_pause_replica,
 ];
 
 /// Not a test: the body of a holder process, the test binary re-executed by the

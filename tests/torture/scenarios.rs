@@ -16,6 +16,7 @@ use crate::run::{Env, Scenario};
 use crate::workload::{Config, GAVE_UP};
 
 // The scenarios with shared holders live in their own file; the test list finds them here.
+pub use crate::pause::{client_pause, client_pause_replica};
 pub use crate::shared::{
     semaphore_failover_wait, semaphore_limit, shared_debug_reload, shared_readers_writers,
 };
