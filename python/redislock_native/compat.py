@@ -19,6 +19,9 @@ Where it differs from redis-py's Lock:
 - ``sleep`` is accepted and ignored: nothing polls.
 - ``extend(t)`` without ``replace_ttl`` adds ``t`` to the remaining time in one
   script (``PTTL`` + ``LOCK.EXTEND``).
+- A key overwritten by another command (``SET``, ``DEL`` + anything) is a lock no longer
+  owned, as in redis-py: ``release``/``extend``/``reacquire`` raise ``LockNotOwnedError``,
+  not the server's ``WRONGTYPE``.
 - ``owned()`` compares fencing tokens (``LOCK.FENCE key token``), not the owner string.
 - The ``do_acquire`` / ``do_release`` / ``do_extend`` / ``do_reacquire`` hooks and the
   ``lua_*`` scripts of redis-py's class do not exist.
@@ -29,7 +32,7 @@ import threading
 import uuid
 from types import SimpleNamespace
 
-from redis.exceptions import LockError, LockNotOwnedError
+from redis.exceptions import LockError, LockNotOwnedError, ResponseError
 
 from . import _wire
 from .aio import AsyncLock
@@ -104,6 +107,13 @@ class _Common:
             raise _wire.lock_error(LockError, f"Cannot {what} a lock with no timeout", self.name)
         return self.local.held
 
+    def _lost_if_wrongtype(self, what, error):
+        """A ``WRONGTYPE`` reply means the key no longer holds a lock at all: to a caller of
+        redis-py's API that is a lock no longer owned."""
+        if str(error).startswith("WRONGTYPE"):
+            return self._not_owned(what)
+        return error
+
     def _not_owned(self, what):
         return _wire.lock_error(LockNotOwnedError, f"Cannot {what} a lock that's no longer owned", self.name)
 
@@ -165,17 +175,24 @@ class RedisPyLock(_Common):
         """Release; LockError if not acquired here, LockNotOwnedError if it was lost."""
         held = self._held("release")
         self.local.token = self.local.held = None
-        if not held.release():
+        try:
+            released = held.release()
+        except ResponseError as e:
+            raise self._lost_if_wrongtype("release", e) from e
+        if not released:
             raise self._not_owned("release")
 
     def extend(self, additional_time, replace_ttl=False):
         """Add ``additional_time`` seconds to the remaining time (or replace it)."""
         held = self._held("extend")
         ms = int(additional_time * 1000)
-        if replace_ttl:
-            ok = self.redis.execute_command("LOCK.EXTEND", self.name, held.owner, ms)
-        else:
-            ok = self.redis.eval(_EXTEND_ADD_LUA, 1, self.name, held.owner, ms)
+        try:
+            if replace_ttl:
+                ok = self.redis.execute_command("LOCK.EXTEND", self.name, held.owner, ms)
+            else:
+                ok = self.redis.eval(_EXTEND_ADD_LUA, 1, self.name, held.owner, ms)
+        except ResponseError as e:
+            raise self._lost_if_wrongtype("extend", e) from e
         if ok != 1:
             raise self._not_owned("extend")
         return True
@@ -183,7 +200,11 @@ class RedisPyLock(_Common):
     def reacquire(self):
         """Reset the remaining time to ``timeout``."""
         held = self._held("reacquire")
-        if not held.extend():
+        try:
+            extended = held.extend()
+        except ResponseError as e:
+            raise self._lost_if_wrongtype("reacquire", e) from e
+        if not extended:
             raise self._not_owned("reacquire")
         return True
 
@@ -230,7 +251,11 @@ class AsyncRedisPyLock(_Common):
     async def release(self):
         held = self._held("release")
         self.local.token = self.local.held = None
-        if not await held.release():
+        try:
+            released = await held.release()
+        except ResponseError as e:
+            raise self._lost_if_wrongtype("release", e) from e
+        if not released:
             raise self._not_owned("release")
 
     def extend(self, additional_time, replace_ttl=False):
@@ -239,10 +264,13 @@ class AsyncRedisPyLock(_Common):
 
     async def _extend(self, held, additional_time, replace_ttl):
         ms = int(additional_time * 1000)
-        if replace_ttl:
-            ok = await self.redis.execute_command("LOCK.EXTEND", self.name, held.owner, ms)
-        else:
-            ok = await self.redis.eval(_EXTEND_ADD_LUA, 1, self.name, held.owner, ms)
+        try:
+            if replace_ttl:
+                ok = await self.redis.execute_command("LOCK.EXTEND", self.name, held.owner, ms)
+            else:
+                ok = await self.redis.eval(_EXTEND_ADD_LUA, 1, self.name, held.owner, ms)
+        except ResponseError as e:
+            raise self._lost_if_wrongtype("extend", e) from e
         if ok != 1:
             raise self._not_owned("extend")
         return True
@@ -252,6 +280,10 @@ class AsyncRedisPyLock(_Common):
         return self._reacquire(self._held("reacquire"))
 
     async def _reacquire(self, held):
-        if not await held.extend():
+        try:
+            extended = await held.extend()
+        except ResponseError as e:
+            raise self._lost_if_wrongtype("reacquire", e) from e
+        if not extended:
             raise self._not_owned("reacquire")
         return True

@@ -152,3 +152,42 @@ def test_async_drop_in(server, r, key, monkeypatch):
         await ar.aclose()
 
     asyncio.run(main())
+
+
+# redis-py's own tests for a lock whose key another command overwrote (test_lock.py:
+# test_releasing_lock_no_longer_owned_raises_error, test_extending_lock_no_longer_owned_raises_error,
+# test_reacquiring_lock_no_longer_owned_raises_error): `SET` over the key, LockNotOwnedError.
+@pytest.mark.parametrize("what", ["release", "extend", "extend_replace", "reacquire"])
+def test_key_overwritten_by_set_is_not_owned_as_redis_py(r, key, what):
+    lock = r.lock(key, timeout=10, lock_class=RedisPyLock)
+    assert lock.acquire(blocking=False)
+    r.set(key, "a")
+    call = {
+        "release": lock.release,
+        "extend": lambda: lock.extend(10),
+        "extend_replace": lambda: lock.extend(10, replace_ttl=True),
+        "reacquire": lock.reacquire,
+    }[what]
+    with pytest.raises(LockNotOwnedError):
+        call()
+    if what == "release":
+        assert lock.local.token is None  # cleared even though it raised, as in redis-py
+    assert r.get(key) == b"a"  # the other command's value is untouched
+
+
+def test_async_key_overwritten_by_set_is_not_owned_as_redis_py(server, r, key):
+    async def main():
+        ar = server.aclient(socket_timeout=1)
+        lock = ar.lock(key, timeout=10, lock_class=AsyncRedisPyLock)
+        assert await lock.acquire(blocking=False)
+        await ar.set(key, "a")
+        for call in (lambda: lock.extend(10), lambda: lock.extend(10, replace_ttl=True), lock.reacquire):
+            with pytest.raises(LockNotOwnedError):
+                await call()
+        with pytest.raises(LockNotOwnedError):
+            await lock.release()
+        assert lock.local.token is None
+        assert await ar.get(key) == b"a"
+        await ar.aclose()
+
+    asyncio.run(main())
