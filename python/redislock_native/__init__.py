@@ -15,7 +15,7 @@ The server needs the module loaded (``loadmodule /path/to/libredis_lock.so``).
 from .aio import AsyncLock
 from .compat import AsyncRedisPyLock, RedisPyLock
 from .fence import FENCE_CHECK_LUA, FENCED_CALL_LUA, StaleTokenError, afenced_call, fenced_call, fenced_script
-from .lock import Lock, LockLostError
+from .lock import Lock, LockLostError, NotDurableError
 from .multi import AsyncMultiLock, MultiLock
 from .shared import AsyncReadLock, AsyncReadWriteLock, AsyncSemaphore, ReadLock, ReadWriteLock, Semaphore
 
@@ -23,6 +23,7 @@ __all__ = [
     "Lock",
     "AsyncLock",
     "LockLostError",
+    "NotDurableError",
     "MultiLock",
     "AsyncMultiLock",
     "Semaphore",

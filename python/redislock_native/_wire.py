@@ -98,6 +98,27 @@ def read_timeout(conn, wait_s):
     return wait_s + margin
 
 
+# --- durable grants ------------------------------------------------------------------
+
+#: The first server whose ``WAIT`` after a blocked command counts the grant another client's
+#: action made (``c->woff`` set on unblock): Redis 7.0.12.
+DURABLE_MIN_VERSION = (7, 0, 12)
+
+
+def durable_supported(info_server):
+    """Whether ``INFO server`` (a dict) names a server where ``durable`` is sound."""
+    version = str(info_server.get("redis_version", "0"))
+    parts = tuple(int(p) for p in version.split(".")[:3] if p.isdigit())
+    return parts >= DURABLE_MIN_VERSION
+
+
+def durable_refused(info_server):
+    return LockError(
+        "durable grants need Redis 7.0.12 or later (a WAIT after a blocked grant counts it "
+        f"there); this server is {info_server.get('redis_version', 'unknown')}"
+    )
+
+
 # --- sync ----------------------------------------------------------------------------
 
 
@@ -137,11 +158,15 @@ def call_timed(client, args, timeout):
         pool.release(conn)
 
 
-def acquire_blocking(client, args, wait_s, cleanup):
+def acquire_blocking(client, args, wait_s, cleanup, durable=None):
     """``LOCK.ACQUIRE`` with ``BLOCK``: one command, read whatever the socket timeout.
 
     ``cleanup()`` gives a possible grant back; it is called when the outcome is unknown
     (no reply in time, connection lost) or the caller was interrupted while waiting.
+
+    ``durable``: ``(replicas, timeout_ms)``. After a grant, ``WAIT replicas timeout_ms`` on
+    the same connection (a ``WAIT`` counts the writes of its own connection, and on 7.0.12+ a
+    blocked grant's too); the reply is then ``(reply, acknowledged)``.
     """
     pool = client.connection_pool
     conn = _get(pool)
@@ -152,6 +177,12 @@ def acquire_blocking(client, args, wait_s, cleanup):
         try:
             client_id = _client_id(conn.read_response, disconnect_on_error=False)
             reply = _read(conn, read_timeout(conn, wait_s))
+            if durable is not None:
+                acked = 0
+                if isinstance(reply, (int, list)):
+                    conn.send_command("WAIT", *durable)
+                    acked = _read(conn, read_timeout(conn, durable[1] / 1000))
+                reply = (reply, acked)
         except ResponseError:
             reusable = True
             raise
@@ -241,7 +272,7 @@ async def acall_timed(client, args, timeout):
         await pool.release(conn)
 
 
-async def aacquire_blocking(client, args, wait_s, cleanup):
+async def aacquire_blocking(client, args, wait_s, cleanup, durable=None):
     """The asyncio ``acquire_blocking``; ``cleanup`` is a coroutine function.
 
     A cancelled wait is unblocked and any grant given back before ``CancelledError``
@@ -258,6 +289,12 @@ async def aacquire_blocking(client, args, wait_s, cleanup):
         try:
             client_id = await _aclient_id(conn)
             reply = await _aread(conn, read_timeout(conn, wait_s))
+            if durable is not None:
+                acked = 0
+                if isinstance(reply, (int, list)):
+                    await conn.send_command("WAIT", *durable)
+                    acked = await _aread(conn, read_timeout(conn, durable[1] / 1000))
+                reply = (reply, acked)
         except ResponseError:
             reusable = True
             raise

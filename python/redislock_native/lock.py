@@ -12,6 +12,28 @@ class LockLostError(LockNotOwnedError):
     """The lock was not held any more when the ``with`` block ended (expired, deleted, taken)."""
 
 
+class NotDurableError(LockError):
+    """An acquire with ``durable=n`` was granted, but fewer than ``n`` replicas acknowledged the
+    grant within ``durable_timeout``: neither "busy" nor success.
+
+    - ``acknowledged``: how many replicas did.
+    - ``released``: the grant this call made was given back (``LOCK.RELEASE``). False when
+      that release failed too (the lock may stay held until its ttl runs out) or when this
+      object already held the lock before the call (an idempotent retry: the earlier hold
+      stays, and ``held`` is True).
+    """
+
+    def __init__(self, message, name, acknowledged, wanted, released, held):
+        try:
+            super().__init__(message, lock_name=name)
+        except TypeError:  # redis-py before 5.1 has no lock_name
+            super().__init__(message)
+        self.acknowledged = acknowledged
+        self.wanted = wanted
+        self.released = released
+        self.held = held
+
+
 class _Base:
     """What ``Lock`` and ``AsyncLock`` share: arguments, state and the commands they send."""
 
@@ -30,6 +52,8 @@ class _Base:
         watchdog=False,
         watchdog_period=None,
         on_lost=None,
+        durable=0,
+        durable_timeout=1.0,
     ):
         self.client = client
         self.name = name
@@ -47,6 +71,10 @@ class _Base:
                 raise ValueError("watchdog_period must be shorter than the ttl")
         self.watchdog_period = watchdog_period
         self.on_lost = on_lost
+        if not isinstance(durable, int) or durable < 0:
+            raise ValueError("durable must be a number of replicas (0: do not wait)")
+        self.durable = durable
+        self._durable_ms = _wire.to_ms(durable_timeout, "durable_timeout", allow_zero=True)
         self._token = None
         self._lost_reason = None
 
@@ -105,6 +133,27 @@ class _Base:
         """Whether a renewal's reply says the hold is still there."""
         return reply == 1
 
+    def _durable_args(self):
+        """``(replicas, timeout_ms)`` for the ``WAIT`` after a grant, or None."""
+        return (self.durable, self._durable_ms) if self.durable else None
+
+    def _not_durable(self, acked, held_before, released):
+        if held_before:
+            state = "the lock stays held: this object held it before the call"
+        elif released:
+            state = "the grant was released"
+        else:
+            state = "releasing the grant failed too: the lock may stay held until its ttl"
+        return NotDurableError(
+            f"{acked} of {self.durable} replicas acknowledged the grant of {self.name!r} within "
+            f"{self._durable_ms} ms; {state}",
+            self.name,
+            acked,
+            self.durable,
+            released and not held_before,
+            held_before,
+        )
+
     def _granted(self, reply):
         if reply is None:
             return False
@@ -131,6 +180,9 @@ class Lock(_Base):
       answers 0 or fails, and then sets ``lost`` / ``lost_reason`` and calls
       ``on_lost(lock)`` (from the watchdog thread). It never extends a lock this owner no
       longer holds: LOCK.EXTEND checks the owner on the server.
+    - ``durable``: a grant counts only once that many replicas acknowledged it (``WAIT n``
+      on the same connection, up to ``durable_timeout`` seconds, default 1); otherwise
+      ``acquire()`` gives the grant back and raises ``NotDurableError``. Needs Redis 7.0.12+.
 
     A blocking ``acquire()`` is one ``LOCK.ACQUIRE ... BLOCK`` command, however long the
     wait and whatever the client's socket timeout or retry policy: it keeps its place in
@@ -153,7 +205,19 @@ class Lock(_Base):
         args, wait = self._acquire_args(blocking, timeout)
         held_before = self._token is not None
         cleanup = (lambda: None) if held_before else self._release_quietly
-        if wait == 0:
+        if self.durable:
+            self._check_durable()
+            reply, acked = _wire.acquire_blocking(self.client, args, wait, cleanup, self._durable_args())
+            if reply is not None and acked < self.durable:
+                released = False
+                if not held_before:
+                    try:
+                        self._release_quietly()
+                        released = True
+                    except Exception:
+                        pass
+                raise self._not_durable(acked, held_before, released)
+        elif wait == 0:
             try:
                 reply = self.client.execute_command(*args)
             except (ConnectionError, TimeoutError):
@@ -178,6 +242,11 @@ class Lock(_Base):
 
     def _release_quietly(self):
         self.client.execute_command(*self._release_args())
+
+    def _check_durable(self):
+        info = self.client.info("server")
+        if not _wire.durable_supported(info):
+            raise _wire.durable_refused(info)
 
     def extend(self, ttl=None):
         """Set the deadline to now + ``ttl`` seconds (default: the lock's ttl, which a given
