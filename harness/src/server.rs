@@ -447,8 +447,9 @@ impl Drop for Server {
 pub struct ServerBuilder {
     /// The server binary (default [`server_bin`]).
     bin: Option<String>,
-    /// Load the module (default yes).
-    module: bool,
+    /// Load the module: `REDIS_LOCK_MODULE`'s (`None`), this one (`Some(Some(path))`), or
+    /// none (`Some(None)`).
+    module: Option<Option<PathBuf>>,
     /// Arguments after `--loadmodule <path>`.
     module_args: Vec<String>,
     /// Extra `redis-server` arguments, after the defaults (so they win).
@@ -463,7 +464,7 @@ impl Default for ServerBuilder {
     fn default() -> Self {
         ServerBuilder {
             bin: None,
-            module: true,
+            module: None,
             module_args: Vec::new(),
             args: Vec::new(),
             env: Vec::new(),
@@ -479,9 +480,15 @@ impl ServerBuilder {
         self
     }
 
+    /// Load this module rather than `REDIS_LOCK_MODULE`'s (a release build, say).
+    pub fn module(mut self, path: &Path) -> Self {
+        self.module = Some(Some(path.to_path_buf()));
+        self
+    }
+
     /// Start the server without the module (a reference server).
     pub fn without_module(mut self) -> Self {
-        self.module = false;
+        self.module = Some(None);
         self
     }
 
@@ -527,17 +534,14 @@ impl ServerBuilder {
     /// [`ServerBuilder::start`], returning what went wrong rather than panicking.
     pub fn try_start(self) -> Result<Server, String> {
         let bin = self.bin.clone().unwrap_or_else(server_bin);
-        let module = if self.module {
-            let module = module_file();
-            if !module.is_file() {
+        let module = match self.module.clone().unwrap_or_else(|| Some(module_file())) {
+            Some(module) if !module.is_file() => {
                 return Err(format!(
                     "module not found at {} (run `cargo build`, or set REDIS_LOCK_MODULE)",
                     module.display()
                 ));
             }
-            Some(path_arg(&module))
-        } else {
-            None
+            module => module.as_deref().map(path_arg),
         };
         let dir = std::env::temp_dir()
             .join("redis-lock-tests")
