@@ -37,6 +37,7 @@ deps: ## Install what a fresh Debian machine lacks (redis-server, redis-sentinel
 # The Python package's tests and the Python example run with redis-py and pytest from
 # target/pydeps (pip --target: no virtualenv needed, nothing installed globally); the suite
 # runs a second time with redis-py 5.0 from target/pydeps-redis5 (the oldest it supports).
+# Its servers are started by target/debug/harness (harness/), which `cargo build --workspace` builds.
 PY_DEPS := $(CURDIR)/target/pydeps
 PY_DEPS_5 := $(CURDIR)/target/pydeps-redis5
 PIP := python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore
@@ -65,12 +66,12 @@ run: build ## Start redis-server in the foreground with the module loaded (PORT=
 	$(REDIS_SERVER) redis.conf.example --port $(PORT)
 
 test: test-deps ## Unit and integration tests (module, client crate, Python package) against real redis-servers
-	$(CARGO) build
+	$(CARGO) build --workspace
 	PYTHONPATH=$(PY_DEPS) REDIS_SERVER=$(REDIS_SERVER) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) $(CARGO) test --workspace
 	$(python_tests)
 
 test-python: test-deps ## Only the Python package's tests (python/tests), with redis-py 8.1 then 5.0
-	$(CARGO) build
+	$(CARGO) build --workspace
 	$(python_tests)
 
 define python_tests

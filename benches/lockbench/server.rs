@@ -1,11 +1,10 @@
-//! The servers a run measures: our own `redis-server` children on ports the OS chose (bare, or
-//! with AOF and a replica), or an existing one (`REDIS_URL`); and the `INFO` helpers.
+//! The servers a run measures: our own `redis-server` children, started by the workspace's
+//! harness crate (bare, or with AOF and a replica), or an existing one (`REDIS_URL`); and the
+//! `INFO` helpers.
 
 use std::collections::HashMap;
-use std::fs;
-use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::net::TcpStream;
+use std::path::Path;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -17,12 +16,11 @@ use crate::config::Config;
 pub struct Server {
     /// TCP port on 127.0.0.1.
     pub port: u16,
-    /// Our `redis-server` process; `None` for an existing server.
-    child: Option<Child>,
-    /// Our server's directory (log file); removed on drop.
-    dir: Option<PathBuf>,
+    /// Our server, started by the harness crate (killed and its directory removed on drop);
+    /// `None` for an existing server.
+    own: Option<harness::Server>,
     /// The replica attached to it (the production setting), stopped first on drop.
-    replica: Option<Box<Server>>,
+    replica: Option<harness::Server>,
 }
 
 impl Server {
@@ -31,8 +29,7 @@ impl Server {
         if let Some(port) = cfg.existing_port {
             let server = Server {
                 port,
-                child: None,
-                dir: None,
+                own: None,
                 replica: None,
             };
             let mut con = server
@@ -57,12 +54,6 @@ impl Server {
             }
             return Ok(server);
         }
-        if !cfg.module.is_file() {
-            return Err(format!(
-                "module not found at {} (run `cargo build --release`, or set REDIS_LOCK_MODULE)",
-                cfg.module.display()
-            ));
-        }
         Server::spawn(bin, Some(&cfg.module), &[])
     }
 
@@ -71,25 +62,12 @@ impl Server {
     pub fn production(cfg: &Config, bin: &str) -> Result<Server, String> {
         let aof = ["--appendonly", "yes", "--appendfsync", "everysec"];
         let mut primary = Server::spawn(bin, Some(&cfg.module), &aof)?;
-        let replica = Server::spawn(bin, Some(&cfg.module), &[])?;
-        let mut con = replica.connect();
-        let _: () = redis::cmd("REPLICAOF")
-            .arg("127.0.0.1")
-            .arg(primary.port)
-            .query(&mut con)
-            .map_err(|e| format!("REPLICAOF: {e}"))?;
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while info(&mut con, "replication")
-            .get("master_link_status")
-            .map(String::as_str)
-            != Some("up")
-        {
-            if Instant::now() > deadline {
-                return Err("the replica did not sync within 30 s".into());
-            }
-            thread::sleep(Duration::from_millis(20));
-        }
-        primary.replica = Some(Box::new(replica));
+        let own = primary.own.as_ref().expect("our own server");
+        let replica = builder(bin, Some(&cfg.module))
+            .replica_of(primary.port)
+            .try_start()?;
+        harness::wait_for_replica_sync(own, &replica);
+        primary.replica = Some(replica);
         Ok(primary)
     }
 
@@ -108,68 +86,16 @@ impl Server {
     /// Start our own `bin` on a port the OS chose, with `module` loaded (or none: the
     /// reference server that measures what loading the module costs other commands).
     pub fn spawn(bin: &str, module: Option<&Path>, extra: &[&str]) -> Result<Server, String> {
-        let dir = std::env::temp_dir().join(format!("redis-lock-bench-{}", uuid::Uuid::new_v4()));
-        fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-        let log = dir.join("redis.log");
-        // The OS picks the port: bind :0, read it, drop the listener, start the server there.
-        // Another process can take it in between, so try a few times.
-        for _ in 0..5 {
-            let port = TcpListener::bind("127.0.0.1:0")
-                .and_then(|l| l.local_addr())
-                .map_err(|e| format!("cannot pick a port: {e}"))?
-                .port();
-            let child = Command::new(bin)
-                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-                .args(["--save", "", "--appendonly", "no"])
-                .args(extra)
-                .arg("--dir")
-                .arg(&dir)
-                .arg("--logfile")
-                .arg(&log)
-                .args(
-                    module
-                        .map(|m| vec![std::ffi::OsStr::new("--loadmodule"), m.as_os_str()])
-                        .unwrap_or_default(),
-                )
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .map_err(|e| format!("cannot run {bin}: {e}"))?;
-            let mut server = Server {
-                port,
-                child: Some(child),
-                dir: Some(dir.clone()),
-                replica: None,
-            };
-            let deadline = Instant::now() + Duration::from_secs(10);
-            loop {
-                if let Some(status) = server.child.as_mut().and_then(|c| c.try_wait().ok()?) {
-                    let text = fs::read_to_string(&log).unwrap_or_default();
-                    if text.contains("Address already in use") {
-                        server.child = None;
-                        break;
-                    }
-                    return Err(format!("redis-server exited ({status}); log:\n{text}"));
-                }
-                if let Ok(mut con) = server.try_connect() {
-                    let pid: Option<String> = info(&mut con, "server").remove("process_id");
-                    if pid == server.child.as_ref().map(|c| c.id().to_string()) {
-                        return Ok(server);
-                    }
-                }
-                if Instant::now() > deadline {
-                    return Err("redis-server did not answer within 10 s".into());
-                }
-                thread::sleep(Duration::from_millis(10));
-            }
-        }
-        Err("no free port after 5 attempts".into())
+        let own = builder(bin, module).args(extra).try_start()?;
+        Ok(Server {
+            port: own.port(),
+            own: Some(own),
+            replica: None,
+        })
     }
 
     pub fn try_connect(&self) -> redis::RedisResult<Connection> {
-        let client = redis::Client::open(format!("redis://127.0.0.1:{}/", self.port))?;
-        let con = client.get_connection_with_timeout(Duration::from_secs(5))?;
+        let con = harness::try_connect(self.port, Duration::from_secs(5))?;
         // Long enough for FLUSHALL of a million keys and for blocked acquires.
         con.set_read_timeout(Some(Duration::from_secs(120)))?;
         Ok(con)
@@ -192,14 +118,17 @@ impl Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
+        // The replica first, so that the primary's end does not make it retry the link.
         self.replica.take();
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        if let Some(dir) = &self.dir {
-            let _ = fs::remove_dir_all(dir);
-        }
+    }
+}
+
+/// The harness's server of `bin`, with `module` (the benchmark's own, release build) or none.
+fn builder(bin: &str, module: Option<&Path>) -> harness::ServerBuilder {
+    let b = harness::Server::builder().bin(bin).name("lockbench");
+    match module {
+        Some(module) => b.module(module),
+        None => b.without_module(),
     }
 }
 

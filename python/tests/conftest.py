@@ -1,20 +1,21 @@
-"""pytest fixtures: real redis-server processes with the module loaded, on OS-chosen ports.
+"""pytest fixtures: real redis-server processes with the module loaded.
 
-The Python counterpart of tests/common/mod.rs (same environment variables, same
-settings): each server runs in its own temporary directory, bound to 127.0.0.1,
-on a port the OS picked (probed, then retried a few times if another process
-took it first), and is killed at the end. Tests wait on observable state
+The servers are started by the workspace's harness (``harness/``, the same Rust code that
+starts the Rust tests' servers) through its ``harness`` program: ``harness server`` prints one
+JSON line (port, pid, directory) and keeps the server running until its standard input closes.
+So each server runs in its own temporary directory, bound to 127.0.0.1, on a port the OS
+picked, ready once it answered PING, and is killed at the end. Tests wait on observable state
 (``blocked_clients``), never on fixed sleeps.
 
-- ``REDIS_SERVER``: the server binary (default /usr/bin/redis-server, else PATH).
-- ``REDIS_LOCK_MODULE``: the module (default <repo>/target/debug/libredis_lock.so).
+- ``HARNESS``: the harness program (default <repo>/target/debug/harness; ``make test-python``
+  builds it, or ``cargo build -p redis-lock-harness``).
+- ``REDIS_SERVER``, ``REDIS_LOCK_MODULE``: the server binary and the module, read by the harness
+  (see harness/README.md).
 """
 
+import json
 import os
-import shutil
-import socket
 import subprocess
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -23,64 +24,40 @@ import pytest
 import redis
 
 REPO = Path(__file__).resolve().parents[2]
-READY_TIMEOUT = 10.0
-PORT_ATTEMPTS = 5
 
 
-def server_binary():
-    env = os.environ.get("REDIS_SERVER")
-    if env:
-        return env
-    if os.access("/usr/bin/redis-server", os.X_OK):
-        return "/usr/bin/redis-server"
-    return shutil.which("redis-server") or "redis-server"
+def harness_program():
+    program = Path(os.environ.get("HARNESS", REPO / "target/debug/harness"))
+    if not os.access(program, os.X_OK):
+        raise RuntimeError(f"no harness program at {program} (run `cargo build -p redis-lock-harness`, or set HARNESS)")
+    return program
 
 
-def module_path():
-    return Path(os.environ.get("REDIS_LOCK_MODULE", REPO / "target/debug/libredis_lock.so"))
+class Process:
+    """The server process, by pid (the harness is its parent)."""
 
+    def __init__(self, pid):
+        self.pid = pid
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    def send_signal(self, sig):
+        os.kill(self.pid, sig)
 
 
 class Server:
-    """One redis-server with the module; ``client()`` / ``aclient()`` make clients for it."""
+    """One redis-server with the module; ``client()`` / ``aclient()`` make clients for it.
 
-    def __init__(self):
-        module = module_path()
-        if not module.is_file():
-            raise RuntimeError(f"module not found at {module} (run `cargo build`, or set REDIS_LOCK_MODULE)")
-        self.dir = Path(tempfile.mkdtemp(prefix="redis-lock-py-"))
-        for attempt in range(1, PORT_ATTEMPTS + 1):
-            self.port = free_port()
-            self.proc = subprocess.Popen(
-                [server_binary(), "--port", str(self.port), "--bind", "127.0.0.1",
-                 "--dir", str(self.dir), "--logfile", str(self.dir / "logfile"),
-                 "--save", "", "--appendonly", "no", "--loadmodule", str(module)],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            )
-            if self._wait_ready():
-                return
-            if "Address already in use" not in self.log():
-                break
-        raise RuntimeError(f"redis-server did not start:\n{self.log()}")
+    ``args`` go to ``harness server`` (e.g. ``"--", "--appendonly", "yes"``)."""
 
-    def _wait_ready(self):
-        deadline = time.monotonic() + READY_TIMEOUT
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                return False
-            try:
-                if redis.Redis(port=self.port, socket_timeout=1).ping():
-                    return True
-            except redis.ConnectionError:
-                time.sleep(0.02)
-        self.proc.kill()
-        self.proc.wait()
-        return False
+    def __init__(self, *args):
+        self._harness = subprocess.Popen(
+            [harness_program(), "server", *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        line = self._harness.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the harness did not start a server (exit status {self._harness.wait()})")
+        started = json.loads(line)
+        self.port = started["port"]
+        self.dir = Path(started["dir"])
+        self.proc = Process(started["pid"])
 
     def log(self):
         try:
@@ -97,9 +74,8 @@ class Server:
         return redis.asyncio.Redis(port=self.port, **kwargs)
 
     def stop(self):
-        self.proc.kill()
-        self.proc.wait()
-        shutil.rmtree(self.dir, ignore_errors=True)
+        self._harness.stdin.close()
+        self._harness.wait(timeout=60)
 
 
 @pytest.fixture(scope="session")

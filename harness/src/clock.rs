@@ -3,7 +3,7 @@
 //! `CLOCK_REALTIME`, `gettimeofday` and `time`, read from a file on every call, so a test can
 //! move the clock of a running server. Monotonic clocks are left alone.
 //!
-//! Environment: `CLOCKSHIFT_LIB`, the library (default `<crate>/target/clockshift/
+//! Environment: `CLOCKSHIFT_LIB`, the library (default `<workspace>/target/clockshift/
 //! libclockshift.so`).
 
 use std::fs::{self, OpenOptions};
@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 pub fn library() -> PathBuf {
     let path = match std::env::var_os("CLOCKSHIFT_LIB") {
         Some(path) => PathBuf::from(path),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("target/clockshift/libclockshift.so"),
+        None => crate::workspace_root().join("target/clockshift/libclockshift.so"),
     };
     assert!(
         path.is_file(),
