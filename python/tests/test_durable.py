@@ -2,6 +2,7 @@
 
 import asyncio
 import signal
+import threading
 import time
 
 import pytest
@@ -37,14 +38,13 @@ def test_durable_grant_is_on_the_replica_when_acquire_returns(pair, key):
     # A blocking waiter: granted on release, and that grant is acknowledged too.
     waiter = Lock(p, key, 10, durable=1)
     result = {}
-    import threading
-
     t = threading.Thread(target=lambda: result.setdefault("ok", waiter.acquire(timeout=10)))
     t.start()
     wait_until("the waiter", lambda: p.info("clients")["blocked_clients"] == 1)
+    first = lock.token
     assert lock.release()
     t.join()
-    assert result["ok"] is True and fence(r, key) == waiter.token > lock.token
+    assert result["ok"] is True and fence(r, key) == waiter.token > first
     assert waiter.release()
 
 
