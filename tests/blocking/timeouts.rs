@@ -1,0 +1,78 @@
+//! `BLOCK` timeouts: nil on timeout and out of the queue; `BLOCK 0` waits without limit; a
+//! wait behind a hold of centuries still times out.
+
+use super::*;
+
+#[test]
+fn timeout_replies_nil_and_leaves_the_queue() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let key = new_key();
+    let holder_token = must_acquire(&mut c, &key, "holder", LONG_TTL);
+
+    let sent = Instant::now();
+    let waiter = Waiter::start(&server, &mut c, &key, "waiter", WAITER_TTL, "200");
+    let (reply, at) = waiter.reply();
+    assert_eq!(reply, Ok(Value::Nil));
+    assert!(
+        at - sent >= Duration::from_millis(200),
+        "nil after {:?}, before the 200 ms timeout",
+        at - sent
+    );
+    wait_blocked(&mut c, 0);
+    assert_held(&mut c, &key, holder_token, LONG_TTL);
+
+    // The timed-out waiter is not granted: the key is freed entirely.
+    assert_eq!(release(&mut c, &key, "holder"), 1);
+    assert_absent(&mut c, &key);
+}
+
+#[test]
+fn block_zero_waits_without_limit() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let key = new_key();
+    let holder_token = must_acquire(&mut c, &key, "holder", LONG_TTL);
+
+    let patient = Waiter::start(&server, &mut c, &key, "patient", WAITER_TTL, "0");
+    // A waiter queued later with a short timeout gives up; the BLOCK 0 one,
+    // queued earlier, is still waiting after that.
+    let hasty = Waiter::start(&server, &mut c, &key, "hasty", WAITER_TTL, "100");
+    assert_eq!(hasty.reply().0, Ok(Value::Nil));
+    wait_blocked(&mut c, 1);
+    assert!(
+        !patient.handle.is_finished(),
+        "the BLOCK 0 waiter got a reply while the lock was held"
+    );
+
+    assert_eq!(release(&mut c, &key, "holder"), 1);
+    let token = patient.token();
+    assert!(token > holder_token);
+    assert_fresh_grant(&mut c, &key, token);
+    assert_eq!(release(&mut c, &key, "patient"), 1);
+    assert_absent(&mut c, &key);
+}
+
+#[test]
+fn waiting_behind_a_hold_of_centuries_times_out_cleanly() {
+    // A holder's deadline far in the future (the largest ttl accepted is about 146 million
+    // years) must not break the timer armed at it: the waiter gets its nil at its timeout.
+    let server = Server::start();
+    let mut c = server.conn();
+    let key = unique_key("centuries");
+    must_acquire(&mut c, &key, "holder", 4_000_000_000_000_000_000);
+    let reply: Value = redis::cmd("LOCK.ACQUIRE")
+        .arg(&key)
+        .arg("waiter")
+        .arg(WAITER_TTL)
+        .arg("BLOCK")
+        .arg(50)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(reply, Value::Nil);
+    assert_eq!(
+        info_field(&mut c, "lock", "lock_timed_out").as_deref(),
+        Some("1")
+    );
+    assert!(!server.log().contains("panicked"), "{}", server.log());
+}
