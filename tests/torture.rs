@@ -4,7 +4,7 @@
 //! two live holds at once, a token granted twice or out of order, a token that went backwards
 //! across a restart or failover, a stale fenced write accepted, an acknowledged lock lost.
 //!
-//! Each `#[test]` is one scenario (see `torture/scenarios.rs` for what each injects and its
+//! Each `#[test]` is one scenario (see `torture/scenarios/` for what each injects and its
 //! own pass criteria). Each prints its tables; when every scenario of the file has run in one
 //! process, the summary table follows.
 //!
@@ -14,7 +14,7 @@
 //!   unfenced resource.
 //! - `torture/checker.rs`: the offline checks, each with its pass criterion.
 //! - `torture/faults.rs`: the tools the nemeses use (signals, `CLIENT LIST`, `MULTI`, AOF...).
-//! - `torture/scenarios.rs`: the scenarios and their nemeses.
+//! - `torture/scenarios/`: the scenarios and their nemeses, a file per family of faults.
 //! - `torture/shared.rs`: the scenarios with shared holders (`SHARED [LIMIT n]`) and the checks
 //!   only they need; `torture/checker_tests.rs`: the checker on hand-made histories.
 //! - `torture/run.rs`: running a scenario; `torture/report.rs`: the tables.
@@ -40,7 +40,7 @@ mod history;
 mod report;
 #[path = "torture/run.rs"]
 mod run;
-#[path = "torture/scenarios.rs"]
+#[path = "torture/scenarios/mod.rs"]
 mod scenarios;
 #[path = "torture/shared.rs"]
 mod shared;
