@@ -12,7 +12,7 @@
 //! - `torture/history.rs`: the recorded history (operations, faults, observations).
 //! - `torture/workload.rs`: the clients (threads, and holder processes), the fenced and the
 //!   unfenced resource.
-//! - `torture/checker.rs`: the offline checks, each with its pass criterion.
+//! - `torture/checker/`: the offline checks, each with its pass criterion.
 //! - `torture/faults.rs`: the tools the nemeses use (signals, `CLIENT LIST`, `MULTI`, AOF...).
 //! - `torture/scenarios/`: the scenarios and their nemeses, a file per family of faults.
 //! - `torture/shared.rs`: the scenarios with shared holders (`SHARED [LIMIT n]`) and the checks
@@ -28,7 +28,7 @@
 
 mod common;
 
-#[path = "torture/checker.rs"]
+#[path = "torture/checker/mod.rs"]
 mod checker;
 #[path = "torture/checker_tests.rs"]
 mod checker_tests;
