@@ -10,7 +10,7 @@
 //!
 //! Layout:
 //! - `torture/history.rs`: the recorded history (operations, faults, observations).
-//! - `torture/workload.rs`: the clients (threads, and holder processes), the fenced and the
+//! - `torture/workload/`: the clients (threads, and holder processes), the fenced and the
 //!   unfenced resource.
 //! - `torture/checker/`: the offline checks, each with its pass criterion.
 //! - `torture/faults.rs`: the tools the nemeses use (signals, `CLIENT LIST`, `MULTI`, AOF...).
@@ -44,7 +44,7 @@ mod run;
 mod scenarios;
 #[path = "torture/shared.rs"]
 mod shared;
-#[path = "torture/workload.rs"]
+#[path = "torture/workload/mod.rs"]
 mod workload;
 
 // Network and clock faults (issue 14): their own runner and tables, see torture/netfault.rs.
