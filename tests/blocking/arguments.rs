@@ -4,8 +4,7 @@ use super::*;
 
 #[test]
 fn block_argument_errors_are_rejected_and_change_nothing() {
-    let server = Server::start();
-    let mut c = server.conn();
+    let (_server, mut c) = start();
     let (held, free) = (new_key(), new_key());
     let holder_token = must_acquire(&mut c, &held, "holder", LONG_TTL);
 

@@ -5,8 +5,7 @@ use super::*;
 
 #[test]
 fn waiter_gets_the_lock_when_the_holder_deadline_passes() {
-    let server = Server::start();
-    let mut c = server.conn();
+    let (server, mut c) = start();
     // The handoff must come from the module's own deadline, not Redis deleting
     // the expired key.
     ok(
@@ -42,10 +41,7 @@ fn waiter_gets_the_lock_when_the_holder_deadline_passes() {
 /// Hold a key, queue a waiter, run `cmd` (which must reply `reply`) to delete
 /// the key, and check the waiter gets a larger token.
 fn deletion_hands_the_lock_to_the_first_waiter(cmd: &[&str], reply: Value) {
-    let server = Server::start();
-    let mut c = server.conn();
-    let key = new_key();
-    let holder_token = must_acquire(&mut c, &key, "holder", LONG_TTL);
+    let (server, mut c, key, holder_token) = held_key();
     let first = Waiter::start(&server, &mut c, &key, "first", WAITER_TTL, "0");
     let second = Waiter::start(&server, &mut c, &key, "second", WAITER_TTL, "0");
 
@@ -94,8 +90,7 @@ fn flushall_hands_the_lock_to_the_first_waiter() {
 
 #[test]
 fn rename_frees_the_old_name_for_its_waiters_and_keeps_the_hold() {
-    let server = Server::start();
-    let mut c = server.conn();
+    let (server, mut c) = start();
     let (old, new) = (new_key(), new_key());
     let holder_token = must_acquire(&mut c, &old, "holder", LONG_TTL);
     let waiter = Waiter::start(&server, &mut c, &old, "waiter", WAITER_TTL, "0");
@@ -118,10 +113,7 @@ fn rename_frees_the_old_name_for_its_waiters_and_keeps_the_hold() {
 
 #[test]
 fn overwriting_the_key_fails_its_waiters_with_wrongtype() {
-    let server = Server::start();
-    let mut c = server.conn();
-    let key = new_key();
-    must_acquire(&mut c, &key, "holder", LONG_TTL);
+    let (server, mut c, key, _) = held_key();
     let waiter = Waiter::start(&server, &mut c, &key, "waiter", WAITER_TTL, "0");
 
     ok(call(&mut c, "SET", &[&key, "x"]), "SET");

@@ -4,20 +4,14 @@ use super::*;
 
 #[test]
 fn disconnected_waiter_is_skipped() {
-    let server = Server::start();
-    let mut c = server.conn();
-    let key = new_key();
-    let holder_token = must_acquire(&mut c, &key, "holder", LONG_TTL);
+    let (server, mut c, key, holder_token) = held_key();
 
     let gone = raw_waiter(&server, &mut c, &key, "gone", "0");
     let next = Waiter::start(&server, &mut c, &key, "next", WAITER_TTL, "0");
     drop(gone);
     wait_blocked(&mut c, 1);
 
-    assert_eq!(release(&mut c, &key, "holder"), 1);
-    let token = next.token();
-    assert!(token > holder_token);
-    assert_fresh_grant(&mut c, &key, token);
+    release_to(&mut c, &key, "holder", next, holder_token);
     assert_eq!(release(&mut c, &key, "gone"), 0);
 
     // The disconnected waiter is not queued any more either: the key is freed.
@@ -27,10 +21,7 @@ fn disconnected_waiter_is_skipped() {
 
 #[test]
 fn disconnected_only_waiter_leaves_the_key_free_after_release() {
-    let server = Server::start();
-    let mut c = server.conn();
-    let key = new_key();
-    must_acquire(&mut c, &key, "holder", LONG_TTL);
+    let (server, mut c, key, _) = held_key();
 
     let gone = raw_waiter(&server, &mut c, &key, "gone", "0");
     drop(gone);
@@ -42,10 +33,7 @@ fn disconnected_only_waiter_leaves_the_key_free_after_release() {
 
 #[test]
 fn client_killed_waiter_is_skipped() {
-    let server = Server::start();
-    let mut c = server.conn();
-    let key = new_key();
-    let holder_token = must_acquire(&mut c, &key, "holder", LONG_TTL);
+    let (server, mut c, key, holder_token) = held_key();
 
     let killed = Waiter::start(&server, &mut c, &key, "killed", WAITER_TTL, "0");
     let next = Waiter::start(&server, &mut c, &key, "next", WAITER_TTL, "0");
@@ -59,10 +47,7 @@ fn client_killed_waiter_is_skipped() {
     }
     wait_blocked(&mut c, 1);
 
-    assert_eq!(release(&mut c, &key, "holder"), 1);
-    let token = next.token();
-    assert!(token > holder_token);
-    assert_fresh_grant(&mut c, &key, token);
+    release_to(&mut c, &key, "holder", next, holder_token);
     assert_eq!(release(&mut c, &key, "killed"), 0);
     assert_eq!(release(&mut c, &key, "next"), 1);
     assert_absent(&mut c, &key);
@@ -70,10 +55,7 @@ fn client_killed_waiter_is_skipped() {
 
 #[test]
 fn client_unblock_gives_nil_or_error_and_leaves_the_queue() {
-    let server = Server::start();
-    let mut c = server.conn();
-    let key = new_key();
-    let holder_token = must_acquire(&mut c, &key, "holder", LONG_TTL);
+    let (server, mut c, key, holder_token) = held_key();
 
     let plain = Waiter::start(&server, &mut c, &key, "plain", WAITER_TTL, "0");
     let timeout = Waiter::start(&server, &mut c, &key, "timeout", WAITER_TTL, "0");
@@ -108,10 +90,7 @@ fn client_unblock_gives_nil_or_error_and_leaves_the_queue() {
 
     // None of the unblocked clients is still queued: the last one gets the lock,
     // and after it nobody.
-    assert_eq!(release(&mut c, &key, "holder"), 1);
-    let token = last.token();
-    assert!(token > holder_token);
-    assert_fresh_grant(&mut c, &key, token);
+    release_to(&mut c, &key, "holder", last, holder_token);
     assert_eq!(release(&mut c, &key, "last"), 1);
     assert_absent(&mut c, &key);
 }

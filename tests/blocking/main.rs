@@ -47,6 +47,21 @@ fn new_key() -> String {
     unique_key("blocking")
 }
 
+/// A server and a connection to it.
+fn start() -> (Server, Connection) {
+    let server = Server::start();
+    let c = server.conn();
+    (server, c)
+}
+
+/// A server, a connection to it, and a new key held by `holder` for `LONG_TTL`, with its token.
+fn held_key() -> (Server, Connection, String, i64) {
+    let (server, mut c) = start();
+    let key = new_key();
+    let token = must_acquire(&mut c, &key, "holder", LONG_TTL);
+    (server, c, key, token)
+}
+
 // --- Helpers -----------------------------------------------------------------
 
 /// `CLIENT ID` of `conn`.
@@ -124,6 +139,17 @@ impl Waiter {
     fn token(self) -> i64 {
         self.granted().0
     }
+}
+
+/// Release `key` as `holder` and check that `waiter` is handed it: a token above `previous`
+/// and a ttl counted from the handoff. Returns the waiter's token.
+#[track_caller]
+fn release_to(c: &mut Connection, key: &str, holder: &str, waiter: Waiter, previous: i64) -> i64 {
+    assert_eq!(release(c, key, holder), 1);
+    let token = waiter.token();
+    assert!(token > previous, "handoff token {token} <= {previous}");
+    assert_fresh_grant(c, key, token);
+    token
 }
 
 /// A waiter on a bare socket, so the test can close the connection while the

@@ -4,8 +4,7 @@ use super::*;
 
 #[test]
 fn block_inside_multi_behaves_as_without_block() {
-    let server = Server::start();
-    let mut c = server.conn();
+    let (_server, mut c) = start();
     let (held, free) = (new_key(), new_key());
     let holder_token = must_acquire(&mut c, &held, "holder", LONG_TTL);
 
@@ -42,10 +41,7 @@ fn block_inside_multi_behaves_as_without_block() {
 
 #[test]
 fn block_inside_lua_behaves_as_without_block() {
-    let server = Server::start();
-    let mut c = server.conn();
-    let key = new_key();
-    let holder_token = must_acquire(&mut c, &key, "holder", LONG_TTL);
+    let (_server, mut c, key, holder_token) = held_key();
     let script = "return redis.call('LOCK.ACQUIRE', KEYS[1], ARGV[1], ARGV[2], 'BLOCK', '0')";
 
     assert_eq!(

@@ -5,10 +5,7 @@ use super::*;
 
 #[test]
 fn waiters_are_granted_in_arrival_order_with_increasing_tokens() {
-    let server = Server::start();
-    let mut c = server.conn();
-    let key = new_key();
-    let holder_token = must_acquire(&mut c, &key, "holder", LONG_TTL);
+    let (server, mut c, key, holder_token) = held_key();
 
     let owners = ["w0", "w1", "w2", "w3", "w4", "w5"];
     let mut waiters: Vec<Waiter> = owners
@@ -49,10 +46,7 @@ fn waiters_are_granted_in_arrival_order_with_increasing_tokens() {
 
 #[test]
 fn non_blocking_acquire_never_barges_ahead_of_waiters() {
-    let server = Server::start();
-    let mut c = server.conn();
-    let key = new_key();
-    let holder_token = must_acquire(&mut c, &key, "holder", LONG_TTL);
+    let (server, mut c, key, holder_token) = held_key();
     let waiter = Waiter::start(&server, &mut c, &key, "waiter", WAITER_TTL, "0");
 
     // Release and a foreign acquire in one pipeline: no other command (nor the
@@ -82,8 +76,7 @@ fn non_blocking_acquire_never_barges_ahead_of_waiters() {
 
 #[test]
 fn holder_reacquiring_with_block_gets_its_own_token_at_once() {
-    let server = Server::start();
-    let mut c = server.conn();
+    let (server, mut c) = start();
     let key = new_key();
 
     // A free lock with BLOCK: granted at once (option name in any case).

@@ -5,10 +5,7 @@ use super::*;
 
 #[test]
 fn timeout_replies_nil_and_leaves_the_queue() {
-    let server = Server::start();
-    let mut c = server.conn();
-    let key = new_key();
-    let holder_token = must_acquire(&mut c, &key, "holder", LONG_TTL);
+    let (server, mut c, key, holder_token) = held_key();
 
     let sent = Instant::now();
     let waiter = Waiter::start(&server, &mut c, &key, "waiter", WAITER_TTL, "200");
@@ -29,10 +26,7 @@ fn timeout_replies_nil_and_leaves_the_queue() {
 
 #[test]
 fn block_zero_waits_without_limit() {
-    let server = Server::start();
-    let mut c = server.conn();
-    let key = new_key();
-    let holder_token = must_acquire(&mut c, &key, "holder", LONG_TTL);
+    let (server, mut c, key, holder_token) = held_key();
 
     let patient = Waiter::start(&server, &mut c, &key, "patient", WAITER_TTL, "0");
     // A waiter queued later with a short timeout gives up; the BLOCK 0 one,
@@ -45,10 +39,7 @@ fn block_zero_waits_without_limit() {
         "the BLOCK 0 waiter got a reply while the lock was held"
     );
 
-    assert_eq!(release(&mut c, &key, "holder"), 1);
-    let token = patient.token();
-    assert!(token > holder_token);
-    assert_fresh_grant(&mut c, &key, token);
+    release_to(&mut c, &key, "holder", patient, holder_token);
     assert_eq!(release(&mut c, &key, "patient"), 1);
     assert_absent(&mut c, &key);
 }
@@ -57,8 +48,7 @@ fn block_zero_waits_without_limit() {
 fn waiting_behind_a_hold_of_centuries_times_out_cleanly() {
     // A holder's deadline far in the future (the largest ttl accepted is about 146 million
     // years) must not break the timer armed at it: the waiter gets its nil at its timeout.
-    let server = Server::start();
-    let mut c = server.conn();
+    let (server, mut c) = start();
     let key = unique_key("centuries");
     must_acquire(&mut c, &key, "holder", 4_000_000_000_000_000_000);
     let reply: Value = redis::cmd("LOCK.ACQUIRE")

@@ -44,8 +44,7 @@ fn cap_of_two_is_enforced(server: &Server) {
 
 #[test]
 fn waiter_cap_set_with_config_set() {
-    let server = Server::start();
-    let mut c = server.conn();
+    let (server, mut c) = start();
     assert_eq!(config_get(&mut c, "lock.max-waiters"), "10000");
     ok(
         call(&mut c, "CONFIG", &["SET", "lock.max-waiters", "2"]),
