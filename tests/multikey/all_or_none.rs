@@ -6,8 +6,7 @@ use super::*;
 
 #[test]
 fn free_keys_are_all_granted_with_increasing_tokens_in_key_order() {
-    let server = Server::start();
-    let mut c = server.conn();
+    let (_server, mut c) = start();
     let ks = keys(3);
     let got = macquire(&mut c, &ks, "order-1", LONG_TTL).expect("a grant");
     assert_eq!(got.len(), 3);
@@ -30,8 +29,7 @@ fn free_keys_are_all_granted_with_increasing_tokens_in_key_order() {
 
 #[test]
 fn one_busy_key_refuses_the_whole_set_and_changes_nothing() {
-    let server = Server::start();
-    let mut c = server.conn();
+    let (_server, mut c) = start();
     let ks = keys(3);
     let held = must_acquire(&mut c, &ks[2], "someone", LONG_TTL);
     assert_eq!(macquire(&mut c, &ks, "order-1", LONG_TTL), None);
@@ -47,8 +45,7 @@ fn one_busy_key_refuses_the_whole_set_and_changes_nothing() {
 
 #[test]
 fn a_partly_held_set_is_an_idempotent_retry() {
-    let server = Server::start();
-    let mut c = server.conn();
+    let (_server, mut c) = start();
     let ks = keys(3);
     let mine = must_acquire(&mut c, &ks[1], "order-1", 1_000);
     let got = macquire(&mut c, &ks, "order-1", LONG_TTL).expect("a grant");
@@ -67,8 +64,7 @@ fn a_partly_held_set_is_an_idempotent_retry() {
 
 #[test]
 fn a_freed_key_goes_to_its_queued_waiter_not_to_a_later_set() {
-    let server = Server::start();
-    let mut c = server.conn();
+    let (server, mut c) = start();
     let ks = keys(2);
     must_acquire(&mut c, &ks[1], "holder", LONG_TTL);
     let waiter = Blocked::one(&server, &mut c, &ks[1], "waiter");
@@ -82,8 +78,7 @@ fn a_freed_key_goes_to_its_queued_waiter_not_to_a_later_set() {
 
 #[test]
 fn mrelease_releases_only_what_owner_holds_and_hands_keys_to_waiters() {
-    let server = Server::start();
-    let mut c = server.conn();
+    let (server, mut c) = start();
     let ks = keys(3);
     macquire(&mut c, &ks[..2], "order-1", LONG_TTL).expect("a grant");
     let other = must_acquire(&mut c, &ks[2], "order-2", LONG_TTL);

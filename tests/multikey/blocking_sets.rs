@@ -6,8 +6,7 @@ use super::*;
 
 #[test]
 fn a_blocked_set_is_granted_all_at_once_when_its_last_key_frees() {
-    let server = Server::start();
-    let mut c = server.conn();
+    let (server, mut c) = start();
     let ks = keys(3);
     let a = must_acquire(&mut c, &ks[0], "h-a", LONG_TTL);
     let b = must_acquire(&mut c, &ks[2], "h-b", LONG_TTL);
@@ -30,8 +29,7 @@ fn a_blocked_set_is_granted_all_at_once_when_its_last_key_frees() {
 
 #[test]
 fn a_later_single_key_waiter_never_overtakes_a_set_and_disjoint_keys_are_not_delayed() {
-    let server = Server::start();
-    let mut c = server.conn();
+    let (server, mut c) = start();
     let ks = keys(3); // ks[0], ks[1]: the set; ks[2]: a key outside it
     must_acquire(&mut c, &ks[0], "h-0", LONG_TTL);
     must_acquire(&mut c, &ks[1], "h-1", LONG_TTL);
@@ -62,8 +60,7 @@ fn a_later_single_key_waiter_never_overtakes_a_set_and_disjoint_keys_are_not_del
 
 #[test]
 fn overlapping_sets_and_a_single_waiter_keep_arrival_order_without_deadlock() {
-    let server = Server::start();
-    let mut c = server.conn();
+    let (server, mut c) = start();
     let ks = keys(3); // A, B, C
     let (a, b, cc) = (&ks[0], &ks[1], &ks[2]);
     macquire(&mut c, &[a.clone(), cc.clone()], "holder", LONG_TTL).unwrap();
@@ -91,8 +88,7 @@ fn overlapping_sets_and_a_single_waiter_keep_arrival_order_without_deadlock() {
 
 #[test]
 fn sets_in_opposite_key_order_do_not_deadlock() {
-    let server = Server::start();
-    let mut c = server.conn();
+    let (server, mut c) = start();
     let ks = keys(2);
     let rev = vec![ks[1].clone(), ks[0].clone()];
     must_acquire(&mut c, &ks[0], "h", LONG_TTL);
@@ -159,8 +155,7 @@ fn a_waiting_set_whose_key_expires_is_granted_from_the_timer_in_one_transaction(
 
 #[test]
 fn a_set_that_times_out_or_leaves_wakes_the_waiter_behind_it() {
-    let server = Server::start();
-    let mut c = server.conn();
+    let (server, mut c) = start();
     let ks = keys(2);
     must_acquire(&mut c, &ks[1], "holder", LONG_TTL);
     // ks[0] is free; each set blocks the single waiter queued on ks[0] behind it.
@@ -201,8 +196,7 @@ fn a_set_that_times_out_or_leaves_wakes_the_waiter_behind_it() {
 
 #[test]
 fn block_inside_multi_or_a_script_does_not_block() {
-    let server = Server::start();
-    let mut c = server.conn();
+    let (_server, mut c) = start();
     let ks = keys(2);
     must_acquire(&mut c, &ks[1], "holder", LONG_TTL);
     let args = macquire_args(&ks, "o", 1000, &["BLOCK", "0"]);
@@ -223,8 +217,7 @@ fn block_inside_multi_or_a_script_does_not_block() {
 
 #[test]
 fn a_key_that_changes_type_fails_the_waiting_set() {
-    let server = Server::start();
-    let mut c = server.conn();
+    let (server, mut c) = start();
     let ks = keys(2);
     must_acquire(&mut c, &ks[1], "holder", LONG_TTL);
     let set = Blocked::set(&server, &mut c, &ks, "order-1", "0");
@@ -254,8 +247,7 @@ fn a_full_queue_on_any_key_refuses_the_set() {
 
 #[test]
 fn a_waiting_set_is_granted_when_its_held_keys_are_deleted_or_flushed() {
-    let server = Server::start();
-    let mut c = server.conn();
+    let (server, mut c) = start();
     for how in ["DEL", "FLUSHALL"] {
         let ks = keys(3);
         must_acquire(&mut c, &ks[1], "holder", LONG_TTL);

@@ -4,8 +4,7 @@ use super::*;
 
 #[test]
 fn bad_key_lists_are_errors_that_change_nothing() {
-    let server = Server::start();
-    let mut c = server.conn();
+    let (_server, mut c) = start();
     let ks = keys(3);
     redis::cmd("SET").arg(&ks[2]).arg("x").exec(&mut c).unwrap();
     let cases: Vec<(Vec<String>, &str)> = vec![
@@ -80,8 +79,7 @@ fn bad_key_lists_are_errors_that_change_nothing() {
 
 #[test]
 fn more_keys_than_max_multi_keys_is_an_error() {
-    let server = Server::start();
-    let mut c = server.conn();
+    let (_server, mut c) = start();
     let ks = keys(65);
     assert_err(
         call(&mut c, "LOCK.MACQUIRE", &macquire_args(&ks, "o", 1000, &[])),

@@ -5,8 +5,7 @@ use super::*;
 
 #[test]
 fn command_getkeys_and_command_info_see_every_key() {
-    let server = Server::start();
-    let mut c = server.conn();
+    let (_server, mut c) = start();
     let got: Vec<String> = redis::cmd("COMMAND")
         .arg("GETKEYS")
         .arg("LOCK.MACQUIRE")
@@ -31,8 +30,7 @@ fn command_getkeys_and_command_info_see_every_key() {
 
 #[test]
 fn acl_key_patterns_apply_to_every_key() {
-    let server = Server::start();
-    let mut c = server.conn();
+    let (server, mut c) = start();
     call(
         &mut c,
         "ACL",

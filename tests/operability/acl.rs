@@ -15,8 +15,7 @@ fn conn_as(server: &Server, user: &str, pass: &str) -> Connection {
 
 #[test]
 fn acl_key_patterns_apply_to_lock_commands() {
-    let server = Server::start();
-    let mut c = server.conn();
+    let (server, mut c) = start();
     for rule in [
         vec!["SETUSER", "elsewhere", "on", ">pw", "~other:*", "+@all"],
         vec!["SETUSER", "reader", "on", ">pw", "%R~lock:*", "+@all"],

@@ -49,8 +49,7 @@ fn strings(v: &Value) -> Vec<String> {
 
 #[test]
 fn command_docs_describe_every_command() {
-    let server = Server::start();
-    let mut c = server.conn();
+    let (_server, mut c) = start();
     let reply: Value = redis::cmd("COMMAND")
         .arg("DOCS")
         .arg("lock.acquire")
@@ -148,8 +147,7 @@ fn command_docs_describe_every_command() {
 
 #[test]
 fn command_info_flags_and_getkeys() {
-    let server = Server::start();
-    let mut c = server.conn();
+    let (_server, mut c) = start();
     let flags = |c: &mut Connection, name: &str| -> Vec<String> {
         let reply: Value = redis::cmd("COMMAND")
             .arg("INFO")

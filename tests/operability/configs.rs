@@ -4,8 +4,7 @@ use super::*;
 
 #[test]
 fn configs_have_defaults_and_reject_out_of_range_values() {
-    let server = Server::start();
-    let mut c = server.conn();
+    let (_server, mut c) = start();
     let all: BTreeMap<String, String> = redis::cmd("CONFIG")
         .arg("GET")
         .arg("lock.*")

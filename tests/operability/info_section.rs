@@ -185,8 +185,7 @@ fn ms_since(start: Instant) -> f64 {
 
 #[test]
 fn info_section_counts_a_known_sequence_exactly() {
-    let server = Server::start();
-    let mut c = server.conn();
+    let (server, mut c) = start();
     let mut want = Counters::default();
     let start = lock_stats(&mut c);
     // The start jump (lock.failover-token-margin-ms) sets the high-water mark before any grant.
@@ -290,8 +289,7 @@ fn info_section_counts_a_known_sequence_exactly() {
 
 #[test]
 fn info_section_counts_an_expiry_replaced_by_a_new_grant_once() {
-    let server = Server::start();
-    let mut c = server.conn();
+    let (_server, mut c) = start();
     let key = unique_key("stats");
     let mut want = Counters::default();
     // Active expiry off: nothing deletes the key in the background, so the next command on it
@@ -321,8 +319,7 @@ fn info_section_counts_an_expiry_replaced_by_a_new_grant_once() {
 
 #[test]
 fn info_section_counts_an_expiry_handed_to_a_waiter() {
-    let server = Server::start();
-    let mut c = server.conn();
+    let (server, mut c) = start();
     let key = unique_key("stats");
     let mut want = Counters::default();
     // Long enough for the waiter to be seen blocked before the deadline on a loaded machine.
@@ -343,8 +340,7 @@ fn info_section_counts_an_expiry_handed_to_a_waiter() {
 
 #[test]
 fn info_section_gauges_follow_blocked_clients() {
-    let server = Server::start();
-    let mut c = server.conn();
+    let (server, mut c) = start();
     let (k1, k2) = (unique_key("gauge1"), unique_key("gauge2"));
     must_acquire(&mut c, &k1, "a", LONG_TTL);
     must_acquire(&mut c, &k2, "a", LONG_TTL);

@@ -41,8 +41,7 @@ fn lock_events(
 
 #[test]
 fn keyspace_events_follow_the_lock_lifecycle() {
-    let server = Server::start();
-    let mut c = server.conn();
+    let (server, mut c) = start();
     assert_eq!(
         config_set(&mut c, "notify-keyspace-events", "KEd"),
         Ok(Value::Okay)
@@ -71,8 +70,7 @@ fn keyspace_events_follow_the_lock_lifecycle() {
 
 #[test]
 fn keyspace_events_are_off_by_default() {
-    let server = Server::start();
-    let mut c = server.conn();
+    let (server, mut c) = start();
     assert_eq!(config_get(&mut c, "notify-keyspace-events"), "");
     let key = unique_key("events");
     let got = lock_events(&server, &mut c, |c| {

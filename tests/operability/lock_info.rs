@@ -23,33 +23,27 @@ fn assert_info_resp2(reply: Value, owner: &[u8], token: i64, max_ttl: i64, waite
         ttl > 0 && ttl <= max_ttl,
         "LOCK.INFO ttl = {ttl}, expected in 1..={max_ttl}"
     );
-    assert_eq!(
-        items[..14],
-        vec![
-            bulk("owner"),
-            bulk(owner),
-            bulk("token"),
-            Value::Int(token),
-            bulk("ttl"),
-            Value::Int(ttl),
-            bulk("waiters"),
-            Value::Int(waiters),
-            bulk("mode"),
-            Value::SimpleString("exclusive".into()),
-            bulk("limit"),
-            Value::Nil,
-            bulk("holders"),
-            Value::Array(vec![Value::Array(vec![
-                bulk("owner"),
-                bulk(owner),
-                bulk("token"),
-                Value::Int(token),
-                bulk("ttl"),
-                Value::Int(ttl),
-            ])]),
-        ],
-        "LOCK.INFO reply"
-    );
+    // The hold, at the top and again as the only holder.
+    let hold = vec![
+        bulk("owner"),
+        bulk(owner),
+        bulk("token"),
+        Value::Int(token),
+        bulk("ttl"),
+        Value::Int(ttl),
+    ];
+    let mut want = hold.clone();
+    want.extend([
+        bulk("waiters"),
+        Value::Int(waiters),
+        bulk("mode"),
+        Value::SimpleString("exclusive".into()),
+        bulk("limit"),
+        Value::Nil,
+        bulk("holders"),
+        Value::Array(vec![Value::Array(hold)]),
+    ]);
+    assert_eq!(items[..14], want, "LOCK.INFO reply");
     assert_eq!(items[14], bulk("queue"));
     match &items[15] {
         Value::Array(queue) => assert_eq!(queue.len() as i64, waiters, "queue {queue:?}"),
@@ -59,8 +53,7 @@ fn assert_info_resp2(reply: Value, owner: &[u8], token: i64, max_ttl: i64, waite
 
 #[test]
 fn info_is_nil_for_a_free_lock_and_describes_a_held_one() {
-    let server = Server::start();
-    let mut c = server.conn();
+    let (_server, mut c) = start();
     let key = unique_key("info");
     let owner: &[u8] = b"own\x00er\xff\r\n";
 
@@ -88,8 +81,7 @@ fn info_is_nil_for_a_free_lock_and_describes_a_held_one() {
 
 #[test]
 fn info_is_nil_once_the_hold_expired() {
-    let server = Server::start();
-    let mut c = server.conn();
+    let (_server, mut c) = start();
     let key = unique_key("info");
     // With active expiry off the key stays until something touches it: LOCK.INFO must not
     // report a hold past its deadline either way.
@@ -115,8 +107,7 @@ fn info_is_nil_once_the_hold_expired() {
 
 #[test]
 fn info_counts_the_waiters_in_the_queue() {
-    let server = Server::start();
-    let mut c = server.conn();
+    let (server, mut c) = start();
     let key = unique_key("info");
     let token = must_acquire(&mut c, &key, "holder", LONG_TTL);
     let info = |c: &mut Connection| lock_info(c, &key).unwrap();
@@ -195,8 +186,7 @@ fn info_is_a_map_under_resp3() {
 
 #[test]
 fn info_rejects_bad_arity_and_other_types() {
-    let server = Server::start();
-    let mut c = server.conn();
+    let (_server, mut c) = start();
     let arity = "ERR wrong number of arguments for 'lock.info' command";
     assert_err(call::<&str>(&mut c, "LOCK.INFO", &[]), arity);
     assert_err(call(&mut c, "LOCK.INFO", &["a", "b"]), arity);

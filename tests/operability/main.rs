@@ -115,3 +115,10 @@ fn config_set(c: &mut Connection, name: &str, value: &str) -> RedisResult<Value>
         .arg(value)
         .query(c)
 }
+
+/// A server with the module, and a connection to it.
+fn start() -> (Server, Connection) {
+    let server = Server::start();
+    let c = server.conn();
+    (server, c)
+}
