@@ -152,6 +152,13 @@ fn release_to(c: &mut Connection, key: &str, holder: &str, waiter: Waiter, previ
     token
 }
 
+/// Release `key` as `owner`, its last holder with no one queued: the key is gone.
+#[track_caller]
+fn release_last(c: &mut Connection, key: &str, owner: &str) {
+    assert_eq!(release(c, key, owner), 1);
+    assert_absent(c, key);
+}
+
 /// A waiter on a bare socket, so the test can close the connection while the
 /// command is blocked: write `LOCK.ACQUIRE ... BLOCK` and return once blocked.
 fn raw_waiter(
