@@ -260,6 +260,9 @@ fn crowds(intervals: &[(Micros, Micros, usize)]) -> Vec<(Micros, Vec<usize>)> {
     out
 }
 
+/// Per key, the certain intervals `(from, until, hold)` of its holds.
+type PerKey<'h> = HashMap<&'h str, Vec<(Micros, Micros, usize)>>;
+
 fn describe_all(index: &Index, holds: &[usize]) -> String {
     let mut out = String::new();
     for &i in holds {
@@ -269,10 +272,7 @@ fn describe_all(index: &Index, holds: &[usize]) -> String {
 }
 
 /// Pass: per key, no shared hold was certainly live at the same moment as an exclusive one.
-fn shared_exclusive_holds(
-    per_key: &HashMap<&str, Vec<(Micros, Micros, usize)>>,
-    index: &Index,
-) -> Check {
+fn shared_exclusive_holds(per_key: &PerKey, index: &Index) -> Check {
     let mut c = Check::new(
         "shared-exclusive-holds",
         "per key, no shared hold was live at once with an exclusive one (the same intervals as \
@@ -301,10 +301,7 @@ fn shared_exclusive_holds(
 }
 
 /// Pass: per key, at no moment were more than `n` holds taken `SHARED LIMIT n` certainly live.
-fn holders_within_limit(
-    per_key: &HashMap<&str, Vec<(Micros, Micros, usize)>>,
-    index: &Index,
-) -> Check {
+fn holders_within_limit(per_key: &PerKey, index: &Index) -> Check {
     let mut c = Check::new(
         "holders-within-limit",
         "per key, no more than n holds taken SHARED LIMIT n were live at once (the same \

@@ -81,15 +81,7 @@ pub fn failovers(env: &mut Env, stop_ms: (u64, u64), survival: Survival) {
                 ((), format!("new primary on port {}", replica.port()))
             },
         );
-        let (aof_max, _) = faults::aof_tokens(env.primary.dir());
-        if let Some(token) = aof_max {
-            let at = env.rec.with_fault(fault, |f| f.invoke);
-            env.rec.observe(
-                at,
-                token,
-                "the largest token in the dead primary's AOF".to_string(),
-            );
-        }
+        observe_aof_tokens(env, fault, "the dead primary's AOF");
         let dead = std::mem::replace(&mut env.primary, replica);
         env.retired.push(dead);
         env.snapshot(fault, survival);

@@ -76,6 +76,19 @@ fn observe_info(env: &Env, at: Micros, info: &Value, what: String) {
     }
 }
 
+/// Record the largest token in the primary's AOF (`whose` it is, for the history) as known
+/// when `fault` was invoked: the server wrote it before it answered. Returns how many
+/// `LOCK.LOAD`s the AOF's base files hold.
+fn observe_aof_tokens(env: &Env, fault: usize, whose: &str) -> u64 {
+    let (aof_max, in_base) = faults::aof_tokens(env.primary.dir());
+    if let Some(token) = aof_max {
+        let at = env.rec.with_fault(fault, |f| f.invoke);
+        env.rec
+            .observe(at, token, format!("the largest token in {whose}"));
+    }
+    in_base
+}
+
 /// Run `cmds` as one `MULTI`/`EXEC` and record it as the server-side fault `kind` on `keys`
 /// (`None`: every key), described by `note` from the replies. Returns the replies and when
 /// `EXEC` answered.

@@ -73,15 +73,7 @@ fn restart(env: &mut Env, kind: &str, effect: Effect, survival: Option<Survival>
         ((), String::new())
     });
     // Read before any client is back, so only what the killed server wrote is in there.
-    let (aof_max, in_base) = faults::aof_tokens(env.primary.dir());
-    if let Some(token) = aof_max {
-        let at = env.rec.with_fault(fault, |f| f.invoke);
-        env.rec.observe(
-            at,
-            token,
-            "the largest token in the killed server's AOF".to_string(),
-        );
-    }
+    let in_base = observe_aof_tokens(env, fault, "the killed server's AOF");
     if let Some(survival) = survival {
         env.snapshot(fault, survival);
     }
