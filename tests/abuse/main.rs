@@ -68,7 +68,8 @@ fn lock_info(c: &mut Connection, key: &str) -> Option<(Vec<u8>, i64, i64, i64)> 
 
 /// Parse a RESP2 `LOCK.INFO` reply of an exclusive lock (flat array `owner o token t ttl l
 /// waiters w mode m limit l holders h queue q`) or nil. The first four fields are what this
-/// suite compares; the rest describe the same hold again (checked in tests/operability.rs).
+/// suite compares; the rest describe the same hold again (checked in
+/// tests/operability/lock_info.rs).
 fn parse_lock_info(reply: &Value) -> Option<(Vec<u8>, i64, i64, i64)> {
     let items = match reply {
         Value::Nil => return None,
