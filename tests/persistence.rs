@@ -19,6 +19,57 @@ fn new_key() -> String {
     unique_key("persistence")
 }
 
+/// `alice` holds `held` (its token `token`); `bob` held `released` (token `old`) and released
+/// it; then the hold aged (see [`age_the_hold`]).
+struct HeldAndReleased {
+    held: String,
+    token: i64,
+    released: String,
+    old: i64,
+}
+
+fn hold_one_release_one(c: &mut Connection) -> HeldAndReleased {
+    let (held, released) = (new_key(), new_key());
+    let token = must_acquire(c, &held, "alice", LONG_TTL);
+    let old = must_acquire(c, &released, "bob", LONG_TTL);
+    assert_eq!(release(c, &released, "bob"), 1);
+    age_the_hold();
+    HeldAndReleased {
+        held,
+        token,
+        released,
+        old,
+    }
+}
+
+impl HeldAndReleased {
+    /// After `what`: alice's hold is the same (deadline included, `before` being its `PTTL`
+    /// before), the next tokens are above the old ones, and bob's key is free.
+    #[track_caller]
+    fn assert_survived(&self, c: &mut Connection, before: i64, what: &str) {
+        let Self {
+            held,
+            token,
+            released,
+            old,
+        } = self;
+        assert_same_hold(c, held, "alice", *token, before);
+        assert_next_token_above(c, held, "alice", *token);
+        assert_absent(c, released);
+        let next = must_acquire(c, released, "bob", LONG_TTL);
+        assert!(next > *old, "token {next} after {what} not above {old}");
+    }
+}
+
+/// Kill the server with SIGKILL (closing `c` first) and start it again on the same
+/// directory; a connection to the new process.
+fn kill9_and_restart(server: &mut Server, c: Connection) -> Connection {
+    drop(c);
+    server.kill9();
+    server.restart();
+    server.conn()
+}
+
 /// Let a hold age before it is persisted and reloaded. If a replay re-applied
 /// the ttl relative to load time instead of restoring the absolute deadline,
 /// PTTL after the reload would come out about this much *higher* than before.
@@ -121,52 +172,27 @@ fn tokens_keep_increasing_when_the_key_is_deleted_in_a_tight_loop() {
 fn debug_reload_keeps_holds_and_token_order() {
     let server = Server::start();
     let mut c = server.conn();
-    let (held, released) = (new_key(), new_key());
-
-    let token = must_acquire(&mut c, &held, "alice", LONG_TTL);
-    let old = must_acquire(&mut c, &released, "bob", LONG_TTL);
-    assert_eq!(release(&mut c, &released, "bob"), 1);
-    age_the_hold();
-    let before = pttl(&mut c, &held);
+    let keys = hold_one_release_one(&mut c);
+    let before = pttl(&mut c, &keys.held);
 
     redis::cmd("DEBUG")
         .arg("RELOAD")
         .query::<()>(&mut c)
         .unwrap();
 
-    assert_same_hold(&mut c, &held, "alice", token, before);
-    assert_next_token_above(&mut c, &held, "alice", token);
-    assert_absent(&mut c, &released);
-    let next = must_acquire(&mut c, &released, "bob", LONG_TTL);
-    assert!(
-        next > old,
-        "token {next} after DEBUG RELOAD not above {old}"
-    );
+    keys.assert_survived(&mut c, before, "DEBUG RELOAD");
 }
 
 #[test]
 fn rdb_restart_after_kill9_keeps_holds() {
     let mut server = Server::start_with(&["--save", "900", "1"]);
     let mut c = server.conn();
-    let (held, released) = (new_key(), new_key());
-
-    let token = must_acquire(&mut c, &held, "alice", LONG_TTL);
-    let old = must_acquire(&mut c, &released, "bob", LONG_TTL);
-    assert_eq!(release(&mut c, &released, "bob"), 1);
-    age_the_hold();
+    let keys = hold_one_release_one(&mut c);
     redis::cmd("SAVE").query::<()>(&mut c).unwrap();
-    let before = pttl(&mut c, &held);
-    drop(c);
+    let before = pttl(&mut c, &keys.held);
+    let mut c = kill9_and_restart(&mut server, c);
 
-    server.kill9();
-    server.restart();
-    let mut c = server.conn();
-
-    assert_same_hold(&mut c, &held, "alice", token, before);
-    assert_next_token_above(&mut c, &held, "alice", token);
-    assert_absent(&mut c, &released);
-    let next = must_acquire(&mut c, &released, "bob", LONG_TTL);
-    assert!(next > old, "token {next} after restart not above {old}");
+    keys.assert_survived(&mut c, before, "restart");
 }
 
 /// The current base file of a multi-part AOF (Redis 7), from its manifest
@@ -252,11 +278,7 @@ fn aof_restart_keeps_holds(rdb_preamble: &str) {
     let before_base = pttl(&mut c, &in_base);
     let before_ext = pttl(&mut c, &extended);
     let before_incr = pttl(&mut c, &in_incr);
-    drop(c);
-
-    server.kill9();
-    server.restart();
-    let mut c = server.conn();
+    let mut c = kill9_and_restart(&mut server, c);
 
     assert_same_hold(&mut c, &in_base, "alice", t_base, before_base);
     assert_same_hold(&mut c, &in_incr, "carol", t_incr, before_incr);
@@ -299,11 +321,7 @@ fn restart_without_persistence_still_issues_larger_tokens() {
         assert_eq!(release(&mut c, &key, &owner), 1);
     }
     max = max.max(must_acquire(&mut c, &key, "last", LONG_TTL));
-    drop(c);
-
-    server.kill9();
-    server.restart();
-    let mut c = server.conn();
+    let mut c = kill9_and_restart(&mut server, c);
 
     assert_absent(&mut c, &key);
     let next = must_acquire(&mut c, &key, "after-restart", LONG_TTL);

@@ -4,17 +4,17 @@
 //! two live holds at once, a token granted twice or out of order, a token that went backwards
 //! across a restart or failover, a stale fenced write accepted, an acknowledged lock lost.
 //!
-//! Each `#[test]` is one scenario (see `torture/scenarios.rs` for what each injects and its
+//! Each `#[test]` is one scenario (see `torture/scenarios/` for what each injects and its
 //! own pass criteria). Each prints its tables; when every scenario of the file has run in one
 //! process, the summary table follows.
 //!
 //! Layout:
 //! - `torture/history.rs`: the recorded history (operations, faults, observations).
-//! - `torture/workload.rs`: the clients (threads, and holder processes), the fenced and the
+//! - `torture/workload/`: the clients (threads, and holder processes), the fenced and the
 //!   unfenced resource.
-//! - `torture/checker.rs`: the offline checks, each with its pass criterion.
+//! - `torture/checker/`: the offline checks, each with its pass criterion.
 //! - `torture/faults.rs`: the tools the nemeses use (signals, `CLIENT LIST`, `MULTI`, AOF...).
-//! - `torture/scenarios.rs`: the scenarios and their nemeses.
+//! - `torture/scenarios/`: the scenarios and their nemeses, a file per family of faults.
 //! - `torture/pause.rs`: `CLIENT PAUSE` (WRITE and ALL) as the nemesis.
 //! - `torture/shared.rs`: the scenarios with shared holders (`SHARED [LIMIT n]`) and the checks
 //!   only they need; `torture/checker_tests.rs`: the checker on hand-made histories.
@@ -29,7 +29,7 @@
 
 mod common;
 
-#[path = "torture/checker.rs"]
+#[path = "torture/checker/mod.rs"]
 mod checker;
 #[path = "torture/checker_tests.rs"]
 mod checker_tests;
@@ -43,11 +43,11 @@ mod pause;
 mod report;
 #[path = "torture/run.rs"]
 mod run;
-#[path = "torture/scenarios.rs"]
+#[path = "torture/scenarios/mod.rs"]
 mod scenarios;
 #[path = "torture/shared.rs"]
 mod shared;
-#[path = "torture/workload.rs"]
+#[path = "torture/workload/mod.rs"]
 mod workload;
 
 // Network and clock faults (issue 14): their own runner and tables, see torture/netfault.rs.

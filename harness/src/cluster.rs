@@ -94,8 +94,7 @@ pub fn start(masters: usize, replicas: usize, dir: &Path) -> Vec<Server> {
                 && fields(&info).any(|f| f == ("cluster_slots_assigned", "16384"))
                 && fields(&info).any(|f| f == ("cluster_known_nodes", known.as_str()));
             let linked = info_field(&mut c, "replication", "role").as_deref() == Some("master")
-                || info_field(&mut c, "replication", "master_link_status").as_deref()
-                    == Some("up");
+                || info_field(&mut c, "replication", "master_link_status").as_deref() == Some("up");
             (ok && linked).then_some(())
         });
     }

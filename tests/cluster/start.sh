@@ -15,7 +15,7 @@
 # REDIS_LOCK_MODULE (default target/release/libredis_lock.so, else target/debug/...),
 # CLUSTER_DIR (default target/cluster).
 #
-# The Rust test tests/cluster.rs starts and stops a cluster of its own; this script is for
+# The Rust test tests/cluster/main.rs starts and stops a cluster of its own; this script is for
 # trying things by hand.
 
 set -Eeuo pipefail

@@ -56,19 +56,7 @@ pub fn clock_jumps(name: &str) -> Row {
         reply_slack: Duration::from_millis(jump as u64 + 5_000),
         ..ClientCfg::default()
     };
-    let clients: Vec<_> = (0..CLIENTS)
-        .map(|i| {
-            Client::spawn(
-                format!("c{i}"),
-                cfg.clone(),
-                target.clone(),
-                fenced.clone(),
-                log.clone(),
-                stop.clone(),
-                seed + i as u64,
-            )
-        })
-        .collect();
+    let clients = Client::spawn_many("c", CLIENTS, &cfg, &target, &fenced, &log, &stop, seed);
 
     let until = Instant::now() + Duration::from_secs_f64(secs);
     let mut jumps = Vec::new();

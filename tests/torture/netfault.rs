@@ -216,6 +216,34 @@ impl Client {
         thread::spawn(move || c.run())
     }
 
+    /// `n` clients named `{prefix}0 .. {prefix}(n-1)` with the same configuration, seeded
+    /// `seed`, `seed + 1`...
+    #[allow(clippy::too_many_arguments)]
+    pub fn spawn_many(
+        prefix: &str,
+        n: usize,
+        cfg: &ClientCfg,
+        target: &Arc<Target>,
+        fenced: &Arc<Fenced>,
+        log: &Arc<Log>,
+        stop: &Arc<AtomicBool>,
+        seed: u64,
+    ) -> Vec<thread::JoinHandle<()>> {
+        (0..n)
+            .map(|i| {
+                Client::spawn(
+                    format!("{prefix}{i}"),
+                    cfg.clone(),
+                    target.clone(),
+                    fenced.clone(),
+                    log.clone(),
+                    stop.clone(),
+                    seed + i as u64,
+                )
+            })
+            .collect()
+    }
+
     fn run(mut self) {
         while !self.stop.load(Ordering::Relaxed) {
             self.n += 1;

@@ -30,30 +30,25 @@ fn workload() -> Config {
 }
 
 pub fn client_pause() -> Scenario {
-    Scenario {
-        name: "client_pause",
-        what: "CLIENT PAUSE 50-500 ms WRITE or ALL every 100-400 ms while holds expire into \
-               their queues (AOF everysec)",
-        server_args: &["--appendonly", "yes", "--appendfsync", "everysec"],
-        replica: false,
-        workload: workload(),
-        durable: true,
-        nemesis: pauses,
-        post: None,
-    }
+    Scenario::new(
+        "client_pause",
+        "CLIENT PAUSE 50-500 ms WRITE or ALL every 100-400 ms while holds expire into their \
+         queues (AOF everysec)",
+        pauses,
+    )
+    .server_args(&["--appendonly", "yes", "--appendfsync", "everysec"])
+    .workload(workload())
 }
 
 pub fn client_pause_replica() -> Scenario {
-    Scenario {
-        name: "client_pause_replica",
-        what: "as client_pause, with a replica attached (and the forensic AOF)",
-        server_args: FORENSIC_AOF,
-        replica: true,
-        workload: workload(),
-        durable: true,
-        nemesis: pauses,
-        post: None,
-    }
+    Scenario::new(
+        "client_pause_replica",
+        "as client_pause, with a replica attached (and the forensic AOF)",
+        pauses,
+    )
+    .server_args(FORENSIC_AOF)
+    .with_replica()
+    .workload(workload())
 }
 
 fn pauses(env: &mut Env) {

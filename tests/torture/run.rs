@@ -59,6 +59,56 @@ pub struct Scenario {
     pub post: Option<fn(&History, &Verdict) -> Vec<Check>>,
 }
 
+impl Scenario {
+    /// A scenario as most are: no extra server arguments, no replica, the default workload,
+    /// durable, and no checks of its own. The methods below change one of those each.
+    pub fn new(name: &'static str, what: &'static str, nemesis: fn(&mut Env)) -> Scenario {
+        Scenario {
+            name,
+            what,
+            server_args: &[],
+            replica: false,
+            workload: Config::default(),
+            durable: true,
+            nemesis,
+            post: None,
+        }
+    }
+
+    pub fn server_args(self, server_args: &'static [&'static str]) -> Scenario {
+        Scenario {
+            server_args,
+            ..self
+        }
+    }
+
+    pub fn with_replica(self) -> Scenario {
+        Scenario {
+            replica: true,
+            ..self
+        }
+    }
+
+    pub fn workload(self, workload: Config) -> Scenario {
+        Scenario { workload, ..self }
+    }
+
+    /// Its faults may lose acknowledged data: accepted fenced writes need not all survive.
+    pub fn may_lose_writes(self) -> Scenario {
+        Scenario {
+            durable: false,
+            ..self
+        }
+    }
+
+    pub fn post(self, post: fn(&History, &Verdict) -> Vec<Check>) -> Scenario {
+        Scenario {
+            post: Some(post),
+            ..self
+        }
+    }
+}
+
 /// What the nemesis works with.
 pub struct Env {
     pub rec: Arc<Recorder>,

@@ -28,25 +28,22 @@ use crate::workload::Config;
 // --- Scenarios ------------------------------------------------------------------------------
 
 pub fn shared_readers_writers() -> Scenario {
-    Scenario {
-        name: "shared_readers_writers",
-        what: "readers (SHARED, 60% of acquires) and writers on 2 keys, most waiting in BLOCK; \
-               waiters are CLIENT KILLed, CLIENT UNBLOCKed (TIMEOUT and ERROR), or disconnect",
-        server_args: &[],
-        replica: false,
-        workload: Config {
-            workers: 8,
-            keys: 2,
-            shared_share: 0.6,
-            block_share: 0.7,
-            block_ms: (30, 400),
-            disconnect_share: 0.1,
-            ..Config::default()
-        },
-        durable: true,
-        nemesis: scenarios::disturb_waiters,
-        post: Some(readers_writers_criteria),
-    }
+    Scenario::new(
+        "shared_readers_writers",
+        "readers (SHARED, 60% of acquires) and writers on 2 keys, most waiting in BLOCK; \
+         waiters are CLIENT KILLed, CLIENT UNBLOCKed (TIMEOUT and ERROR), or disconnect",
+        scenarios::disturb_waiters,
+    )
+    .workload(Config {
+        workers: 8,
+        keys: 2,
+        shared_share: 0.6,
+        block_share: 0.7,
+        block_ms: (30, 400),
+        disconnect_share: 0.1,
+        ..Config::default()
+    })
+    .post(readers_writers_criteria)
 }
 
 /// The criteria of `waiters_killed_and_unblocked`, and that readers did share with each other
@@ -59,22 +56,11 @@ fn readers_writers_criteria(h: &History, v: &Verdict) -> Vec<Check> {
 }
 
 pub fn semaphore_limit() -> Scenario {
-    Scenario {
-        name: "semaphore_limit",
-        what: "SHARED LIMIT 2 and LIMIT 3 (85% of acquires) and exclusive acquires on 2 keys; \
-               redis-server killed -9 and restarted, AOF with appendfsync always",
-        server_args: &["--appendonly", "yes", "--appendfsync", "always"],
-        replica: false,
-        workload: Config {
-            workers: 8,
-            keys: 2,
-            shared_share: 0.85,
-            shared_limits: vec![2, 3],
-            block_share: 0.6,
-            ..Config::default()
-        },
-        durable: true,
-        nemesis: |env| {
+    Scenario::new(
+        "semaphore_limit",
+        "SHARED LIMIT 2 and LIMIT 3 (85% of acquires) and exclusive acquires on 2 keys; \
+         redis-server killed -9 and restarted, AOF with appendfsync always",
+        |env| {
             scenarios::restarts(
                 env,
                 "kill -9 + restart (appendfsync always)",
@@ -82,31 +68,40 @@ pub fn semaphore_limit() -> Scenario {
                 Some(Survival::Acked),
             )
         },
-        post: Some(semaphore_criteria),
-    }
+    )
+    .server_args(&["--appendonly", "yes", "--appendfsync", "always"])
+    .workload(Config {
+        workers: 8,
+        keys: 2,
+        shared_share: 0.85,
+        shared_limits: vec![2, 3],
+        block_share: 0.6,
+        ..Config::default()
+    })
+    .post(semaphore_criteria)
 }
 
 pub fn semaphore_failover_wait() -> Scenario {
-    Scenario {
-        name: "semaphore_failover_wait",
-        what: "as failover_wait (WAIT 1 1000 after every grant, ttls of 0.3-2 s), with SHARED \
-               LIMIT 2 and LIMIT 3 (80% of acquires) beside exclusive acquires on 2 keys: \
-               every waited holder must survive promotion",
-        server_args: scenarios::FORENSIC_AOF,
-        replica: true,
-        workload: Config {
-            keys: 2,
-            ttl_ms: (300, 2000),
-            expire_share: 0.3,
-            wait_replicas: true,
-            shared_share: 0.8,
-            shared_limits: vec![2, 3],
-            ..Config::default()
-        },
-        durable: false,
-        nemesis: |env| scenarios::failovers(env, (50, 150), Survival::WaitAcked),
-        post: Some(semaphore_criteria),
-    }
+    Scenario::new(
+        "semaphore_failover_wait",
+        "as failover_wait (WAIT 1 1000 after every grant, ttls of 0.3-2 s), with SHARED \
+         LIMIT 2 and LIMIT 3 (80% of acquires) beside exclusive acquires on 2 keys: \
+         every waited holder must survive promotion",
+        |env| scenarios::failovers(env, (50, 150), Survival::WaitAcked),
+    )
+    .server_args(scenarios::FORENSIC_AOF)
+    .with_replica()
+    .workload(Config {
+        keys: 2,
+        ttl_ms: (300, 2000),
+        expire_share: 0.3,
+        wait_replicas: true,
+        shared_share: 0.8,
+        shared_limits: vec![2, 3],
+        ..Config::default()
+    })
+    .may_lose_writes()
+    .post(semaphore_criteria)
 }
 
 /// Every limited key was filled to its limit, and every acquire was answered sensibly.
@@ -115,21 +110,18 @@ fn semaphore_criteria(h: &History, _v: &Verdict) -> Vec<Check> {
 }
 
 pub fn shared_debug_reload() -> Scenario {
-    Scenario {
-        name: "shared_debug_reload",
-        what: "readers (SHARED, 70% of acquires) and writers on 3 keys; DEBUG RELOAD in the \
-               middle of the workload: every acknowledged holder, shared or not, must survive it",
-        server_args: &[],
-        replica: false,
-        workload: Config {
-            workers: 8,
-            shared_share: 0.7,
-            ..Config::default()
-        },
-        durable: true,
-        nemesis: scenarios::reloads,
-        post: Some(reload_criteria),
-    }
+    Scenario::new(
+        "shared_debug_reload",
+        "readers (SHARED, 70% of acquires) and writers on 3 keys; DEBUG RELOAD in the \
+         middle of the workload: every acknowledged holder, shared or not, must survive it",
+        scenarios::reloads,
+    )
+    .workload(Config {
+        workers: 8,
+        shared_share: 0.7,
+        ..Config::default()
+    })
+    .post(reload_criteria)
 }
 
 fn reload_criteria(h: &History, _v: &Verdict) -> Vec<Check> {
@@ -268,6 +260,9 @@ fn crowds(intervals: &[(Micros, Micros, usize)]) -> Vec<(Micros, Vec<usize>)> {
     out
 }
 
+/// Per key, the certain intervals `(from, until, hold)` of its holds.
+type PerKey<'h> = HashMap<&'h str, Vec<(Micros, Micros, usize)>>;
+
 fn describe_all(index: &Index, holds: &[usize]) -> String {
     let mut out = String::new();
     for &i in holds {
@@ -277,10 +272,7 @@ fn describe_all(index: &Index, holds: &[usize]) -> String {
 }
 
 /// Pass: per key, no shared hold was certainly live at the same moment as an exclusive one.
-fn shared_exclusive_holds(
-    per_key: &HashMap<&str, Vec<(Micros, Micros, usize)>>,
-    index: &Index,
-) -> Check {
+fn shared_exclusive_holds(per_key: &PerKey, index: &Index) -> Check {
     let mut c = Check::new(
         "shared-exclusive-holds",
         "per key, no shared hold was live at once with an exclusive one (the same intervals as \
@@ -309,10 +301,7 @@ fn shared_exclusive_holds(
 }
 
 /// Pass: per key, at no moment were more than `n` holds taken `SHARED LIMIT n` certainly live.
-fn holders_within_limit(
-    per_key: &HashMap<&str, Vec<(Micros, Micros, usize)>>,
-    index: &Index,
-) -> Check {
+fn holders_within_limit(per_key: &PerKey, index: &Index) -> Check {
     let mut c = Check::new(
         "holders-within-limit",
         "per key, no more than n holds taken SHARED LIMIT n were live at once (the same \

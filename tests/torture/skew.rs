@@ -84,24 +84,13 @@ pub fn skewed_failovers(name: &str, skew_ms: i64, margin: i64) -> Row {
     let target = Target::new("127.0.0.1", primary.port());
     let (fenced, log) = (Arc::new(Fenced::default()), Arc::new(Log::default()));
     let stop = Arc::new(AtomicBool::new(false));
-    let clients: Vec<_> = (0..CLIENTS)
-        .map(|i| {
-            Client::spawn(
-                format!("c{i}"),
-                // Many keys: every hold the promoted replica inherits lives `skew` longer on
-                // its clock (deadlines are absolute), and would block a small key set.
-                ClientCfg {
-                    keys: 40,
-                    ..ClientCfg::default()
-                },
-                target.clone(),
-                fenced.clone(),
-                log.clone(),
-                stop.clone(),
-                seed + i as u64,
-            )
-        })
-        .collect();
+    // Many keys: every hold the promoted replica inherits lives `skew` longer on its clock
+    // (deadlines are absolute), and would block a small key set.
+    let cfg = ClientCfg {
+        keys: 40,
+        ..ClientCfg::default()
+    };
+    let clients = Client::spawn_many("c", CLIENTS, &cfg, &target, &fenced, &log, &stop, seed);
 
     let begun = Instant::now();
     let until = begun + Duration::from_secs_f64(secs);

@@ -61,19 +61,16 @@ pub fn slow_link(name: &str) -> Row {
         reply_slack: netfault::SLACK + Duration::from_millis(900),
         ..ClientCfg::default()
     };
-    let mut threads: Vec<_> = (0..RAW_CLIENTS)
-        .map(|i| {
-            Client::spawn(
-                format!("raw{i}"),
-                cfg.clone(),
-                target.clone(),
-                fenced.clone(),
-                log.clone(),
-                stop.clone(),
-                seed + i as u64,
-            )
-        })
-        .collect();
+    let mut threads = Client::spawn_many(
+        "raw",
+        RAW_CLIENTS,
+        &cfg,
+        &target,
+        &fenced,
+        &log,
+        &stop,
+        seed,
+    );
     let watch = Arc::new(Watch::default());
     for i in 0..WATCHDOG_HOLDERS {
         let (stop, watch, fenced) = (stop.clone(), watch.clone(), fenced.clone());
