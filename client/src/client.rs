@@ -7,9 +7,10 @@ use std::time::Duration;
 
 use redis::{Connection, ConnectionLike};
 
-use crate::command::{self, in_step, pick_owner, ttl_ms, Command, Failure};
+use crate::command::{in_step, Command, Failure};
 use crate::error::Error;
 use crate::guard::Guard;
+use crate::hold::{Acquisition, Settled, Target};
 
 /// How long opening a connection may take, unless [`Client::with_timeouts`] says otherwise.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -36,7 +37,7 @@ pub struct Client {
     /// The server and the pool, shared by clones and by the guards and watchdogs they create.
     pub(crate) inner: Arc<Inner>,
     /// The owner every acquisition uses; `None` for a new UUID per acquisition.
-    owner: Option<String>,
+    pub(crate) owner: Option<String>,
 }
 
 /// What a [`Client`] and its guards share.
@@ -104,7 +105,7 @@ impl Client {
     ///   an error. If the request may have reached the server, the client tries to release the
     ///   lock again (with the random owner it made up, so this can touch no one else's hold).
     pub fn acquire(&self, key: &str, ttl: Duration) -> Result<Option<Guard>, Error> {
-        self.acquire_inner(key, ttl, None)
+        self.acquire_target(Target::exclusive(key), &self.owner, ttl, None)
     }
 
     /// Take the lock `key` for `ttl`, waiting up to `wait` in the key's FIFO queue on the server
@@ -119,51 +120,34 @@ impl Client {
         ttl: Duration,
         wait: Duration,
     ) -> Result<Option<Guard>, Error> {
-        self.acquire_inner(key, ttl, command::block_ms(wait)?)
+        self.acquire_target(Target::exclusive(key), &self.owner, ttl, Some(wait))
     }
 
     /// [`Client::acquire`], then [`Guard::start_watchdog`] on the granted guard: the lock is
     /// renewed every `ttl / 3` until the guard is released or dropped, or the lock is lost.
     pub fn acquire_with_watchdog(&self, key: &str, ttl: Duration) -> Result<Option<Guard>, Error> {
-        match self.acquire(key, ttl)? {
-            Some(mut guard) => {
-                guard.start_watchdog()?;
-                Ok(Some(guard))
-            }
-            None => Ok(None),
-        }
+        crate::locks::with_watchdog(self.acquire(key, ttl)?)
     }
 
-    fn acquire_inner(
+    /// One acquisition of `target` as `owner` (see [`Acquisition`]): the request, then what its
+    /// reply means, and the clean-up a failure may need.
+    pub(crate) fn acquire_target(
         &self,
-        key: &str,
+        target: Target,
+        owner: &Option<String>,
         ttl: Duration,
-        block_ms: Option<u64>,
+        wait: Option<Duration>,
     ) -> Result<Option<Guard>, Error> {
-        let ttl_ms = ttl_ms(ttl)?;
-        let (owner, generated) = pick_owner(&self.owner);
-        let read_timeout = match block_ms {
-            Some(ms) => Duration::from_millis(ms) + self.inner.io_timeout,
-            None => self.inner.io_timeout,
-        };
-        let reply = self.inner.with_conn_sent(
-            read_timeout,
-            self.inner.connect_timeout,
-            &command::acquire(key, &owner, ttl_ms, block_ms),
-        );
-        match reply {
-            Ok(Some(token)) => Ok(Some(Guard::new(self.clone(), key, owner, token, ttl_ms))),
-            Ok(None) => Ok(None),
-            Err(Failure { error, maybe_sent }) => {
-                // The request may have been granted with the reply lost. A made-up owner is
-                // ours alone, so releasing it is safe; a chosen owner may be a hold that this
-                // call was retrying, so it is left alone (the caller can retry or release).
-                if generated && maybe_sent {
-                    let _ = self.inner.with_conn(
-                        self.inner.io_timeout,
-                        self.inner.connect_timeout,
-                        &command::release(key, &owner),
-                    );
+        let acquisition = Acquisition::new(target, owner, ttl, wait)?;
+        let inner = &self.inner;
+        let timeout = acquisition.reply_timeout(inner.io_timeout);
+        let reply = inner.with_conn_sent(timeout, inner.connect_timeout, &acquisition.request());
+        match acquisition.settle(reply) {
+            Settled::Granted(hold) => Ok(Some(Guard::new(self.clone(), hold))),
+            Settled::Busy => Ok(None),
+            Settled::Failed { error, clean_up } => {
+                if let Some(release) = clean_up {
+                    let _ = inner.with_conn(inner.io_timeout, inner.connect_timeout, &release);
                 }
                 Err(error)
             }
@@ -186,7 +170,7 @@ impl Inner {
     /// A connection goes back to the pool only if it is still in step ([`in_step`]).
     /// A pooled connection found dead on first use (the server restarted, or closed it as idle)
     /// is replaced once by a fresh one.
-    pub(crate) fn with_conn<T>(
+    pub(crate) fn with_conn<T: 'static>(
         &self,
         read_timeout: Duration,
         connect_timeout: Duration,
@@ -197,7 +181,7 @@ impl Inner {
     }
 
     /// [`Inner::with_conn`], telling on failure whether the command may have reached the server.
-    pub(crate) fn with_conn_sent<T>(
+    pub(crate) fn with_conn_sent<T: 'static>(
         &self,
         read_timeout: Duration,
         connect_timeout: Duration,
@@ -246,7 +230,7 @@ impl Inner {
         }
     }
 
-    fn run<T>(
+    fn run<T: 'static>(
         &self,
         conn: &mut Connection,
         read_timeout: Duration,
@@ -259,7 +243,7 @@ impl Inner {
         command.run(conn)
     }
 
-    fn finish<T>(&self, conn: Connection, result: Result<T, Error>) -> Result<T, Failure> {
+    fn finish<T: 'static>(&self, conn: Connection, result: Result<T, Error>) -> Result<T, Failure> {
         if in_step(&result) && conn.is_open() {
             let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
             if idle.len() < MAX_IDLE {

@@ -89,12 +89,15 @@ mod client;
 mod command;
 mod error;
 mod guard;
+mod hold;
+mod locks;
 mod redlock;
 pub(crate) mod watchdog;
 
 pub use client::{Client, DEFAULT_CONNECT_TIMEOUT, DEFAULT_IO_TIMEOUT};
 pub use error::{Error, RedlockError};
 pub use guard::Guard;
+pub use locks::{MultiLock, ReadWriteLock, Semaphore};
 pub use redlock::{
     Redlock, RedlockGuard, DEFAULT_MASTER_CONNECT_TIMEOUT, DEFAULT_MASTER_IO_TIMEOUT,
 };

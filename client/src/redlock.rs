@@ -18,7 +18,7 @@ use std::fmt;
 use std::time::{Duration, Instant};
 
 use crate::client::Client;
-use crate::command::{self, ttl_ms, Failure};
+use crate::command::{self, ttl_ms, Command, Failure, Mode};
 use crate::error::{Error, RedlockError};
 
 /// Connect timeout per master, unless [`Redlock::with_timeouts`] says otherwise. Small compared
@@ -81,7 +81,7 @@ impl Redlock {
             .iter()
             .map(|master| {
                 let inner = &master.inner;
-                let acquire = command::acquire(key, &round.owner, round.ttl_ms, None);
+                let acquire = round.request();
                 Vote::of(inner.with_conn_sent(inner.io_timeout, inner.connect_timeout, &acquire))
             })
             .collect();
@@ -188,6 +188,11 @@ impl Round {
             ttl_ms,
             start: Instant::now(),
         })
+    }
+
+    /// Step 2's request to each master: `LOCK.ACQUIRE key owner ttl`.
+    pub(crate) fn request(&self) -> Command<Option<u64>> {
+        command::acquire(&self.key, &self.owner, self.ttl_ms, Mode::Exclusive, None)
     }
 
     /// Step 3: granted if `needed` masters granted and validity time is left. Otherwise the

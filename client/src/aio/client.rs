@@ -15,8 +15,9 @@ use tokio::sync::oneshot;
 
 use super::guard::Guard;
 use crate::client::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_IO_TIMEOUT, MAX_IDLE};
-use crate::command::{self, in_step, pick_owner, ttl_ms, Command, Failure};
+use crate::command::{self, in_step, Command, Failure};
 use crate::error::Error;
+use crate::hold::{Acquisition, Settled, Target};
 
 /// A handle to one Redis server that has the redis-lock module loaded; the async counterpart of
 /// [`crate::Client`], with the same timeouts, owners and outcomes.
@@ -34,7 +35,7 @@ pub struct Client {
     /// The server and the connections, shared by clones and by the guards and watchdogs.
     pub(crate) inner: Arc<Inner>,
     /// The owner every acquisition uses; `None` for a new UUID per acquisition.
-    owner: Option<String>,
+    pub(crate) owner: Option<String>,
 }
 
 /// What a [`Client`] and its guards share.
@@ -86,7 +87,8 @@ impl Client {
     /// Cancel-safe: if this future is dropped before it completes (a timeout, a `select!`), a
     /// grant that arrives anyway is released at once, by a task that runs on.
     pub async fn acquire(&self, key: &str, ttl: Duration) -> Result<Option<Guard>, Error> {
-        self.acquire_inner(key, ttl, None).await
+        let target = Target::exclusive(key);
+        self.acquire_target(target, &self.owner, ttl, None).await
     }
 
     /// Take the lock `key` for `ttl`, waiting up to `wait` in the key's FIFO queue on the server
@@ -102,7 +104,9 @@ impl Client {
         ttl: Duration,
         wait: Duration,
     ) -> Result<Option<Guard>, Error> {
-        self.acquire_inner(key, ttl, command::block_ms(wait)?).await
+        let target = Target::exclusive(key);
+        self.acquire_target(target, &self.owner, ttl, Some(wait))
+            .await
     }
 
     /// [`Client::acquire`], then [`Guard::start_watchdog`] on the granted guard.
@@ -111,13 +115,7 @@ impl Client {
         key: &str,
         ttl: Duration,
     ) -> Result<Option<Guard>, Error> {
-        match self.acquire(key, ttl).await? {
-            Some(mut guard) => {
-                guard.start_watchdog()?;
-                Ok(Some(guard))
-            }
-            None => Ok(None),
-        }
+        with_watchdog(self.acquire(key, ttl).await?)
     }
 
     fn from_parts(
@@ -138,41 +136,36 @@ impl Client {
         }
     }
 
-    async fn acquire_inner(
+    /// One acquisition of `target` as `owner` (see [`Acquisition`]), cancel-safe.
+    ///
+    /// The request runs in a task of its own that hands over a Guard, never a bare token: if the
+    /// caller stops waiting, the guard is dropped in the task (or in the channel) and releases
+    /// the lock, so a cancelled acquire leaves no grant behind.
+    pub(crate) async fn acquire_target(
         &self,
-        key: &str,
+        target: Target,
+        owner: &Option<String>,
         ttl: Duration,
-        block_ms: Option<u64>,
+        wait: Option<Duration>,
     ) -> Result<Option<Guard>, Error> {
-        let ttl_ms = ttl_ms(ttl)?;
-        let (owner, generated) = pick_owner(&self.owner);
-        let (client, key) = (self.clone(), key.to_string());
-        // The request runs in a task of its own that hands over a Guard, never a bare token:
-        // if the caller stops waiting, the guard is dropped in the task (or in the channel) and
-        // releases the lock, so a cancelled acquire leaves no grant behind.
+        let acquisition = Acquisition::new(target, owner, ttl, wait)?;
+        let client = self.clone();
         let (mut tx, rx) = oneshot::channel();
         tokio::spawn(async move {
             let inner = &client.inner;
-            let acquire = command::acquire(&key, &owner, ttl_ms, block_ms);
-            let reply = match block_ms {
-                None => {
-                    inner
-                        .run(inner.io_timeout, inner.connect_timeout, &acquire)
-                        .await
-                }
-                Some(ms) => {
-                    let timeout = Duration::from_millis(ms) + inner.io_timeout;
-                    inner.run_blocking(timeout, &acquire, tx.closed()).await
-                }
+            let (request, timeout) = (
+                acquisition.request(),
+                acquisition.reply_timeout(inner.io_timeout),
+            );
+            let reply = match acquisition.blocks() {
+                false => inner.run(timeout, inner.connect_timeout, &request).await,
+                true => inner.run_blocking(timeout, &request, tx.closed()).await,
             };
-            let result = match reply {
-                Ok(Some(token)) => Ok(Some(Guard::new(client.clone(), &key, owner, token, ttl_ms))),
-                Ok(None) => Ok(None),
-                Err(Failure { error, maybe_sent }) => {
-                    // As in the sync client: a made-up owner whose grant may have been made
-                    // with the reply lost is released; a chosen one is left alone.
-                    if generated && maybe_sent {
-                        let release = command::release(&key, &owner);
+            let result = match acquisition.settle(reply) {
+                Settled::Granted(hold) => Ok(Some(Guard::new(client.clone(), hold))),
+                Settled::Busy => Ok(None),
+                Settled::Failed { error, clean_up } => {
+                    if let Some(release) = clean_up {
                         let _ = inner
                             .run(inner.io_timeout, inner.connect_timeout, &release)
                             .await;
@@ -186,13 +179,24 @@ impl Client {
     }
 }
 
+/// Start the watchdog on a granted guard.
+pub(crate) fn with_watchdog(granted: Option<Guard>) -> Result<Option<Guard>, Error> {
+    match granted {
+        Some(mut guard) => {
+            guard.start_watchdog()?;
+            Ok(Some(guard))
+        }
+        None => Ok(None),
+    }
+}
+
 impl Inner {
     /// Run `command` on the shared multiplexed connection (opened within `connect` if there is
     /// none), waiting up to `timeout` for the reply. After an I/O error, a timeout or a malformed
     /// reply the connection is forgotten (requests already on it finish or fail on their own),
     /// and the next command opens a new one. A shared connection found dead on first use (the
     /// server restarted, or closed it as idle) is replaced once.
-    pub(crate) async fn run<T>(
+    pub(crate) async fn run<T: 'static>(
         &self,
         timeout: Duration,
         connect: Duration,
@@ -229,7 +233,7 @@ impl Inner {
     /// the queue with `CLIENT UNBLOCK` and the reply awaited all the same: nil, or a grant that
     /// came first (which the caller's dropped guard then releases). The server decides which,
     /// so no grant can slip through unseen, as it could if the connection were just closed.
-    pub(crate) async fn run_blocking<T>(
+    pub(crate) async fn run_blocking<T: 'static>(
         &self,
         timeout: Duration,
         command: &Command<T>,
@@ -267,7 +271,7 @@ impl Inner {
 
     /// The reply to `command` on `waiter`; true with it if `abandoned` completed first and the
     /// waiter was unblocked.
-    async fn wait<T>(
+    async fn wait<T: 'static>(
         &self,
         waiter: &mut Waiter,
         command: &Command<T>,

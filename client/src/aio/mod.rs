@@ -35,9 +35,17 @@
 
 mod client;
 mod guard;
+mod locks;
 mod redlock;
 mod watchdog;
 
 pub use client::Client;
 pub use guard::Guard;
 pub use redlock::{Redlock, RedlockGuard};
+
+/// [`crate::Semaphore`] on an async [`Client`]: `Semaphore::new(&client, key, limit)`.
+pub type Semaphore = crate::Semaphore<Client>;
+/// [`crate::ReadWriteLock`] on an async [`Client`]: `ReadWriteLock::new(&client, key)`.
+pub type ReadWriteLock = crate::ReadWriteLock<Client>;
+/// [`crate::MultiLock`] on an async [`Client`]: `MultiLock::new(&client, &keys)`.
+pub type MultiLock = crate::MultiLock<Client>;

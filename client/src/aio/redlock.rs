@@ -89,7 +89,7 @@ async fn collect_votes(masters: &[Client], round: &Round) -> Vec<Vote> {
     let mut requests = JoinSet::new();
     for (index, master) in masters.iter().enumerate() {
         let inner = Arc::clone(&master.inner);
-        let acquire = command::acquire(&round.key, &round.owner, round.ttl_ms, None);
+        let acquire = round.request();
         requests.spawn(async move {
             let reply = inner
                 .run(inner.io_timeout, inner.connect_timeout, &acquire)
