@@ -41,15 +41,15 @@ macro_rules! sync_api {
 
         #[allow(unused_macros)]
         macro_rules! api_test {
-                    (fn $name:ident() $body:block) => {
-                        #[test]
-                        fn $name() $body
-                    };
-                    (current_thread fn $name:ident() $body:block) => {
-                        #[test]
-                        fn $name() $body
-                    };
-                }
+                                    (fn $name:ident() $body:block) => {
+                                        #[test]
+                                        fn $name() $body
+                                    };
+                                    (current_thread fn $name:ident() $body:block) => {
+                                        #[test]
+                                        fn $name() $body
+                                    };
+                                }
 
         #[allow(unused_macros)]
         macro_rules! spawn {
@@ -109,22 +109,22 @@ macro_rules! async_api {
 
         #[allow(unused_macros)]
         macro_rules! api_test {
-                    (fn $name:ident() $body:block) => {
-                        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                        async fn $name() $body
-                    };
-                    (current_thread fn $name:ident() $body:block) => {
-                        #[tokio::test(flavor = "current_thread")]
-                        async fn $name() $body
-                    };
-                }
+                                    (fn $name:ident() $body:block) => {
+                                        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                                        async fn $name() $body
+                                    };
+                                    (current_thread fn $name:ident() $body:block) => {
+                                        #[tokio::test(flavor = "current_thread")]
+                                        async fn $name() $body
+                                    };
+                                }
 
         #[allow(unused_macros)]
         macro_rules! spawn {
-                    ($body:block) => {
-                        tokio::spawn(async move $body)
-                    };
-                }
+                                    ($body:block) => {
+                                        tokio::spawn(async move $body)
+                                    };
+                                }
 
         #[allow(dead_code)]
         async fn join<T>(handle: tokio::task::JoinHandle<T>) -> T {
