@@ -41,15 +41,15 @@ macro_rules! sync_api {
 
         #[allow(unused_macros)]
         macro_rules! api_test {
-                                    (fn $name:ident() $body:block) => {
-                                        #[test]
-                                        fn $name() $body
-                                    };
-                                    (current_thread fn $name:ident() $body:block) => {
-                                        #[test]
-                                        fn $name() $body
-                                    };
-                                }
+                                            (fn $name:ident() $body:block) => {
+                                                #[test]
+                                                fn $name() $body
+                                            };
+                                            (current_thread fn $name:ident() $body:block) => {
+                                                #[test]
+                                                fn $name() $body
+                                            };
+                                        }
 
         #[allow(unused_macros)]
         macro_rules! spawn {
