@@ -25,7 +25,7 @@ macro_rules! shared_tests {
             {
                 let guard = io!(client.acquire(&key, ms(10_000))).unwrap().expect("free lock");
                 assert_eq!(guard.key(), key);
-                assert_eq!(guard.keys(), [key.clone()]);
+                assert_eq!(guard.keys(), std::slice::from_ref(&key));
                 assert_eq!(guard.tokens(), [guard.token()]);
                 assert_eq!(fence(&mut conn, &key), Some(guard.token()));
                 assert!(io!(guard.is_held()).unwrap());
