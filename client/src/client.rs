@@ -40,16 +40,51 @@ pub struct Client {
     pub(crate) owner: Option<String>,
 }
 
-/// What a [`Client`] and its guards share.
-pub(crate) struct Inner {
+/// The server a client talks to and its limits: what the sync and the async client share.
+pub(crate) struct Endpoint {
     /// Connection parameters (no connection of its own).
-    redis: redis::Client,
-    /// Limit on opening a connection.
+    pub(crate) redis: redis::Client,
+    /// Limit on opening a connection, handshake included.
     pub(crate) connect_timeout: Duration,
     /// Limit on a reply (and a write), except for a blocking acquire.
     pub(crate) io_timeout: Duration,
+}
+
+impl Endpoint {
+    /// The server at `url`, with the default timeouts. Only parses the URL.
+    pub(crate) fn open(url: &str) -> Result<Endpoint, Error> {
+        let redis = redis::Client::open(url).map_err(Error::from_redis)?;
+        Ok(Endpoint {
+            redis,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            io_timeout: DEFAULT_IO_TIMEOUT,
+        })
+    }
+
+    /// The same server with other timeouts, each at least 1 ms.
+    pub(crate) fn with_timeouts(&self, connect: Duration, io: Duration) -> Endpoint {
+        Endpoint {
+            redis: self.redis.clone(),
+            connect_timeout: connect.max(Duration::from_millis(1)),
+            io_timeout: io.max(Duration::from_millis(1)),
+        }
+    }
+}
+
+/// What a [`Client`] and its guards share.
+pub(crate) struct Inner {
+    /// The server and the timeouts (`inner.io_timeout` reads through to it).
+    endpoint: Endpoint,
     /// Connections that answered their last command correctly, ready for reuse.
     idle: Mutex<Vec<Connection>>,
+}
+
+impl std::ops::Deref for Inner {
+    type Target = Endpoint;
+
+    fn deref(&self) -> &Endpoint {
+        &self.endpoint
+    }
 }
 
 impl Client {
@@ -59,13 +94,8 @@ impl Client {
     /// Only parses the URL: an unreachable server shows up as [`Error::Connection`] on the first
     /// command.
     pub fn open(url: &str) -> Result<Client, Error> {
-        let redis = redis::Client::open(url).map_err(Error::from_redis)?;
         Ok(Client {
-            inner: Arc::new(Inner::new(
-                redis,
-                DEFAULT_CONNECT_TIMEOUT,
-                DEFAULT_IO_TIMEOUT,
-            )),
+            inner: Arc::new(Inner::new(Endpoint::open(url)?)),
             owner: None,
         })
     }
@@ -75,10 +105,8 @@ impl Client {
     ///
     /// The returned client has a pool of its own.
     pub fn with_timeouts(self, connect: Duration, io: Duration) -> Client {
-        let connect = connect.max(Duration::from_millis(1));
-        let io = io.max(Duration::from_millis(1));
         Client {
-            inner: Arc::new(Inner::new(self.inner.redis.clone(), connect, io)),
+            inner: Arc::new(Inner::new(self.inner.with_timeouts(connect, io))),
             owner: self.owner,
         }
     }
@@ -126,7 +154,10 @@ impl Client {
     /// [`Client::acquire`], then [`Guard::start_watchdog`] on the granted guard: the lock is
     /// renewed every `ttl / 3` until the guard is released or dropped, or the lock is lost.
     pub fn acquire_with_watchdog(&self, key: &str, ttl: Duration) -> Result<Option<Guard>, Error> {
-        crate::locks::with_watchdog(self.acquire(key, ttl)?)
+        let granted = self.acquire(key, ttl)?;
+        granted
+            .map(|mut guard| guard.start_watchdog().map(|()| guard))
+            .transpose()
     }
 
     /// One acquisition of `target` as `owner` (see [`Acquisition`]): the request, then what its
@@ -156,11 +187,9 @@ impl Client {
 }
 
 impl Inner {
-    fn new(redis: redis::Client, connect_timeout: Duration, io_timeout: Duration) -> Inner {
+    fn new(endpoint: Endpoint) -> Inner {
         Inner {
-            redis,
-            connect_timeout,
-            io_timeout,
+            endpoint,
             idle: Mutex::new(Vec::new()),
         }
     }

@@ -86,17 +86,17 @@ impl<C: Clone> ReadWriteLock<C> {
         }
     }
 
-    /// The target and owner suffix of a reader (`read`) or a writer.
-    pub(crate) fn side(&self, read: bool) -> (Target, &'static str) {
-        let mode = match read {
-            true => Mode::Shared { limit: None },
-            false => Mode::Exclusive,
+    /// The target of a reader (`read`) or a writer, and its owner if the client chose one
+    /// (`owner`): `owner:read` or `owner:write`, so that a reader and a writer of one client
+    /// never share an owner (the second would be refused as an upgrade).
+    pub(crate) fn side(&self, read: bool, owner: &Option<String>) -> (Target, Option<String>) {
+        let (mode, side) = match read {
+            true => (Mode::Shared { limit: None }, "read"),
+            false => (Mode::Exclusive, "write"),
         };
         let key = self.key.clone();
-        (
-            Target::One { key, mode },
-            if read { "read" } else { "write" },
-        )
+        let owner = owner.as_ref().map(|owner| format!("{owner}:{side}"));
+        (Target::One { key, mode }, owner)
     }
 }
 
@@ -112,31 +112,46 @@ impl<C: Clone> MultiLock<C> {
     }
 }
 
-/// A chosen owner `owner` becomes `owner:side` (a reader and a writer of one client must not
-/// share an owner, or the second would be refused as an upgrade).
-pub(crate) fn side_owner(owner: &Option<String>, side: &str) -> Option<String> {
-    owner.as_ref().map(|owner| format!("{owner}:{side}"))
+/// `acquire`, `acquire_blocking` and `acquire_with_watchdog` of a handle with fields `client`
+/// and `target` (a [`Semaphore`] or a [`MultiLock`]), on the sync client; `$what` is what its
+/// guard holds.
+macro_rules! sync_acquires {
+    ($what:literal) => {
+        #[doc = concat!("Try once to take ", $what, " for `ttl`: `Ok(Some(guard))` granted, ")]
+        #[doc = "`Ok(None)` held by others (or waiters queued; nothing was taken), `Err` a"]
+        #[doc = "failure (see [`Client::acquire`])."]
+        pub fn acquire(&self, ttl: Duration) -> Result<Option<Guard>, Error> {
+            let client = &self.client;
+            client.acquire_target(self.target.clone(), &client.owner, ttl, None)
+        }
+
+        #[doc = concat!("Take ", $what, " for `ttl`, waiting up to `wait` in the FIFO queue")]
+        #[doc = "(see [`Client::acquire_blocking`])."]
+        pub fn acquire_blocking(
+            &self,
+            ttl: Duration,
+            wait: Duration,
+        ) -> Result<Option<Guard>, Error> {
+            let client = &self.client;
+            client.acquire_target(self.target.clone(), &client.owner, ttl, Some(wait))
+        }
+
+        /// `acquire`, then [`Guard::start_watchdog`] on the granted guard.
+        pub fn acquire_with_watchdog(&self, ttl: Duration) -> Result<Option<Guard>, Error> {
+            let granted = self.acquire(ttl)?;
+            granted
+                .map(|mut guard| guard.start_watchdog().map(|()| guard))
+                .transpose()
+        }
+    };
 }
 
 impl Semaphore<Client> {
-    /// Try once to take a permit for `ttl`: `Ok(Some(guard))` granted, `Ok(None)` all permits
-    /// taken (or waiters queued), `Err` a failure (see [`Client::acquire`]).
-    pub fn acquire(&self, ttl: Duration) -> Result<Option<Guard>, Error> {
-        let client = &self.client;
-        client.acquire_target(self.target.clone(), &client.owner, ttl, None)
-    }
+    sync_acquires!("a permit");
+}
 
-    /// Take a permit for `ttl`, waiting up to `wait` in the key's FIFO queue (see
-    /// [`Client::acquire_blocking`]).
-    pub fn acquire_blocking(&self, ttl: Duration, wait: Duration) -> Result<Option<Guard>, Error> {
-        let client = &self.client;
-        client.acquire_target(self.target.clone(), &client.owner, ttl, Some(wait))
-    }
-
-    /// [`Semaphore::acquire`], then [`Guard::start_watchdog`] on the granted guard.
-    pub fn acquire_with_watchdog(&self, ttl: Duration) -> Result<Option<Guard>, Error> {
-        with_watchdog(self.acquire(ttl)?)
-    }
+impl MultiLock<Client> {
+    sync_acquires!("every key (one `LOCK.MACQUIRE`)");
 }
 
 impl ReadWriteLock<Client> {
@@ -166,39 +181,7 @@ impl ReadWriteLock<Client> {
         ttl: Duration,
         wait: Option<Duration>,
     ) -> Result<Option<Guard>, Error> {
-        let (target, side) = self.side(read);
-        let owner = side_owner(&self.client.owner, side);
+        let (target, owner) = self.side(read, &self.client.owner);
         self.client.acquire_target(target, &owner, ttl, wait)
-    }
-}
-
-impl MultiLock<Client> {
-    /// Try once to take every key for `ttl`: `Ok(Some(guard))` all granted, `Ok(None)` some
-    /// key held by someone else or with waiters queued (nothing was taken), `Err` a failure.
-    pub fn acquire(&self, ttl: Duration) -> Result<Option<Guard>, Error> {
-        let client = &self.client;
-        client.acquire_target(self.target.clone(), &client.owner, ttl, None)
-    }
-
-    /// Take every key for `ttl`, waiting up to `wait` in all their queues at once.
-    pub fn acquire_blocking(&self, ttl: Duration, wait: Duration) -> Result<Option<Guard>, Error> {
-        let client = &self.client;
-        client.acquire_target(self.target.clone(), &client.owner, ttl, Some(wait))
-    }
-
-    /// [`MultiLock::acquire`], then [`Guard::start_watchdog`] on the granted guard.
-    pub fn acquire_with_watchdog(&self, ttl: Duration) -> Result<Option<Guard>, Error> {
-        with_watchdog(self.acquire(ttl)?)
-    }
-}
-
-/// Start the watchdog on a granted guard.
-pub(crate) fn with_watchdog(granted: Option<Guard>) -> Result<Option<Guard>, Error> {
-    match granted {
-        Some(mut guard) => {
-            guard.start_watchdog()?;
-            Ok(Some(guard))
-        }
-        None => Ok(None),
     }
 }

@@ -233,17 +233,9 @@ macro_rules! shared_tests {
     };
 }
 
-mod sync {
-    use super::*;
-    apis::sync_api!();
-    shared_tests!();
-}
-
-mod aio {
-    use super::*;
-    apis::async_api!();
-    shared_tests!();
-
+apis::both!(
+    shared_tests,
+    aio: {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_cancelled_acquire_leaves_no_grant_behind() {
         let server = Server::start();
@@ -354,4 +346,5 @@ mod aio {
             );
         }
     }
-}
+    }
+);

@@ -178,17 +178,9 @@ macro_rules! shared_tests {
     };
 }
 
-mod sync {
-    use super::*;
-    apis::sync_api!();
-    shared_tests!();
-}
-
-mod aio {
-    use super::*;
-    apis::async_api!();
-    shared_tests!();
-
+apis::both!(
+    shared_tests,
+    aio: {
     /// A blocked set given up by the caller leaves every queue and takes nothing.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_cancelled_set_takes_nothing() {
@@ -207,4 +199,5 @@ mod aio {
             "a key was taken"
         );
     }
-}
+    }
+);

@@ -129,17 +129,9 @@ macro_rules! shared_tests {
     };
 }
 
-mod sync {
-    use super::*;
-    apis::sync_api!();
-    shared_tests!();
-}
-
-mod aio {
-    use super::*;
-    apis::async_api!();
-    shared_tests!();
-
+apis::both!(
+    shared_tests,
+    aio: {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_cancelled_acquisition_leaves_no_grant_behind() {
         let servers = five_servers();
@@ -158,4 +150,5 @@ mod aio {
         })
         .await;
     }
-}
+    }
+);

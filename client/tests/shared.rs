@@ -238,17 +238,9 @@ macro_rules! shared_tests {
     };
 }
 
-mod sync {
-    use super::*;
-    apis::sync_api!();
-    shared_tests!();
-}
-
-mod aio {
-    use super::*;
-    apis::async_api!();
-    shared_tests!();
-
+apis::both!(
+    shared_tests,
+    aio: {
     /// A semaphore wait given up by the caller leaves the queue and takes no permit.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_cancelled_semaphore_wait_takes_no_permit() {
@@ -268,4 +260,5 @@ mod aio {
             "the abandoned waiter got the permit"
         );
     }
-}
+    }
+);

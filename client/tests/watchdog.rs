@@ -192,11 +192,9 @@ macro_rules! shared_tests {
     };
 }
 
-mod sync {
-    use super::*;
-    apis::sync_api!();
-    shared_tests!();
-
+apis::both!(
+    shared_tests,
+    sync: {
     fn holder_result(holder: thread::JoinHandle<()>) -> thread::Result<()> {
         holder.join()
     }
@@ -222,13 +220,8 @@ mod sync {
         assert!(guard.lost().try_recv().is_err(), "sent twice");
         assert!(guard.wait_lost(Duration::ZERO).is_some());
     }
-}
-
-mod aio {
-    use super::*;
-    apis::async_api!();
-    shared_tests!();
-
+    },
+    aio: {
     async fn holder_result(
         holder: tokio::task::JoinHandle<()>,
     ) -> Result<(), tokio::task::JoinError> {
@@ -323,4 +316,5 @@ mod aio {
             assert!(other.is_held().unwrap());
         });
     }
-}
+    }
+);

@@ -14,7 +14,7 @@ use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 
 use super::guard::Guard;
-use crate::client::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_IO_TIMEOUT, MAX_IDLE};
+use crate::client::{Endpoint, MAX_IDLE};
 use crate::command::{self, in_step, Command, Failure};
 use crate::error::Error;
 use crate::hold::{Acquisition, Settled, Target};
@@ -40,12 +40,8 @@ pub struct Client {
 
 /// What a [`Client`] and its guards share.
 pub(crate) struct Inner {
-    /// Connection parameters.
-    redis: redis::Client,
-    /// Limit on opening a connection, handshake included.
-    pub(crate) connect_timeout: Duration,
-    /// Limit on a reply, except for a blocking acquire.
-    pub(crate) io_timeout: Duration,
+    /// The server and the timeouts, as for the sync client (`inner.io_timeout` reads through).
+    endpoint: Endpoint,
     /// The multiplexed connection for short commands, once opened; forgotten after an I/O
     /// error or a timeout, so that the next command opens a new one.
     shared: Mutex<Option<MultiplexedConnection>>,
@@ -53,23 +49,24 @@ pub(crate) struct Inner {
     idle: Mutex<Vec<Waiter>>,
 }
 
+impl std::ops::Deref for Inner {
+    type Target = Endpoint;
+
+    fn deref(&self) -> &Endpoint {
+        &self.endpoint
+    }
+}
+
 impl Client {
     /// A client for the server at `url` (see [`crate::Client::open`]). Only parses the URL.
     pub fn open(url: &str) -> Result<Client, Error> {
-        let redis = redis::Client::open(url).map_err(Error::from_redis)?;
-        Ok(Client::from_parts(
-            redis,
-            DEFAULT_CONNECT_TIMEOUT,
-            DEFAULT_IO_TIMEOUT,
-            None,
-        ))
+        Ok(Client::from_parts(Endpoint::open(url)?, None))
     }
 
     /// The same server with other timeouts (see [`crate::Client::with_timeouts`]). The returned
     /// client has connections of its own.
     pub fn with_timeouts(self, connect: Duration, io: Duration) -> Client {
-        let redis = self.inner.redis.clone();
-        Client::from_parts(redis, connect, io, self.owner)
+        Client::from_parts(self.inner.with_timeouts(connect, io), self.owner)
     }
 
     /// The same server, with every acquisition made as `owner` (see
@@ -115,20 +112,16 @@ impl Client {
         key: &str,
         ttl: Duration,
     ) -> Result<Option<Guard>, Error> {
-        with_watchdog(self.acquire(key, ttl).await?)
+        let granted = self.acquire(key, ttl).await?;
+        granted
+            .map(|mut guard| guard.start_watchdog().map(|()| guard))
+            .transpose()
     }
 
-    fn from_parts(
-        redis: redis::Client,
-        connect: Duration,
-        io: Duration,
-        owner: Option<String>,
-    ) -> Client {
+    fn from_parts(endpoint: Endpoint, owner: Option<String>) -> Client {
         Client {
             inner: Arc::new(Inner {
-                redis,
-                connect_timeout: connect.max(Duration::from_millis(1)),
-                io_timeout: io.max(Duration::from_millis(1)),
+                endpoint,
                 shared: Mutex::new(None),
                 idle: Mutex::new(Vec::new()),
             }),
@@ -176,17 +169,6 @@ impl Client {
             let _ = tx.send(result);
         });
         rx.await.unwrap_or_else(|_| Err(runtime_gone()))
-    }
-}
-
-/// Start the watchdog on a granted guard.
-pub(crate) fn with_watchdog(granted: Option<Guard>) -> Result<Option<Guard>, Error> {
-    match granted {
-        Some(mut guard) => {
-            guard.start_watchdog()?;
-            Ok(Some(guard))
-        }
-        None => Ok(None),
     }
 }
 

@@ -4,39 +4,52 @@
 
 use std::time::Duration;
 
-use super::client::{with_watchdog, Client};
+use super::client::Client;
 use super::guard::Guard;
 use crate::error::Error;
-use crate::locks::{side_owner, MultiLock, ReadWriteLock, Semaphore};
+use crate::locks::{MultiLock, ReadWriteLock, Semaphore};
+
+/// The async `acquire`, `acquire_blocking` and `acquire_with_watchdog` of a handle with fields
+/// `client` and `target` (see `sync_acquires` in `locks.rs`).
+macro_rules! async_acquires {
+    ($what:literal) => {
+        #[doc = concat!("Try once to take ", $what, " for `ttl` (see [`Client::acquire`]).")]
+        pub async fn acquire(&self, ttl: Duration) -> Result<Option<Guard>, Error> {
+            let (client, target) = (&self.client, self.target.clone());
+            client
+                .acquire_target(target, &client.owner, ttl, None)
+                .await
+        }
+
+        #[doc = concat!("Take ", $what, " for `ttl`, waiting up to `wait` in the FIFO queue")]
+        #[doc = "with one blocking command (see [`Client::acquire_blocking`])."]
+        pub async fn acquire_blocking(
+            &self,
+            ttl: Duration,
+            wait: Duration,
+        ) -> Result<Option<Guard>, Error> {
+            let (client, target) = (&self.client, self.target.clone());
+            client
+                .acquire_target(target, &client.owner, ttl, Some(wait))
+                .await
+        }
+
+        /// `acquire`, then [`Guard::start_watchdog`] on the granted guard.
+        pub async fn acquire_with_watchdog(&self, ttl: Duration) -> Result<Option<Guard>, Error> {
+            let granted = self.acquire(ttl).await?;
+            granted
+                .map(|mut guard| guard.start_watchdog().map(|()| guard))
+                .transpose()
+        }
+    };
+}
 
 impl Semaphore<Client> {
-    /// Try once to take a permit for `ttl` (see [`crate::Semaphore::acquire`]).
-    pub async fn acquire(&self, ttl: Duration) -> Result<Option<Guard>, Error> {
-        let client = &self.client;
-        let target = self.target.clone();
-        client
-            .acquire_target(target, &client.owner, ttl, None)
-            .await
-    }
+    async_acquires!("a permit");
+}
 
-    /// Take a permit for `ttl`, waiting up to `wait` in the key's FIFO queue with one
-    /// `LOCK.ACQUIRE ... BLOCK` (see [`Client::acquire_blocking`]).
-    pub async fn acquire_blocking(
-        &self,
-        ttl: Duration,
-        wait: Duration,
-    ) -> Result<Option<Guard>, Error> {
-        let client = &self.client;
-        let target = self.target.clone();
-        client
-            .acquire_target(target, &client.owner, ttl, Some(wait))
-            .await
-    }
-
-    /// [`Semaphore::acquire`], then [`Guard::start_watchdog`] on the granted guard.
-    pub async fn acquire_with_watchdog(&self, ttl: Duration) -> Result<Option<Guard>, Error> {
-        with_watchdog(self.acquire(ttl).await?)
-    }
+impl MultiLock<Client> {
+    async_acquires!("every key (one `LOCK.MACQUIRE`)");
 }
 
 impl ReadWriteLock<Client> {
@@ -74,38 +87,7 @@ impl ReadWriteLock<Client> {
         ttl: Duration,
         wait: Option<Duration>,
     ) -> Result<Option<Guard>, Error> {
-        let (target, side) = self.side(read);
-        let owner = side_owner(&self.client.owner, side);
+        let (target, owner) = self.side(read, &self.client.owner);
         self.client.acquire_target(target, &owner, ttl, wait).await
-    }
-}
-
-impl MultiLock<Client> {
-    /// Try once to take every key for `ttl` (see [`crate::MultiLock::acquire`]).
-    pub async fn acquire(&self, ttl: Duration) -> Result<Option<Guard>, Error> {
-        let client = &self.client;
-        let target = self.target.clone();
-        client
-            .acquire_target(target, &client.owner, ttl, None)
-            .await
-    }
-
-    /// Take every key for `ttl`, waiting up to `wait` in all their queues at once with one
-    /// `LOCK.MACQUIRE ... BLOCK`.
-    pub async fn acquire_blocking(
-        &self,
-        ttl: Duration,
-        wait: Duration,
-    ) -> Result<Option<Guard>, Error> {
-        let client = &self.client;
-        let target = self.target.clone();
-        client
-            .acquire_target(target, &client.owner, ttl, Some(wait))
-            .await
-    }
-
-    /// [`MultiLock::acquire`], then [`Guard::start_watchdog`] on the granted guard.
-    pub async fn acquire_with_watchdog(&self, ttl: Duration) -> Result<Option<Guard>, Error> {
-        with_watchdog(self.acquire(ttl).await?)
     }
 }

@@ -3,10 +3,11 @@
 //!
 //! ```ignore
 //! macro_rules! shared_tests { () => { api_test! { fn name() { ... io!(client.acquire(..)) ... } } } }
-//! mod sync { apis::sync_api!(); shared_tests!(); }
-//! mod aio { apis::async_api!(); shared_tests!(); }
+//! apis::both!(shared_tests, aio: { /* tests of the async API alone */ });
 //! ```
 //!
+//! `both!` writes `mod sync { use super::*; sync_api!(); shared_tests!(); }` and the same
+//! `mod aio` with `async_api!()`, each followed by the items given after `sync:` / `aio:`.
 //! `sync_api!()` and `async_api!()` bring the API's types under the same names (`Client`,
 //! `Guard`, `Redlock`, `Semaphore`, `ReadWriteLock`, `MultiLock`) and helpers that differ only
 //! in how they wait:
@@ -161,3 +162,24 @@ macro_rules! async_api {
     };
 }
 pub(crate) use async_api;
+
+/// The shared tests `$tests!()` in `mod sync` and `mod aio`, each with the API's types and
+/// helpers, followed by the tests of one API alone (see the module docs).
+macro_rules! both {
+    ($tests:ident $(, sync: { $($sync:item)* })? $(, aio: { $($aio:item)* })? $(,)?) => {
+        mod sync {
+            use super::*;
+            crate::apis::sync_api!();
+            $tests!();
+            $($($sync)*)?
+        }
+
+        mod aio {
+            use super::*;
+            crate::apis::async_api!();
+            $tests!();
+            $($($aio)*)?
+        }
+    };
+}
+pub(crate) use both;
