@@ -28,6 +28,35 @@ pub const DEFAULT_MASTER_CONNECT_TIMEOUT: Duration = Duration::from_millis(100);
 /// Read/write timeout per master, unless [`Redlock::with_timeouts`] says otherwise.
 pub const DEFAULT_MASTER_IO_TIMEOUT: Duration = Duration::from_millis(100);
 
+/// The configuration side of a Redlock, written once for [`Redlock`] and
+/// [`crate::aio::Redlock`]: both keep one client per master in a field `masters`.
+macro_rules! redlock_masters {
+    () => {
+        /// The same masters with other per-master timeouts: `connect` to open a connection, `io`
+        /// for each reply. Keep both well below the TTLs you use: a master that does not answer
+        /// costs up to `connect + io` of the validity time (once per round for the async
+        /// Redlock, which asks the masters concurrently; once per such master for the sync one).
+        pub fn with_timeouts(self, connect: Duration, io: Duration) -> Self {
+            let masters = self.masters.into_iter();
+            Self {
+                masters: masters.map(|m| m.with_timeouts(connect, io)).collect(),
+            }
+        }
+
+        /// How many masters there are.
+        pub fn masters(&self) -> usize {
+            self.masters.len()
+        }
+
+        /// How many masters must grant the lock: `masters / 2 + 1`.
+        pub fn quorum(&self) -> usize {
+            self.masters.len() / 2 + 1
+        }
+    };
+}
+#[cfg(feature = "tokio")]
+pub(crate) use redlock_masters;
+
 /// A lock manager over N independent Redis masters (not replicas of each other), each with the
 /// redis-lock module loaded.
 ///
@@ -45,28 +74,7 @@ impl Redlock {
         Ok(Redlock { masters })
     }
 
-    /// The same masters with other per-master timeouts: `connect` to open a connection, `io` for
-    /// each reply. Keep both well below the TTLs you use: a master that does not answer costs up
-    /// to `connect + io` of the validity time.
-    pub fn with_timeouts(self, connect: Duration, io: Duration) -> Redlock {
-        Redlock {
-            masters: self
-                .masters
-                .into_iter()
-                .map(|m| m.with_timeouts(connect, io))
-                .collect(),
-        }
-    }
-
-    /// How many masters there are.
-    pub fn masters(&self) -> usize {
-        self.masters.len()
-    }
-
-    /// How many masters must grant the lock: `masters / 2 + 1`.
-    pub fn quorum(&self) -> usize {
-        self.masters.len() / 2 + 1
-    }
+    redlock_masters!();
 
     /// Try once to take `key` for `ttl` on a majority of the masters.
     ///
@@ -268,11 +276,16 @@ impl Round {
 
 impl fmt::Debug for Redlock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Redlock")
-            .field("masters", &self.masters.len())
-            .field("quorum", &self.quorum())
-            .finish()
+        debug_masters(self.masters(), f)
     }
+}
+
+/// `Debug` for a Redlock of `masters` masters, sync or async.
+pub(crate) fn debug_masters(masters: usize, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    f.debug_struct("Redlock")
+        .field("masters", &masters)
+        .field("quorum", &(masters / 2 + 1))
+        .finish()
 }
 
 /// `LOCK.RELEASE key owner` on each master flagged in `which`; returns how many released a hold.
