@@ -5,7 +5,7 @@
 // cargo run -p redis-lock-client --features tokio --example async_lock -- redis://127.0.0.1:6379/
 // ```
 //
-// `tests/async_client.rs` runs `run` against a test server.
+// `tests/client.rs` (`aio::the_readme_example_runs`) runs `run` against a test server.
 
 use std::time::Duration;
 

@@ -7,9 +7,10 @@ use std::time::Duration;
 
 use redis::{Connection, ConnectionLike};
 
-use crate::command::{self, in_step, pick_owner, ttl_ms, Command, Failure};
+use crate::command::{in_step, Command, Failure};
 use crate::error::Error;
 use crate::guard::Guard;
+use crate::hold::{Acquisition, Settled, Target};
 
 /// How long opening a connection may take, unless [`Client::with_timeouts`] says otherwise.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -36,19 +37,54 @@ pub struct Client {
     /// The server and the pool, shared by clones and by the guards and watchdogs they create.
     pub(crate) inner: Arc<Inner>,
     /// The owner every acquisition uses; `None` for a new UUID per acquisition.
-    owner: Option<String>,
+    pub(crate) owner: Option<String>,
+}
+
+/// The server a client talks to and its limits: what the sync and the async client share.
+pub(crate) struct Endpoint {
+    /// Connection parameters (no connection of its own).
+    pub(crate) redis: redis::Client,
+    /// Limit on opening a connection, handshake included.
+    pub(crate) connect_timeout: Duration,
+    /// Limit on a reply (and a write), except for a blocking acquire.
+    pub(crate) io_timeout: Duration,
+}
+
+impl Endpoint {
+    /// The server at `url`, with the default timeouts. Only parses the URL.
+    pub(crate) fn open(url: &str) -> Result<Endpoint, Error> {
+        let redis = redis::Client::open(url).map_err(Error::from_redis)?;
+        Ok(Endpoint {
+            redis,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            io_timeout: DEFAULT_IO_TIMEOUT,
+        })
+    }
+
+    /// The same server with other timeouts, each at least 1 ms.
+    pub(crate) fn with_timeouts(&self, connect: Duration, io: Duration) -> Endpoint {
+        Endpoint {
+            redis: self.redis.clone(),
+            connect_timeout: connect.max(Duration::from_millis(1)),
+            io_timeout: io.max(Duration::from_millis(1)),
+        }
+    }
 }
 
 /// What a [`Client`] and its guards share.
 pub(crate) struct Inner {
-    /// Connection parameters (no connection of its own).
-    redis: redis::Client,
-    /// Limit on opening a connection.
-    pub(crate) connect_timeout: Duration,
-    /// Limit on a reply (and a write), except for a blocking acquire.
-    pub(crate) io_timeout: Duration,
+    /// The server and the timeouts (`inner.io_timeout` reads through to it).
+    endpoint: Endpoint,
     /// Connections that answered their last command correctly, ready for reuse.
     idle: Mutex<Vec<Connection>>,
+}
+
+impl std::ops::Deref for Inner {
+    type Target = Endpoint;
+
+    fn deref(&self) -> &Endpoint {
+        &self.endpoint
+    }
 }
 
 impl Client {
@@ -58,13 +94,8 @@ impl Client {
     /// Only parses the URL: an unreachable server shows up as [`Error::Connection`] on the first
     /// command.
     pub fn open(url: &str) -> Result<Client, Error> {
-        let redis = redis::Client::open(url).map_err(Error::from_redis)?;
         Ok(Client {
-            inner: Arc::new(Inner::new(
-                redis,
-                DEFAULT_CONNECT_TIMEOUT,
-                DEFAULT_IO_TIMEOUT,
-            )),
+            inner: Arc::new(Inner::new(Endpoint::open(url)?)),
             owner: None,
         })
     }
@@ -74,10 +105,8 @@ impl Client {
     ///
     /// The returned client has a pool of its own.
     pub fn with_timeouts(self, connect: Duration, io: Duration) -> Client {
-        let connect = connect.max(Duration::from_millis(1));
-        let io = io.max(Duration::from_millis(1));
         Client {
-            inner: Arc::new(Inner::new(self.inner.redis.clone(), connect, io)),
+            inner: Arc::new(Inner::new(self.inner.with_timeouts(connect, io))),
             owner: self.owner,
         }
     }
@@ -104,7 +133,7 @@ impl Client {
     ///   an error. If the request may have reached the server, the client tries to release the
     ///   lock again (with the random owner it made up, so this can touch no one else's hold).
     pub fn acquire(&self, key: &str, ttl: Duration) -> Result<Option<Guard>, Error> {
-        self.acquire_inner(key, ttl, None)
+        self.acquire_target(Target::exclusive(key), &self.owner, ttl, None)
     }
 
     /// Take the lock `key` for `ttl`, waiting up to `wait` in the key's FIFO queue on the server
@@ -119,51 +148,37 @@ impl Client {
         ttl: Duration,
         wait: Duration,
     ) -> Result<Option<Guard>, Error> {
-        self.acquire_inner(key, ttl, command::block_ms(wait)?)
+        self.acquire_target(Target::exclusive(key), &self.owner, ttl, Some(wait))
     }
 
     /// [`Client::acquire`], then [`Guard::start_watchdog`] on the granted guard: the lock is
     /// renewed every `ttl / 3` until the guard is released or dropped, or the lock is lost.
     pub fn acquire_with_watchdog(&self, key: &str, ttl: Duration) -> Result<Option<Guard>, Error> {
-        match self.acquire(key, ttl)? {
-            Some(mut guard) => {
-                guard.start_watchdog()?;
-                Ok(Some(guard))
-            }
-            None => Ok(None),
-        }
+        let granted = self.acquire(key, ttl)?;
+        granted
+            .map(|mut guard| guard.start_watchdog().map(|()| guard))
+            .transpose()
     }
 
-    fn acquire_inner(
+    /// One acquisition of `target` as `owner` (see [`Acquisition`]): the request, then what its
+    /// reply means, and the clean-up a failure may need.
+    pub(crate) fn acquire_target(
         &self,
-        key: &str,
+        target: Target,
+        owner: &Option<String>,
         ttl: Duration,
-        block_ms: Option<u64>,
+        wait: Option<Duration>,
     ) -> Result<Option<Guard>, Error> {
-        let ttl_ms = ttl_ms(ttl)?;
-        let (owner, generated) = pick_owner(&self.owner);
-        let read_timeout = match block_ms {
-            Some(ms) => Duration::from_millis(ms) + self.inner.io_timeout,
-            None => self.inner.io_timeout,
-        };
-        let reply = self.inner.with_conn_sent(
-            read_timeout,
-            self.inner.connect_timeout,
-            &command::acquire(key, &owner, ttl_ms, block_ms),
-        );
-        match reply {
-            Ok(Some(token)) => Ok(Some(Guard::new(self.clone(), key, owner, token, ttl_ms))),
-            Ok(None) => Ok(None),
-            Err(Failure { error, maybe_sent }) => {
-                // The request may have been granted with the reply lost. A made-up owner is
-                // ours alone, so releasing it is safe; a chosen owner may be a hold that this
-                // call was retrying, so it is left alone (the caller can retry or release).
-                if generated && maybe_sent {
-                    let _ = self.inner.with_conn(
-                        self.inner.io_timeout,
-                        self.inner.connect_timeout,
-                        &command::release(key, &owner),
-                    );
+        let acquisition = Acquisition::new(target, owner, ttl, wait)?;
+        let inner = &self.inner;
+        let timeout = acquisition.reply_timeout(inner.io_timeout);
+        let reply = inner.with_conn_sent(timeout, inner.connect_timeout, &acquisition.request());
+        match acquisition.settle(reply) {
+            Settled::Granted(hold) => Ok(Some(Guard::new(self.clone(), hold))),
+            Settled::Busy => Ok(None),
+            Settled::Failed { error, clean_up } => {
+                if let Some(release) = clean_up {
+                    let _ = inner.with_conn(inner.io_timeout, inner.connect_timeout, &release);
                 }
                 Err(error)
             }
@@ -172,11 +187,9 @@ impl Client {
 }
 
 impl Inner {
-    fn new(redis: redis::Client, connect_timeout: Duration, io_timeout: Duration) -> Inner {
+    fn new(endpoint: Endpoint) -> Inner {
         Inner {
-            redis,
-            connect_timeout,
-            io_timeout,
+            endpoint,
             idle: Mutex::new(Vec::new()),
         }
     }
@@ -186,7 +199,7 @@ impl Inner {
     /// A connection goes back to the pool only if it is still in step ([`in_step`]).
     /// A pooled connection found dead on first use (the server restarted, or closed it as idle)
     /// is replaced once by a fresh one.
-    pub(crate) fn with_conn<T>(
+    pub(crate) fn with_conn<T: 'static>(
         &self,
         read_timeout: Duration,
         connect_timeout: Duration,
@@ -197,7 +210,7 @@ impl Inner {
     }
 
     /// [`Inner::with_conn`], telling on failure whether the command may have reached the server.
-    pub(crate) fn with_conn_sent<T>(
+    pub(crate) fn with_conn_sent<T: 'static>(
         &self,
         read_timeout: Duration,
         connect_timeout: Duration,
@@ -246,7 +259,7 @@ impl Inner {
         }
     }
 
-    fn run<T>(
+    fn run<T: 'static>(
         &self,
         conn: &mut Connection,
         read_timeout: Duration,
@@ -259,7 +272,7 @@ impl Inner {
         command.run(conn)
     }
 
-    fn finish<T>(&self, conn: Connection, result: Result<T, Error>) -> Result<T, Failure> {
+    fn finish<T: 'static>(&self, conn: Connection, result: Result<T, Error>) -> Result<T, Failure> {
         if in_step(&result) && conn.is_open() {
             let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
             if idle.len() < MAX_IDLE {

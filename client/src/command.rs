@@ -16,10 +16,20 @@ pub(crate) struct Command<T> {
     /// The request.
     pub(crate) cmd: redis::Cmd,
     /// Turns the reply into the command's result.
-    parse: fn(Value) -> Result<T, Error>,
+    parse: Box<dyn Fn(Value) -> Result<T, Error> + Send + Sync>,
 }
 
-impl<T> Command<T> {
+impl<T: 'static> Command<T> {
+    fn new(
+        cmd: redis::Cmd,
+        parse: impl Fn(Value) -> Result<T, Error> + Send + Sync + 'static,
+    ) -> Self {
+        Command {
+            cmd,
+            parse: Box::new(parse),
+        }
+    }
+
     /// Send the command on a sync connection and read its reply.
     pub(crate) fn run(&self, conn: &mut redis::Connection) -> Result<T, Error> {
         self.read(self.cmd.query(conn))
@@ -30,70 +40,163 @@ impl<T> Command<T> {
     pub(crate) fn read(&self, reply: RedisResult<Value>) -> Result<T, Error> {
         (self.parse)(reply.map_err(Error::from_redis)?)
     }
+
+    /// The same request, its result turned into another by `f`.
+    pub(crate) fn map<U: 'static>(self, f: impl Fn(T) -> U + Send + Sync + 'static) -> Command<U> {
+        let parse = self.parse;
+        Command::new(self.cmd, move |reply| parse(reply).map(&f))
+    }
 }
 
-/// `LOCK.ACQUIRE key owner ttl [BLOCK ms]` -> `Some(token)` or `None`.
+/// How a single-key acquire holds the key (see "Shared locks and semaphores" in
+/// docs/commands.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// Alone: no option.
+    Exclusive,
+    /// `SHARED`, with `LIMIT n` when `limit` is given: a reader, or one of `n` permits.
+    Shared {
+        /// The number of permits, or `None` for any number of shared holders.
+        limit: Option<u32>,
+    },
+}
+
+/// `LOCK.ACQUIRE key owner ttl [SHARED [LIMIT n]] [BLOCK ms]` -> `Some(token)` or `None`.
 pub(crate) fn acquire(
     key: &str,
     owner: &str,
     ttl_ms: u64,
+    mode: Mode,
     block_ms: Option<u64>,
 ) -> Command<Option<u64>> {
     let mut cmd = redis::cmd("LOCK.ACQUIRE");
     cmd.arg(key).arg(owner).arg(ttl_ms);
+    if let Mode::Shared { limit } = mode {
+        cmd.arg("SHARED");
+        if let Some(n) = limit {
+            cmd.arg("LIMIT").arg(n);
+        }
+    }
     if let Some(ms) = block_ms {
         cmd.arg("BLOCK").arg(ms);
     }
-    Command {
-        cmd,
-        parse: |reply| match reply {
-            Value::Int(n) if n > 0 => Ok(Some(n as u64)),
-            Value::Nil => Ok(None),
-            other => Err(unexpected("LOCK.ACQUIRE", other)),
-        },
+    Command::new(cmd, |reply| match reply {
+        Value::Int(n) if n > 0 => Ok(Some(n as u64)),
+        Value::Nil => Ok(None),
+        other => Err(unexpected("LOCK.ACQUIRE", other)),
+    })
+}
+
+/// `LOCK.MACQUIRE numkeys key... owner ttl [BLOCK ms]` -> one token per key, or `None`.
+pub(crate) fn macquire(
+    keys: &[String],
+    owner: &str,
+    ttl_ms: u64,
+    block_ms: Option<u64>,
+) -> Command<Option<Vec<u64>>> {
+    let mut cmd = redis::cmd("LOCK.MACQUIRE");
+    cmd.arg(keys.len()).arg(keys).arg(owner).arg(ttl_ms);
+    if let Some(ms) = block_ms {
+        cmd.arg("BLOCK").arg(ms);
     }
+    let n = keys.len();
+    Command::new(cmd, move |reply| match reply {
+        Value::Nil => Ok(None),
+        Value::Array(items) if items.len() == n => items
+            .into_iter()
+            .map(|item| match item {
+                Value::Int(t) if t > 0 => Ok(t as u64),
+                other => Err(unexpected("LOCK.MACQUIRE", other)),
+            })
+            .collect::<Result<Vec<u64>, Error>>()
+            .map(Some),
+        other => Err(unexpected("LOCK.MACQUIRE", other)),
+    })
 }
 
 /// `LOCK.RELEASE key owner` -> released?
 pub(crate) fn release(key: &str, owner: &str) -> Command<bool> {
     let mut cmd = redis::cmd("LOCK.RELEASE");
     cmd.arg(key).arg(owner);
-    Command {
-        cmd,
-        parse: |reply| zero_or_one("LOCK.RELEASE", reply),
-    }
+    Command::new(cmd, |reply| zero_or_one("LOCK.RELEASE", reply))
+}
+
+/// `LOCK.MRELEASE numkeys key... owner` -> were all `keys` released?
+pub(crate) fn mrelease(keys: &[String], owner: &str) -> Command<bool> {
+    let mut cmd = redis::cmd("LOCK.MRELEASE");
+    cmd.arg(keys.len()).arg(keys).arg(owner);
+    let n = keys.len() as i64;
+    Command::new(cmd, move |reply| {
+        count_of("LOCK.MRELEASE", reply, n).map(|c| c == n)
+    })
 }
 
 /// `LOCK.EXTEND key owner ttl` -> extended?
 pub(crate) fn extend(key: &str, owner: &str, ttl_ms: u64) -> Command<bool> {
     let mut cmd = redis::cmd("LOCK.EXTEND");
     cmd.arg(key).arg(owner).arg(ttl_ms);
-    Command {
-        cmd,
-        parse: |reply| zero_or_one("LOCK.EXTEND", reply),
-    }
+    Command::new(cmd, |reply| zero_or_one("LOCK.EXTEND", reply))
+}
+
+/// KEYS the locks, ARGV[1] the owner, ARGV[2] ttl-ms: how many keys were extended. There is no
+/// multi-key extend command; a script is one atomic step on the server (the Python package's
+/// `MultiLock` runs the same one).
+const EXTEND_ALL_LUA: &str = "\
+local n = 0
+for _, key in ipairs(KEYS) do
+    n = n + redis.call('LOCK.EXTEND', key, ARGV[1], ARGV[2])
+end
+return n
+";
+
+/// KEYS the locks, ARGV their tokens: 1 if every token is live.
+const FENCE_ALL_LUA: &str = "\
+for i, key in ipairs(KEYS) do
+    if redis.call('LOCK.FENCE', key, ARGV[i]) ~= 1 then
+        return 0
+    end
+end
+return 1
+";
+
+/// `LOCK.EXTEND key owner ttl` on every key in one script -> were all extended?
+pub(crate) fn extend_all(keys: &[String], owner: &str, ttl_ms: u64) -> Command<bool> {
+    let mut cmd = redis::cmd("EVAL");
+    cmd.arg(EXTEND_ALL_LUA)
+        .arg(keys.len())
+        .arg(keys)
+        .arg(owner)
+        .arg(ttl_ms);
+    let n = keys.len() as i64;
+    Command::new(cmd, move |reply| {
+        count_of("LOCK.EXTEND (script)", reply, n).map(|c| c == n)
+    })
+}
+
+/// `LOCK.FENCE key token` on every key in one script -> are all tokens live?
+pub(crate) fn fence_all(keys: &[String], tokens: &[u64]) -> Command<bool> {
+    let mut cmd = redis::cmd("EVAL");
+    cmd.arg(FENCE_ALL_LUA).arg(keys.len()).arg(keys).arg(tokens);
+    Command::new(cmd, |reply| zero_or_one("LOCK.FENCE (script)", reply))
 }
 
 /// `LOCK.FENCE key token` -> is `token` the live hold's?
 pub(crate) fn fence(key: &str, token: u64) -> Command<bool> {
     let mut cmd = redis::cmd("LOCK.FENCE");
     cmd.arg(key).arg(token);
-    Command {
-        cmd,
-        parse: |reply| zero_or_one("LOCK.FENCE", reply),
-    }
+    Command::new(cmd, |reply| zero_or_one("LOCK.FENCE", reply))
 }
 
 /// `CLIENT ID` -> this connection's client id.
 #[cfg(feature = "tokio")]
 pub(crate) fn client_id() -> Command<u64> {
-    Command {
-        cmd: redis::cmd("CLIENT").arg("ID").clone(),
-        parse: |reply| match reply {
+    Command::new(
+        redis::cmd("CLIENT").arg("ID").clone(),
+        |reply| match reply {
             Value::Int(n) if n > 0 => Ok(n as u64),
             other => Err(unexpected("CLIENT ID", other)),
         },
-    }
+    )
 }
 
 /// `CLIENT UNBLOCK id` -> was that client blocked? A waiter in a lock's queue then gets the
@@ -102,16 +205,21 @@ pub(crate) fn client_id() -> Command<u64> {
 pub(crate) fn unblock(client_id: u64) -> Command<bool> {
     let mut cmd = redis::cmd("CLIENT");
     cmd.arg("UNBLOCK").arg(client_id);
-    Command {
-        cmd,
-        parse: |reply| zero_or_one("CLIENT UNBLOCK", reply),
-    }
+    Command::new(cmd, |reply| zero_or_one("CLIENT UNBLOCK", reply))
 }
 
 fn zero_or_one(command: &'static str, reply: Value) -> Result<bool, Error> {
     match reply {
         Value::Int(1) => Ok(true),
         Value::Int(0) => Ok(false),
+        other => Err(unexpected(command, other)),
+    }
+}
+
+/// An integer reply between 0 and `max`.
+fn count_of(command: &'static str, reply: Value, max: i64) -> Result<i64, Error> {
+    match reply {
+        Value::Int(n) if (0..=max).contains(&n) => Ok(n),
         other => Err(unexpected(command, other)),
     }
 }

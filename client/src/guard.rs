@@ -1,16 +1,19 @@
 //! [`Guard`]: a held lock, released when dropped, optionally renewed by a watchdog.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use crate::client::Client;
-use crate::command::{self, ttl_ms, Command};
+use crate::command::{self, Command};
 use crate::error::Error;
+use crate::hold::Hold;
 use crate::watchdog::{Lease, LossReason, LossSignal, Watchdog};
 
-/// A lock held on one server. Dropping it releases the lock (best effort).
+/// A lock held on one server: an exclusive lock ([`Client::acquire`]), a shared hold
+/// ([`Semaphore`](crate::Semaphore), [`ReadWriteLock`](crate::ReadWriteLock)), or exclusive
+/// locks on several keys ([`MultiLock`](crate::MultiLock)). Dropping it releases the lock (best
+/// effort).
 ///
 /// The guard is `Send` (it can move to another thread) but not `Sync`: one thread at a time
 /// uses it, since it owns the receiving end of the loss channel.
@@ -21,15 +24,8 @@ use crate::watchdog::{Lease, LossReason, LossSignal, Watchdog};
 pub struct Guard {
     /// The server, for extend, release and fence checks.
     client: Client,
-    /// The lock's key.
-    key: String,
-    /// The owner id the lock was acquired with.
-    owner: String,
-    /// The fencing token of this hold.
-    token: u64,
-    /// The TTL of the last grant or extension, in ms; shared with the watchdog, which renews
-    /// with it.
-    ttl_ms: Arc<AtomicU64>,
+    /// The keys, owner, tokens and TTL; shared with the watchdog, which renews with the TTL.
+    hold: Arc<Hold>,
     /// The renewal thread, if started.
     watchdog: Option<Watchdog>,
     /// Where the watchdog reports a loss (the sender side and the remembered reason).
@@ -41,30 +37,41 @@ pub struct Guard {
 }
 
 /// The read-only side of a guard, written once for [`Guard`] and [`crate::aio::Guard`]: both
-/// keep `key`, `owner`, `token` and `ttl_ms: Arc<AtomicU64>` fields.
+/// keep what they hold in a field `hold: Arc<Hold>`.
 macro_rules! guard_accessors {
     () => {
         /// The fencing token of this hold: larger than the token of every earlier hold of this key
         /// on this server. Pass it to the resource you write to, which checks it with
-        /// `LOCK.FENCE key token` (or keeps the largest token it has seen).
+        /// `LOCK.FENCE key token` (or keeps the largest token it has seen). For several keys
+        /// ([`MultiLock`](crate::MultiLock)) the largest of [`Guard::tokens`].
         pub fn token(&self) -> u64 {
-            self.token
+            self.hold.token()
         }
 
-        /// The lock's key.
+        /// The fencing tokens, one per key in the order of [`Guard::keys`] (one for a single key).
+        pub fn tokens(&self) -> &[u64] {
+            self.hold.tokens()
+        }
+
+        /// The lock's key (for several keys, the first).
         pub fn key(&self) -> &str {
-            &self.key
+            &self.hold.keys()[0]
+        }
+
+        /// The keys held: one, or those of a [`MultiLock`](crate::MultiLock) in its order.
+        pub fn keys(&self) -> &[String] {
+            self.hold.keys()
         }
 
         /// The owner id this lock is held as (a random UUID unless [`Client::with_owner`] chose one).
         pub fn owner(&self) -> &str {
-            &self.owner
+            self.hold.owner()
         }
 
         /// The TTL of the grant or of the last successful [`Guard::extend`]; the watchdog renews with
         /// this value.
         pub fn ttl(&self) -> Duration {
-            Duration::from_millis(self.ttl_ms.load(Ordering::Relaxed))
+            self.hold.ttl()
         }
     };
 }
@@ -72,14 +79,11 @@ macro_rules! guard_accessors {
 pub(crate) use guard_accessors;
 
 impl Guard {
-    pub(crate) fn new(client: Client, key: &str, owner: String, token: u64, ttl_ms: u64) -> Guard {
+    pub(crate) fn new(client: Client, hold: Hold) -> Guard {
         let (notify, loss_rx) = mpsc::channel();
         Guard {
             client,
-            key: key.to_string(),
-            owner,
-            token,
-            ttl_ms: Arc::new(AtomicU64::new(ttl_ms)),
+            hold: Arc::new(hold),
             watchdog: None,
             loss: LossSignal {
                 reason: Arc::new(Mutex::new(None)),
@@ -96,12 +100,8 @@ impl Guard {
     /// by this guard (it expired, was deleted, or is someone else's now); the token never
     /// changes. On success the watchdog, if running, renews with `ttl` from then on.
     pub fn extend(&self, ttl: Duration) -> Result<bool, Error> {
-        let ms = ttl_ms(ttl)?;
-        let extended = self.run(&command::extend(&self.key, &self.owner, ms))?;
-        if extended {
-            self.ttl_ms.store(ms, Ordering::Relaxed);
-        }
-        Ok(extended)
+        let (extend, ms) = self.hold.extend(ttl)?;
+        Ok(self.hold.extended(ms, self.run(&extend)?))
     }
 
     /// Release the lock now (`LOCK.RELEASE`), after stopping the watchdog. `Ok(true)`: it was
@@ -110,12 +110,13 @@ impl Guard {
     pub fn release(mut self) -> Result<bool, Error> {
         self.stop_watchdog();
         self.released = true;
-        self.run(&command::release(&self.key, &self.owner))
+        self.run(&self.hold.release())
     }
 
-    /// Ask the server whether this hold is still the live one (`LOCK.FENCE key token`).
+    /// Ask the server whether this hold is still the live one (`LOCK.FENCE key token`; for
+    /// several keys, whether every token is).
     pub fn is_held(&self) -> Result<bool, Error> {
-        self.run(&command::fence(&self.key, self.token))
+        self.run(&self.hold.fence())
     }
 
     /// Start renewing the lock every third of its TTL ([`Guard::ttl`]) in a background thread.
@@ -190,9 +191,7 @@ impl Guard {
         self.stop_watchdog();
         let lease = Lease {
             client: Arc::clone(&self.client.inner),
-            key: self.key.clone(),
-            owner: self.owner.clone(),
-            ttl_ms: Arc::clone(&self.ttl_ms),
+            hold: Arc::clone(&self.hold),
             period,
             loss: self.loss.clone(),
         };
@@ -200,7 +199,7 @@ impl Guard {
         Ok(())
     }
 
-    fn run<T>(&self, command: &Command<T>) -> Result<T, Error> {
+    fn run<T: 'static>(&self, command: &Command<T>) -> Result<T, Error> {
         let inner = &self.client.inner;
         inner.with_conn(inner.io_timeout, inner.connect_timeout, command)
     }
@@ -214,22 +213,22 @@ impl Drop for Guard {
         if self.released {
             return;
         }
-        if let Err(e) = self.run(&command::release(&self.key, &self.owner)) {
-            report_release_failure(&self.key, &e);
+        if let Err(e) = self.run(&self.hold.release()) {
+            report_release_failure(self.hold.keys(), &e);
         }
     }
 }
 
-/// `Debug` for a guard type with the fields and methods of [`guard_accessors`], `watchdog` and
+/// `Debug` for a guard type with the methods of [`guard_accessors`], a field `watchdog` and
 /// `is_lost()`; written once for [`Guard`] and [`crate::aio::Guard`].
 macro_rules! impl_guard_debug {
     ($guard:ty) => {
         impl std::fmt::Debug for $guard {
             fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 f.debug_struct("Guard")
-                    .field("key", &self.key)
-                    .field("owner", &self.owner)
-                    .field("token", &self.token)
+                    .field("keys", &self.keys())
+                    .field("owner", &self.owner())
+                    .field("tokens", &self.tokens())
                     .field("ttl", &self.ttl())
                     .field("watchdog", &self.watchdog.is_some())
                     .field("lost", &self.is_lost())
@@ -244,8 +243,8 @@ pub(crate) use impl_guard_debug;
 impl_guard_debug!(Guard);
 
 /// What a guard's `Drop` does with a release that failed: the lock then lapses at its deadline.
-pub(crate) fn report_release_failure(key: &str, error: &Error) {
+pub(crate) fn report_release_failure(keys: &[String], error: &Error) {
     eprintln!(
-        "redis-lock-client: could not release lock {key:?} (it lapses at its deadline): {error}"
+        "redis-lock-client: could not release lock {keys:?} (it lapses at its deadline): {error}"
     );
 }

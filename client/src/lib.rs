@@ -1,10 +1,12 @@
 //! A Rust client for the redis-lock Redis module: lock guards with fencing tokens, a
-//! lease watchdog, and Redlock over several independent masters.
+//! lease watchdog, semaphores, read/write locks, several keys at once, and Redlock over several
+//! independent masters.
 //!
-//! The module does the lock logic inside the server (`LOCK.ACQUIRE`, `LOCK.RELEASE`,
-//! `LOCK.EXTEND`, `LOCK.FENCE`); this crate wraps it in RAII types over the synchronous
-//! [`redis`] client. No async runtime: the watchdog is a plain thread. With the cargo feature
-//! `tokio`, `aio` has the same API for tokio (`aio::Client`, `aio::Guard`, `aio::Redlock`).
+//! The module does the lock logic inside the server (`LOCK.ACQUIRE [SHARED [LIMIT n]]`,
+//! `LOCK.MACQUIRE`, `LOCK.RELEASE`, `LOCK.MRELEASE`, `LOCK.EXTEND`, `LOCK.FENCE`); this crate
+//! wraps it in RAII types over the synchronous [`redis`] client. No async runtime: the watchdog
+//! is a plain thread. With the cargo feature `tokio`, `aio` has the same API for tokio
+//! (`aio::Client`, `aio::Guard`, `aio::Redlock`, `aio::Semaphore`, ...).
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -41,6 +43,38 @@
 //! # }
 //! ```
 //!
+//! A semaphore, a read/write lock and several keys at once: each acquires the same [`Guard`]
+//! (release on drop, `extend`, `is_held`, the watchdog).
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use redis_lock_client::{Client, MultiLock, ReadWriteLock, Semaphore};
+//!
+//! # fn main() -> Result<(), redis_lock_client::Error> {
+//! let client = Client::open("redis://127.0.0.1:6379/")?;
+//! let ttl = Duration::from_secs(30);
+//!
+//! // At most 4 holders at once: LOCK.ACQUIRE payments-api <owner> 30000 SHARED LIMIT 4.
+//! if let Some(permit) = Semaphore::new(&client, "payments-api", 4).acquire(ttl)? {
+//!     println!("permit with token {}", permit.token());
+//! }
+//!
+//! // Readers together, a writer alone (and never overtaken by later readers).
+//! let report = ReadWriteLock::new(&client, "report");
+//! let reader = report.read_blocking(ttl, Duration::from_secs(5))?;
+//! drop(reader);
+//! let writer = report.write(ttl)?;
+//! drop(writer);
+//!
+//! // Every key or none, one token each: LOCK.MACQUIRE 2 {order:7}:a {order:7}:b <owner> 30000.
+//! let keys = ["{order:7}:a", "{order:7}:b"];
+//! if let Some(guard) = MultiLock::new(&client, &keys).acquire(ttl)? {
+//!     println!("tokens {:?}", guard.tokens());
+//! } // LOCK.MRELEASE
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! Redlock over five independent masters:
 //!
 //! ```no_run
@@ -63,7 +97,8 @@
 //!
 //! # Contention versus failure
 //!
-//! - [`Client::acquire`]: `Ok(Some(guard))` granted, `Ok(None)` held by someone else,
+//! - [`Client::acquire`] (and the `acquire*`, `read*`, `write*` of the lock types):
+//!   `Ok(Some(guard))` granted, `Ok(None)` held by someone else,
 //!   `Err(`[`Error`]`)` a failure (unreachable, timeout, error reply).
 //! - [`Redlock::acquire`]: [`RedlockError::Contended`] held by someone else,
 //!   [`RedlockError::Unavailable`] too few masters answered, [`RedlockError::Expired`] the
@@ -71,15 +106,29 @@
 //!
 //! # Layout
 //!
-//! - `client.rs`: [`Client`], its connection pool, and the command wrappers.
-//! - `guard.rs`: [`Guard`], release on drop, extend, fence check, watchdog control.
-//! - `watchdog.rs`: the renewal thread and [`LossReason`].
-//! - `redlock.rs`: [`Redlock`] and [`RedlockGuard`], including how tokens are combined.
+//! The sync and the async API share everything but the I/O. Written once, with no I/O:
+//!
+//! - `command.rs`: the lock commands (request and reply check) and the argument and outcome
+//!   rules.
+//! - `hold.rs`: what an acquisition asks for (`Target`: one key alone or shared, or several),
+//!   `Acquisition` (its request, then `settle`: what the reply means and what a failure must
+//!   clean up), and `Hold` (a granted lock's keys, owner, tokens, TTL, and its release, extend
+//!   and fence commands).
+//! - `watchdog.rs`: [`LossReason`] and `Schedule` (when renewals are due, what they send, their
+//!   timeouts), then the renewal thread.
+//! - `redlock.rs`: the Redlock round (`Round`, `Vote`, `decide`: quorum and validity math,
+//!   where to release) and how tokens are combined, then the sync [`Redlock`].
+//! - `locks.rs`: [`Semaphore`], [`ReadWriteLock`] and [`MultiLock`], one type each for both
+//!   APIs (generic over the client), and their sync acquires.
 //! - `error.rs`: [`Error`] and [`RedlockError`].
-//! - `command.rs`: the four lock commands (request and reply check) and the argument and outcome
-//!   rules, shared by the sync and the async API.
-//! - `aio/` (feature `tokio`): the async client, guard, watchdog task and Redlock, on top of
-//!   the shared code above.
+//!
+//! What sends and waits:
+//!
+//! - `client.rs`: [`Client`] and its connection pool; `guard.rs`: [`Guard`] (release on drop,
+//!   watchdog control).
+//! - `aio/` (feature `tokio`): the async client (one multiplexed connection, waiter
+//!   connections, cancel-safe acquires), guard, watchdog task, Redlock (masters asked
+//!   concurrently) and the async acquires of the lock types.
 
 #![warn(missing_docs)]
 
@@ -89,12 +138,15 @@ mod client;
 mod command;
 mod error;
 mod guard;
+mod hold;
+mod locks;
 mod redlock;
 pub(crate) mod watchdog;
 
 pub use client::{Client, DEFAULT_CONNECT_TIMEOUT, DEFAULT_IO_TIMEOUT};
 pub use error::{Error, RedlockError};
 pub use guard::Guard;
+pub use locks::{MultiLock, ReadWriteLock, Semaphore};
 pub use redlock::{
     Redlock, RedlockGuard, DEFAULT_MASTER_CONNECT_TIMEOUT, DEFAULT_MASTER_IO_TIMEOUT,
 };
@@ -111,6 +163,9 @@ mod tests {
     #[test]
     fn thread_safety() {
         send_sync::<Client>();
+        send_sync::<Semaphore>();
+        send_sync::<ReadWriteLock>();
+        send_sync::<MultiLock>();
         send_sync::<Redlock>();
         send_sync::<Error>();
         send_sync::<RedlockError>();
@@ -125,6 +180,9 @@ mod tests {
     #[test]
     fn async_thread_safety() {
         send_sync::<aio::Client>();
+        send_sync::<aio::Semaphore>();
+        send_sync::<aio::ReadWriteLock>();
+        send_sync::<aio::MultiLock>();
         send_sync::<aio::Redlock>();
         send_sync::<aio::Guard>();
         send_sync::<aio::RedlockGuard>();

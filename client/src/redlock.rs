@@ -18,7 +18,7 @@ use std::fmt;
 use std::time::{Duration, Instant};
 
 use crate::client::Client;
-use crate::command::{self, ttl_ms, Failure};
+use crate::command::{self, ttl_ms, Command, Failure, Mode};
 use crate::error::{Error, RedlockError};
 
 /// Connect timeout per master, unless [`Redlock::with_timeouts`] says otherwise. Small compared
@@ -27,6 +27,35 @@ pub const DEFAULT_MASTER_CONNECT_TIMEOUT: Duration = Duration::from_millis(100);
 
 /// Read/write timeout per master, unless [`Redlock::with_timeouts`] says otherwise.
 pub const DEFAULT_MASTER_IO_TIMEOUT: Duration = Duration::from_millis(100);
+
+/// The configuration side of a Redlock, written once for [`Redlock`] and
+/// [`crate::aio::Redlock`]: both keep one client per master in a field `masters`.
+macro_rules! redlock_masters {
+    () => {
+        /// The same masters with other per-master timeouts: `connect` to open a connection, `io`
+        /// for each reply. Keep both well below the TTLs you use: a master that does not answer
+        /// costs up to `connect + io` of the validity time (once per round for the async
+        /// Redlock, which asks the masters concurrently; once per such master for the sync one).
+        pub fn with_timeouts(self, connect: Duration, io: Duration) -> Self {
+            let masters = self.masters.into_iter();
+            Self {
+                masters: masters.map(|m| m.with_timeouts(connect, io)).collect(),
+            }
+        }
+
+        /// How many masters there are.
+        pub fn masters(&self) -> usize {
+            self.masters.len()
+        }
+
+        /// How many masters must grant the lock: `masters / 2 + 1`.
+        pub fn quorum(&self) -> usize {
+            self.masters.len() / 2 + 1
+        }
+    };
+}
+#[cfg(feature = "tokio")]
+pub(crate) use redlock_masters;
 
 /// A lock manager over N independent Redis masters (not replicas of each other), each with the
 /// redis-lock module loaded.
@@ -45,28 +74,7 @@ impl Redlock {
         Ok(Redlock { masters })
     }
 
-    /// The same masters with other per-master timeouts: `connect` to open a connection, `io` for
-    /// each reply. Keep both well below the TTLs you use: a master that does not answer costs up
-    /// to `connect + io` of the validity time.
-    pub fn with_timeouts(self, connect: Duration, io: Duration) -> Redlock {
-        Redlock {
-            masters: self
-                .masters
-                .into_iter()
-                .map(|m| m.with_timeouts(connect, io))
-                .collect(),
-        }
-    }
-
-    /// How many masters there are.
-    pub fn masters(&self) -> usize {
-        self.masters.len()
-    }
-
-    /// How many masters must grant the lock: `masters / 2 + 1`.
-    pub fn quorum(&self) -> usize {
-        self.masters.len() / 2 + 1
-    }
+    redlock_masters!();
 
     /// Try once to take `key` for `ttl` on a majority of the masters.
     ///
@@ -81,7 +89,7 @@ impl Redlock {
             .iter()
             .map(|master| {
                 let inner = &master.inner;
-                let acquire = command::acquire(key, &round.owner, round.ttl_ms, None);
+                let acquire = round.request();
                 Vote::of(inner.with_conn_sent(inner.io_timeout, inner.connect_timeout, &acquire))
             })
             .collect();
@@ -190,6 +198,11 @@ impl Round {
         })
     }
 
+    /// Step 2's request to each master: `LOCK.ACQUIRE key owner ttl`.
+    pub(crate) fn request(&self) -> Command<Option<u64>> {
+        command::acquire(&self.key, &self.owner, self.ttl_ms, Mode::Exclusive, None)
+    }
+
     /// Step 3: granted if `needed` masters granted and validity time is left. Otherwise the
     /// error, with the masters where the lock is or may be held: the caller releases it there
     /// (step 4).
@@ -263,11 +276,16 @@ impl Round {
 
 impl fmt::Debug for Redlock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Redlock")
-            .field("masters", &self.masters.len())
-            .field("quorum", &self.quorum())
-            .finish()
+        debug_masters(self.masters(), f)
     }
+}
+
+/// `Debug` for a Redlock of `masters` masters, sync or async.
+pub(crate) fn debug_masters(masters: usize, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    f.debug_struct("Redlock")
+        .field("masters", &masters)
+        .field("quorum", &(masters / 2 + 1))
+        .finish()
 }
 
 /// `LOCK.RELEASE key owner` on each master flagged in `which`; returns how many released a hold.

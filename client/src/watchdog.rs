@@ -8,15 +8,15 @@
 //! no renewal can reach the server after the release.
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use crate::client::Inner;
-use crate::command;
+use crate::command::Command;
 use crate::error::Error;
+use crate::hold::Hold;
 
 /// Why the watchdog gave up a lock. It sends one and stops renewing.
 #[derive(Debug, Clone)]
@@ -63,16 +63,61 @@ impl LossSignal {
 pub(crate) struct Lease<C, L> {
     /// The server and its connections.
     pub(crate) client: Arc<C>,
-    /// The lock's key.
-    pub(crate) key: String,
-    /// The holder's owner id.
-    pub(crate) owner: String,
-    /// The TTL each renewal asks for; [`Guard::extend`](crate::Guard::extend) updates it.
-    pub(crate) ttl_ms: Arc<AtomicU64>,
+    /// The lock, shared with its guard: [`Guard::extend`](crate::Guard::extend) updates its TTL.
+    pub(crate) hold: Arc<Hold>,
     /// Time between renewals; `None` for a third of the current TTL.
     pub(crate) period: Option<Duration>,
     /// Where to report a loss.
     pub(crate) loss: L,
+}
+
+/// When renewals are due and what each one sends: the timing rules of both watchdogs, which
+/// differ only in how they sleep and send.
+pub(crate) struct Schedule {
+    /// When the next renewal is due.
+    next: Instant,
+    /// The chosen period, or `None` for a third of the TTL.
+    period: Option<Duration>,
+}
+
+impl Schedule {
+    /// A schedule starting now (the grant).
+    pub(crate) fn start(period: Option<Duration>) -> Schedule {
+        Schedule {
+            next: Instant::now(),
+            period,
+        }
+    }
+
+    /// When the next renewal is due, and its period. Renewals are scheduled from the previous
+    /// one's start, so the round trip does not stretch the interval.
+    pub(crate) fn next(&mut self, hold: &Hold) -> (Instant, Duration) {
+        let period = renewal_period(self.period, hold.ttl());
+        self.next += period;
+        (self.next, period)
+    }
+
+    /// The renewal to send now that it is due, with its reply and connect timeouts (`io` and
+    /// `connect`, cut to the `period`).
+    ///
+    /// A renewal must not outlast the period: with the default period (ttl / 3), a server that
+    /// stops answering is reported within two periods of the last successful renewal, i.e.
+    /// before the lock's deadline. If this process was paused (or starved) past the due time,
+    /// the schedule restarts now; the renewal then finds out whether the hold survived (if it
+    /// lapsed, the extend answers 0 and nothing is extended).
+    pub(crate) fn renewal(
+        &mut self,
+        hold: &Hold,
+        period: Duration,
+        io: Duration,
+        connect: Duration,
+    ) -> (Command<bool>, Duration, Duration) {
+        let now = Instant::now();
+        if self.next < now {
+            self.next = now;
+        }
+        (hold.renewal(), io.min(period), connect.min(period))
+    }
 }
 
 /// A running watchdog thread. Dropping it stops and joins the thread.
@@ -115,31 +160,22 @@ impl Drop for Watchdog {
 
 /// The thread: sleep until the next renewal unless stopped, renew, report a failure and quit.
 fn run(lease: Lease<Inner, LossSignal>, stop: Receiver<()>) {
-    let mut next = Instant::now();
+    let mut schedule = Schedule::start(lease.period);
+    let client = &lease.client;
     loop {
-        let period = renewal_period(lease.period, &lease.ttl_ms);
-        // Renewals are scheduled from the previous one's start, so the round trip does not
-        // stretch the interval.
-        next += period;
-        match stop.recv_timeout(next.saturating_duration_since(Instant::now())) {
+        let (due, period) = schedule.next(&lease.hold);
+        match stop.recv_timeout(due.saturating_duration_since(Instant::now())) {
             Err(RecvTimeoutError::Timeout) => {}
             // Stopped, or the guard (and with it the sender) is gone.
             Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
         }
-        if next < Instant::now() {
-            // This process was paused (or starved) past a renewal: restart the schedule now.
-            next = Instant::now();
-        }
-        let ttl_ms = lease.ttl_ms.load(Ordering::Relaxed);
-        // A renewal must not outlast the period: with the default period (ttl / 3), a server
-        // that stops answering is reported within two periods of the last successful renewal,
-        // i.e. before the lock's deadline.
-        let reply = lease.client.with_conn(
-            lease.client.io_timeout.min(period),
-            lease.client.connect_timeout.min(period),
-            &command::extend(&lease.key, &lease.owner, ttl_ms),
+        let (renewal, io, connect) = schedule.renewal(
+            &lease.hold,
+            period,
+            client.io_timeout,
+            client.connect_timeout,
         );
-        if let Some(reason) = loss_of(reply) {
+        if let Some(reason) = loss_of(client.with_conn(io, connect, &renewal)) {
             lease.loss.report(reason);
             return;
         }
@@ -148,10 +184,8 @@ fn run(lease: Lease<Inner, LossSignal>, stop: Receiver<()>) {
 
 /// The time between renewals: the chosen `period`, or a third of the TTL the lock was last
 /// granted or extended with; at least 1 ms.
-pub(crate) fn renewal_period(period: Option<Duration>, ttl_ms: &AtomicU64) -> Duration {
-    period
-        .unwrap_or_else(|| Duration::from_millis(ttl_ms.load(Ordering::Relaxed)) / 3)
-        .max(Duration::from_millis(1))
+fn renewal_period(period: Option<Duration>, ttl: Duration) -> Duration {
+    period.unwrap_or(ttl / 3).max(Duration::from_millis(1))
 }
 
 /// What a renewal's outcome means: `None` while the lock is held, else why it is lost.

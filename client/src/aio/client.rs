@@ -14,9 +14,10 @@ use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 
 use super::guard::Guard;
-use crate::client::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_IO_TIMEOUT, MAX_IDLE};
-use crate::command::{self, in_step, pick_owner, ttl_ms, Command, Failure};
+use crate::client::{Endpoint, MAX_IDLE};
+use crate::command::{self, in_step, Command, Failure};
 use crate::error::Error;
+use crate::hold::{Acquisition, Settled, Target};
 
 /// A handle to one Redis server that has the redis-lock module loaded; the async counterpart of
 /// [`crate::Client`], with the same timeouts, owners and outcomes.
@@ -34,17 +35,13 @@ pub struct Client {
     /// The server and the connections, shared by clones and by the guards and watchdogs.
     pub(crate) inner: Arc<Inner>,
     /// The owner every acquisition uses; `None` for a new UUID per acquisition.
-    owner: Option<String>,
+    pub(crate) owner: Option<String>,
 }
 
 /// What a [`Client`] and its guards share.
 pub(crate) struct Inner {
-    /// Connection parameters.
-    redis: redis::Client,
-    /// Limit on opening a connection, handshake included.
-    pub(crate) connect_timeout: Duration,
-    /// Limit on a reply, except for a blocking acquire.
-    pub(crate) io_timeout: Duration,
+    /// The server and the timeouts, as for the sync client (`inner.io_timeout` reads through).
+    endpoint: Endpoint,
     /// The multiplexed connection for short commands, once opened; forgotten after an I/O
     /// error or a timeout, so that the next command opens a new one.
     shared: Mutex<Option<MultiplexedConnection>>,
@@ -52,23 +49,24 @@ pub(crate) struct Inner {
     idle: Mutex<Vec<Waiter>>,
 }
 
+impl std::ops::Deref for Inner {
+    type Target = Endpoint;
+
+    fn deref(&self) -> &Endpoint {
+        &self.endpoint
+    }
+}
+
 impl Client {
     /// A client for the server at `url` (see [`crate::Client::open`]). Only parses the URL.
     pub fn open(url: &str) -> Result<Client, Error> {
-        let redis = redis::Client::open(url).map_err(Error::from_redis)?;
-        Ok(Client::from_parts(
-            redis,
-            DEFAULT_CONNECT_TIMEOUT,
-            DEFAULT_IO_TIMEOUT,
-            None,
-        ))
+        Ok(Client::from_parts(Endpoint::open(url)?, None))
     }
 
     /// The same server with other timeouts (see [`crate::Client::with_timeouts`]). The returned
     /// client has connections of its own.
     pub fn with_timeouts(self, connect: Duration, io: Duration) -> Client {
-        let redis = self.inner.redis.clone();
-        Client::from_parts(redis, connect, io, self.owner)
+        Client::from_parts(self.inner.with_timeouts(connect, io), self.owner)
     }
 
     /// The same server, with every acquisition made as `owner` (see
@@ -86,7 +84,8 @@ impl Client {
     /// Cancel-safe: if this future is dropped before it completes (a timeout, a `select!`), a
     /// grant that arrives anyway is released at once, by a task that runs on.
     pub async fn acquire(&self, key: &str, ttl: Duration) -> Result<Option<Guard>, Error> {
-        self.acquire_inner(key, ttl, None).await
+        let target = Target::exclusive(key);
+        self.acquire_target(target, &self.owner, ttl, None).await
     }
 
     /// Take the lock `key` for `ttl`, waiting up to `wait` in the key's FIFO queue on the server
@@ -102,7 +101,9 @@ impl Client {
         ttl: Duration,
         wait: Duration,
     ) -> Result<Option<Guard>, Error> {
-        self.acquire_inner(key, ttl, command::block_ms(wait)?).await
+        let target = Target::exclusive(key);
+        self.acquire_target(target, &self.owner, ttl, Some(wait))
+            .await
     }
 
     /// [`Client::acquire`], then [`Guard::start_watchdog`] on the granted guard.
@@ -111,26 +112,16 @@ impl Client {
         key: &str,
         ttl: Duration,
     ) -> Result<Option<Guard>, Error> {
-        match self.acquire(key, ttl).await? {
-            Some(mut guard) => {
-                guard.start_watchdog()?;
-                Ok(Some(guard))
-            }
-            None => Ok(None),
-        }
+        let granted = self.acquire(key, ttl).await?;
+        granted
+            .map(|mut guard| guard.start_watchdog().map(|()| guard))
+            .transpose()
     }
 
-    fn from_parts(
-        redis: redis::Client,
-        connect: Duration,
-        io: Duration,
-        owner: Option<String>,
-    ) -> Client {
+    fn from_parts(endpoint: Endpoint, owner: Option<String>) -> Client {
         Client {
             inner: Arc::new(Inner {
-                redis,
-                connect_timeout: connect.max(Duration::from_millis(1)),
-                io_timeout: io.max(Duration::from_millis(1)),
+                endpoint,
                 shared: Mutex::new(None),
                 idle: Mutex::new(Vec::new()),
             }),
@@ -138,41 +129,36 @@ impl Client {
         }
     }
 
-    async fn acquire_inner(
+    /// One acquisition of `target` as `owner` (see [`Acquisition`]), cancel-safe.
+    ///
+    /// The request runs in a task of its own that hands over a Guard, never a bare token: if the
+    /// caller stops waiting, the guard is dropped in the task (or in the channel) and releases
+    /// the lock, so a cancelled acquire leaves no grant behind.
+    pub(crate) async fn acquire_target(
         &self,
-        key: &str,
+        target: Target,
+        owner: &Option<String>,
         ttl: Duration,
-        block_ms: Option<u64>,
+        wait: Option<Duration>,
     ) -> Result<Option<Guard>, Error> {
-        let ttl_ms = ttl_ms(ttl)?;
-        let (owner, generated) = pick_owner(&self.owner);
-        let (client, key) = (self.clone(), key.to_string());
-        // The request runs in a task of its own that hands over a Guard, never a bare token:
-        // if the caller stops waiting, the guard is dropped in the task (or in the channel) and
-        // releases the lock, so a cancelled acquire leaves no grant behind.
+        let acquisition = Acquisition::new(target, owner, ttl, wait)?;
+        let client = self.clone();
         let (mut tx, rx) = oneshot::channel();
         tokio::spawn(async move {
             let inner = &client.inner;
-            let acquire = command::acquire(&key, &owner, ttl_ms, block_ms);
-            let reply = match block_ms {
-                None => {
-                    inner
-                        .run(inner.io_timeout, inner.connect_timeout, &acquire)
-                        .await
-                }
-                Some(ms) => {
-                    let timeout = Duration::from_millis(ms) + inner.io_timeout;
-                    inner.run_blocking(timeout, &acquire, tx.closed()).await
-                }
+            let (request, timeout) = (
+                acquisition.request(),
+                acquisition.reply_timeout(inner.io_timeout),
+            );
+            let reply = match acquisition.blocks() {
+                false => inner.run(timeout, inner.connect_timeout, &request).await,
+                true => inner.run_blocking(timeout, &request, tx.closed()).await,
             };
-            let result = match reply {
-                Ok(Some(token)) => Ok(Some(Guard::new(client.clone(), &key, owner, token, ttl_ms))),
-                Ok(None) => Ok(None),
-                Err(Failure { error, maybe_sent }) => {
-                    // As in the sync client: a made-up owner whose grant may have been made
-                    // with the reply lost is released; a chosen one is left alone.
-                    if generated && maybe_sent {
-                        let release = command::release(&key, &owner);
+            let result = match acquisition.settle(reply) {
+                Settled::Granted(hold) => Ok(Some(Guard::new(client.clone(), hold))),
+                Settled::Busy => Ok(None),
+                Settled::Failed { error, clean_up } => {
+                    if let Some(release) = clean_up {
                         let _ = inner
                             .run(inner.io_timeout, inner.connect_timeout, &release)
                             .await;
@@ -192,7 +178,7 @@ impl Inner {
     /// reply the connection is forgotten (requests already on it finish or fail on their own),
     /// and the next command opens a new one. A shared connection found dead on first use (the
     /// server restarted, or closed it as idle) is replaced once.
-    pub(crate) async fn run<T>(
+    pub(crate) async fn run<T: 'static>(
         &self,
         timeout: Duration,
         connect: Duration,
@@ -229,7 +215,7 @@ impl Inner {
     /// the queue with `CLIENT UNBLOCK` and the reply awaited all the same: nil, or a grant that
     /// came first (which the caller's dropped guard then releases). The server decides which,
     /// so no grant can slip through unseen, as it could if the connection were just closed.
-    pub(crate) async fn run_blocking<T>(
+    pub(crate) async fn run_blocking<T: 'static>(
         &self,
         timeout: Duration,
         command: &Command<T>,
@@ -267,7 +253,7 @@ impl Inner {
 
     /// The reply to `command` on `waiter`; true with it if `abandoned` completed first and the
     /// waiter was unblocked.
-    async fn wait<T>(
+    async fn wait<T: 'static>(
         &self,
         waiter: &mut Waiter,
         command: &Command<T>,

@@ -1,6 +1,5 @@
 //! The async [`Guard`]: a held lock, released when dropped, optionally renewed by a watchdog task.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -9,9 +8,10 @@ use tokio::sync::watch;
 
 use super::client::{send_now, Client};
 use super::watchdog::{Lease, Watchdog};
-use crate::command::{self, ttl_ms, Command};
+use crate::command::{self, Command};
 use crate::error::Error;
 use crate::guard::report_release_failure;
+use crate::hold::Hold;
 use crate::watchdog::LossReason;
 
 /// A lock held on one server; the async counterpart of [`crate::Guard`].
@@ -28,14 +28,8 @@ use crate::watchdog::LossReason;
 pub struct Guard {
     /// The server, for extend, release and fence checks.
     client: Client,
-    /// The lock's key.
-    key: String,
-    /// The owner id the lock was acquired with.
-    owner: String,
-    /// The fencing token of this hold.
-    token: u64,
-    /// The TTL of the last grant or extension, in ms; shared with the watchdog.
-    ttl_ms: Arc<AtomicU64>,
+    /// The keys, owner, tokens and TTL; shared with the watchdog, which renews with the TTL.
+    hold: Arc<Hold>,
     /// The renewal task, if started.
     watchdog: Option<Watchdog>,
     /// Where the watchdog publishes a loss; receivers come from [`Guard::loss_watch`].
@@ -48,13 +42,10 @@ pub struct Guard {
 
 impl Guard {
     /// A guard for a grant just received; must be called inside the runtime.
-    pub(crate) fn new(client: Client, key: &str, owner: String, token: u64, ttl_ms: u64) -> Guard {
+    pub(crate) fn new(client: Client, hold: Hold) -> Guard {
         Guard {
             client,
-            key: key.to_string(),
-            owner,
-            token,
-            ttl_ms: Arc::new(AtomicU64::new(ttl_ms)),
+            hold: Arc::new(hold),
             watchdog: None,
             loss: Arc::new(watch::Sender::new(None)),
             runtime: Handle::current(),
@@ -67,14 +58,8 @@ impl Guard {
     /// Move the deadline to now + `ttl` (`LOCK.EXTEND`); `Ok(false)`: no longer held by this
     /// guard. On success the watchdog, if running, renews with `ttl` from then on.
     pub async fn extend(&self, ttl: Duration) -> Result<bool, Error> {
-        let ms = ttl_ms(ttl)?;
-        let extended = self
-            .run(&command::extend(&self.key, &self.owner, ms))
-            .await?;
-        if extended {
-            self.ttl_ms.store(ms, Ordering::Relaxed);
-        }
-        Ok(extended)
+        let (extend, ms) = self.hold.extend(ttl)?;
+        Ok(self.hold.extended(ms, self.run(&extend).await?))
     }
 
     /// Stop the watchdog and wait for its end, then release the lock (`LOCK.RELEASE`).
@@ -83,12 +68,13 @@ impl Guard {
     pub async fn release(mut self) -> Result<bool, Error> {
         self.stop_watchdog().await;
         self.released = true;
-        self.run(&command::release(&self.key, &self.owner)).await
+        self.run(&self.hold.release()).await
     }
 
-    /// Ask the server whether this hold is still the live one (`LOCK.FENCE key token`).
+    /// Ask the server whether this hold is still the live one (`LOCK.FENCE key token`; for
+    /// several keys, whether every token is).
     pub async fn is_held(&self) -> Result<bool, Error> {
-        self.run(&command::fence(&self.key, self.token)).await
+        self.run(&self.hold.fence()).await
     }
 
     /// Start renewing the lock every third of its TTL in a task on the guard's runtime (see
@@ -159,16 +145,14 @@ impl Guard {
         }
         let lease = Lease {
             client: Arc::clone(&self.client.inner),
-            key: self.key.clone(),
-            owner: self.owner.clone(),
-            ttl_ms: Arc::clone(&self.ttl_ms),
+            hold: Arc::clone(&self.hold),
             period,
             loss: Arc::clone(&self.loss),
         };
         self.watchdog = Some(Watchdog::spawn(lease, &self.runtime));
     }
 
-    async fn run<T>(&self, command: &Command<T>) -> Result<T, Error> {
+    async fn run<T: 'static>(&self, command: &Command<T>) -> Result<T, Error> {
         let inner = &self.client.inner;
         inner
             .run(inner.io_timeout, inner.connect_timeout, command)
@@ -190,15 +174,13 @@ impl Drop for Guard {
         if self.released {
             return;
         }
-        let inner = Arc::clone(&self.client.inner);
-        let (key, owner) = (self.key.clone(), self.owner.clone());
+        let (inner, hold) = (Arc::clone(&self.client.inner), Arc::clone(&self.hold));
         send_now(&self.runtime, async move {
-            let release = command::release(&key, &owner);
             let reply = inner
-                .run(inner.io_timeout, inner.connect_timeout, &release)
+                .run(inner.io_timeout, inner.connect_timeout, &hold.release())
                 .await;
             if let Err(failure) = reply {
-                report_release_failure(&key, &failure.error);
+                report_release_failure(hold.keys(), &failure.error);
             }
         });
     }

@@ -1,7 +1,8 @@
-//! The async API on tokio (cargo feature `tokio`): [`Client`], [`Guard`], [`Redlock`] and
-//! [`RedlockGuard`] with the semantics of their sync namesakes at the crate root. The commands,
-//! the reply checks, the error types, the watchdog's renewal rules and the Redlock decision are
-//! the same code; what differs is how they wait.
+//! The async API on tokio (cargo feature `tokio`): [`Client`], [`Guard`], [`Semaphore`],
+//! [`ReadWriteLock`], [`MultiLock`], [`Redlock`] and [`RedlockGuard`] with the semantics of
+//! their sync namesakes at the crate root. The commands, the reply checks, what an
+//! acquisition's reply means, the error types, the watchdog's schedule and the Redlock decision
+//! are the same code; what differs is how they send and wait.
 //!
 //! - Every call runs inside a tokio runtime (with time enabled); the watchdog is a task on the
 //!   runtime the lock was acquired on, and stops with its guard.
@@ -35,9 +36,17 @@
 
 mod client;
 mod guard;
+mod locks;
 mod redlock;
 mod watchdog;
 
 pub use client::Client;
 pub use guard::Guard;
 pub use redlock::{Redlock, RedlockGuard};
+
+/// [`crate::Semaphore`] on an async [`Client`]: `Semaphore::new(&client, key, limit)`.
+pub type Semaphore = crate::Semaphore<Client>;
+/// [`crate::ReadWriteLock`] on an async [`Client`]: `ReadWriteLock::new(&client, key)`.
+pub type ReadWriteLock = crate::ReadWriteLock<Client>;
+/// [`crate::MultiLock`] on an async [`Client`]: `MultiLock::new(&client, &keys)`.
+pub type MultiLock = crate::MultiLock<Client>;

@@ -28,25 +28,7 @@ impl Redlock {
         Ok(Redlock { masters })
     }
 
-    /// The same masters with other per-master timeouts (see [`crate::Redlock::with_timeouts`]).
-    /// Since the masters are asked concurrently, a master that does not answer costs up to
-    /// `connect + io` once per round.
-    pub fn with_timeouts(self, connect: Duration, io: Duration) -> Redlock {
-        let masters = self.masters.into_iter();
-        Redlock {
-            masters: masters.map(|m| m.with_timeouts(connect, io)).collect(),
-        }
-    }
-
-    /// How many masters there are.
-    pub fn masters(&self) -> usize {
-        self.masters.len()
-    }
-
-    /// How many masters must grant the lock: `masters / 2 + 1`.
-    pub fn quorum(&self) -> usize {
-        self.masters.len() / 2 + 1
-    }
+    crate::redlock::redlock_masters!();
 
     /// Try once to take `key` for `ttl` on a majority of the masters (see
     /// [`crate::Redlock::acquire`]). On failure nothing is held.
@@ -89,7 +71,7 @@ async fn collect_votes(masters: &[Client], round: &Round) -> Vec<Vote> {
     let mut requests = JoinSet::new();
     for (index, master) in masters.iter().enumerate() {
         let inner = Arc::clone(&master.inner);
-        let acquire = command::acquire(&round.key, &round.owner, round.ttl_ms, None);
+        let acquire = round.request();
         requests.spawn(async move {
             let reply = inner
                 .run(inner.io_timeout, inner.connect_timeout, &acquire)
@@ -185,10 +167,7 @@ impl Drop for RedlockGuard {
 
 impl fmt::Debug for Redlock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Redlock")
-            .field("masters", &self.masters.len())
-            .field("quorum", &self.quorum())
-            .finish()
+        crate::redlock::debug_masters(self.masters(), f)
     }
 }
 

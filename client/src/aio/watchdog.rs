@@ -7,17 +7,14 @@
 //! and awaits the task's end, so no renewal is in flight afterwards. A guard that is dropped
 //! cannot wait: it aborts the task instead (see [`super::Guard`]'s `Drop`).
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use tokio::runtime::Handle;
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
-use tokio::time::Instant;
 
 use super::client::Inner;
-use crate::command;
-use crate::watchdog::{loss_of, renewal_period, LossReason};
+use crate::watchdog::{loss_of, LossReason, Schedule};
 
 /// What the task renews: the lease of the sync watchdog, with the async client and the guard's
 /// `watch` sender.
@@ -57,31 +54,23 @@ impl Watchdog {
 
 /// The task: wait until the next renewal unless stopped, renew, publish a failure and quit.
 async fn run(lease: Lease, mut stopped: oneshot::Receiver<()>) {
-    let mut next = Instant::now();
+    let mut schedule = Schedule::start(lease.period);
+    let client = &lease.client;
     loop {
-        let period = renewal_period(lease.period, &lease.ttl_ms);
-        // Scheduled from the previous renewal's start, so the round trip does not stretch it.
-        next += period;
-        if tokio::time::timeout_at(next, &mut stopped).await.is_ok() {
+        let (due, period) = schedule.next(&lease.hold);
+        if tokio::time::timeout_at(due.into(), &mut stopped)
+            .await
+            .is_ok()
+        {
             return; // stopped, or the guard (and with it the sender) is gone
         }
-        if next < Instant::now() {
-            // This task was starved (a blocked runtime) or the process paused past a renewal:
-            // restart the schedule now. The renewal below then finds out whether the hold
-            // survived; if it lapsed, LOCK.EXTEND answers 0 and nothing is extended.
-            next = Instant::now();
-        }
-        let ttl_ms = lease.ttl_ms.load(Ordering::Relaxed);
-        // As in the sync watchdog, a renewal must not outlast the period.
-        let client = &lease.client;
-        let extend = command::extend(&lease.key, &lease.owner, ttl_ms);
-        let reply = client
-            .run(
-                client.io_timeout.min(period),
-                client.connect_timeout.min(period),
-                &extend,
-            )
-            .await;
+        let (renewal, io, connect) = schedule.renewal(
+            &lease.hold,
+            period,
+            client.io_timeout,
+            client.connect_timeout,
+        );
+        let reply = client.run(io, connect, &renewal).await;
         if let Some(reason) = loss_of(reply.map_err(|failure| failure.error)) {
             lease.loss.send_replace(Some(reason));
             return;

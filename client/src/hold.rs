@@ -1,0 +1,255 @@
+//! What a guard holds and how it got it, with no I/O: the half of every acquire, release,
+//! extend and fence check that the sync and the async API share. They differ only in how they
+//! send the [`Command`]s built here and wait for the replies.
+//!
+//! - [`Target`]: what an acquisition asks for (one key alone, shared or as a permit; or several
+//!   keys at once).
+//! - [`Acquisition`]: one call of an `acquire*` method: its request, then [`Acquisition::settle`]
+//!   decides from the reply what the caller gets and what must be cleaned up.
+//! - [`Hold`]: a granted lock: its keys, owner, tokens and TTL, and the commands that release,
+//!   extend and check it.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use crate::command::{self, block_ms, pick_owner, ttl_ms, Command, Failure, Mode};
+use crate::error::Error;
+
+/// What an acquisition asks for.
+#[derive(Clone, Debug)]
+pub(crate) enum Target {
+    /// One key (`LOCK.ACQUIRE`), alone or shared.
+    One {
+        /// The lock's key.
+        key: String,
+        /// Alone, shared, or one of `n` permits.
+        mode: Mode,
+    },
+    /// Exclusive locks on every key or none (`LOCK.MACQUIRE`).
+    Many {
+        /// The keys, in the caller's order (the tokens come in the same order).
+        keys: Vec<String>,
+    },
+}
+
+impl Target {
+    /// An exclusive lock on `key`.
+    pub(crate) fn exclusive(key: &str) -> Target {
+        Target::One {
+            key: key.to_string(),
+            mode: Mode::Exclusive,
+        }
+    }
+
+    /// The keys, one for a single-key target.
+    fn keys(&self) -> &[String] {
+        match self {
+            Target::One { key, .. } => std::slice::from_ref(key),
+            Target::Many { keys } => keys,
+        }
+    }
+
+    /// Arguments the server would refuse, refused before anything is sent.
+    fn check(&self) -> Result<(), Error> {
+        match self {
+            Target::One {
+                mode: Mode::Shared { limit: Some(0) },
+                ..
+            } => Err(Error::InvalidArgument(
+                "a semaphore's limit must be at least 1",
+            )),
+            Target::Many { keys } if keys.is_empty() => {
+                Err(Error::InvalidArgument("a MultiLock needs at least one key"))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// One call of an `acquire*` method, before its reply.
+pub(crate) struct Acquisition {
+    /// What it asks for.
+    target: Target,
+    /// The owner it asks as.
+    owner: String,
+    /// True for a made-up owner, which no one else can hold, so releasing it is always safe.
+    generated: bool,
+    /// The TTL, in ms.
+    ttl_ms: u64,
+    /// `BLOCK ms`, or `None` for one try.
+    block_ms: Option<u64>,
+}
+
+/// What an acquisition's reply means for the caller.
+pub(crate) enum Settled {
+    /// Granted: the caller gets a guard for this hold.
+    Granted(Hold),
+    /// Held by someone else (or the wait ran out): the caller gets `None`.
+    Busy,
+    /// A failure, and the command to send (ignoring its outcome) before reporting it: the
+    /// release of a grant that may have been made with its reply lost.
+    Failed {
+        /// What the caller gets.
+        error: Error,
+        /// `Some` when the request may have been granted and the owner is this call's own.
+        clean_up: Option<Command<bool>>,
+    },
+}
+
+impl Acquisition {
+    /// Check the arguments and pick the owner: the client's chosen one (`chosen`), or a new
+    /// random UUID. `wait` is `None` for one try, else how long to wait in the queue (zero is
+    /// one try too: the server would read `BLOCK 0` as "forever").
+    pub(crate) fn new(
+        target: Target,
+        chosen: &Option<String>,
+        ttl: Duration,
+        wait: Option<Duration>,
+    ) -> Result<Acquisition, Error> {
+        target.check()?;
+        let ttl_ms = ttl_ms(ttl)?;
+        let block_ms = match wait {
+            Some(wait) => block_ms(wait)?,
+            None => None,
+        };
+        let (owner, generated) = pick_owner(chosen);
+        Ok(Acquisition {
+            target,
+            owner,
+            generated,
+            ttl_ms,
+            block_ms,
+        })
+    }
+
+    /// True if the request waits in the server's queue (`BLOCK`).
+    #[cfg(feature = "tokio")]
+    pub(crate) fn blocks(&self) -> bool {
+        self.block_ms.is_some()
+    }
+
+    /// How long to wait for the reply: the I/O timeout, plus the wait for a blocking request.
+    pub(crate) fn reply_timeout(&self, io_timeout: Duration) -> Duration {
+        Duration::from_millis(self.block_ms.unwrap_or(0)) + io_timeout
+    }
+
+    /// The request: `LOCK.ACQUIRE` or `LOCK.MACQUIRE`, answered with the tokens or `None`.
+    pub(crate) fn request(&self) -> Command<Option<Vec<u64>>> {
+        let (owner, ttl, block) = (&self.owner, self.ttl_ms, self.block_ms);
+        match &self.target {
+            Target::One { key, mode } => {
+                command::acquire(key, owner, ttl, *mode, block).map(|t| t.map(|t| vec![t]))
+            }
+            Target::Many { keys } => command::macquire(keys, owner, ttl, block),
+        }
+    }
+
+    /// What the reply to [`Acquisition::request`] means.
+    ///
+    /// After a failure the request may have been granted with the reply lost. A made-up owner
+    /// is ours alone, so its grant is released; a chosen owner may be a hold that this call was
+    /// retrying, so it is left alone (the caller can retry or release).
+    pub(crate) fn settle(self, reply: Result<Option<Vec<u64>>, Failure>) -> Settled {
+        match reply {
+            Ok(Some(tokens)) => Settled::Granted(Hold {
+                target: self.target,
+                owner: self.owner,
+                tokens,
+                ttl_ms: AtomicU64::new(self.ttl_ms),
+            }),
+            Ok(None) => Settled::Busy,
+            Err(Failure { error, maybe_sent }) => {
+                let clean_up =
+                    (self.generated && maybe_sent).then(|| release(&self.target, &self.owner));
+                Settled::Failed { error, clean_up }
+            }
+        }
+    }
+}
+
+/// A granted lock: what a guard (sync or async) holds, shared with its watchdog.
+#[derive(Debug)]
+pub(crate) struct Hold {
+    /// What was asked for.
+    target: Target,
+    /// The owner it is held as.
+    owner: String,
+    /// The fencing tokens, one per key.
+    tokens: Vec<u64>,
+    /// The TTL of the grant or of the last successful extend, in ms; the watchdog renews with it.
+    ttl_ms: AtomicU64,
+}
+
+impl Hold {
+    /// The keys, in the order they were asked for.
+    pub(crate) fn keys(&self) -> &[String] {
+        self.target.keys()
+    }
+
+    /// The owner id.
+    pub(crate) fn owner(&self) -> &str {
+        &self.owner
+    }
+
+    /// The tokens, one per key.
+    pub(crate) fn tokens(&self) -> &[u64] {
+        &self.tokens
+    }
+
+    /// The largest token (the only one, for a single key).
+    pub(crate) fn token(&self) -> u64 {
+        self.tokens.iter().copied().max().unwrap_or(0)
+    }
+
+    /// The TTL renewals ask for.
+    pub(crate) fn ttl(&self) -> Duration {
+        Duration::from_millis(self.ttl_ms.load(Ordering::Relaxed))
+    }
+
+    /// `LOCK.RELEASE`, or `LOCK.MRELEASE` for several keys: true if every key was still held.
+    pub(crate) fn release(&self) -> Command<bool> {
+        release(&self.target, &self.owner)
+    }
+
+    /// `LOCK.FENCE key token`, on every key for several: true if every token is live.
+    pub(crate) fn fence(&self) -> Command<bool> {
+        match &self.target {
+            Target::One { key, .. } => command::fence(key, self.token()),
+            Target::Many { keys } => command::fence_all(keys, &self.tokens),
+        }
+    }
+
+    /// The renewal the watchdog sends: an extend with the current TTL.
+    pub(crate) fn renewal(&self) -> Command<bool> {
+        self.extend_ms(self.ttl_ms.load(Ordering::Relaxed))
+    }
+
+    /// An extend to `ttl`, and the TTL in ms to record with [`Hold::extended`] if it succeeds.
+    pub(crate) fn extend(&self, ttl: Duration) -> Result<(Command<bool>, u64), Error> {
+        let ms = ttl_ms(ttl)?;
+        Ok((self.extend_ms(ms), ms))
+    }
+
+    /// Record the outcome of an extend to `ms`: on success, later renewals use `ms`.
+    pub(crate) fn extended(&self, ms: u64, extended: bool) -> bool {
+        if extended {
+            self.ttl_ms.store(ms, Ordering::Relaxed);
+        }
+        extended
+    }
+
+    fn extend_ms(&self, ms: u64) -> Command<bool> {
+        match &self.target {
+            Target::One { key, .. } => command::extend(key, &self.owner, ms),
+            Target::Many { keys } => command::extend_all(keys, &self.owner, ms),
+        }
+    }
+}
+
+/// The release of `owner`'s hold on `target`.
+fn release(target: &Target, owner: &str) -> Command<bool> {
+    match target {
+        Target::One { key, .. } => command::release(key, owner),
+        Target::Many { keys } => command::mrelease(keys, owner),
+    }
+}
