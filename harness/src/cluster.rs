@@ -104,8 +104,7 @@ pub fn start(masters: usize, replicas: usize, dir: &Path) -> Vec<Server> {
                         .any(|bad| f.contains(bad))
                 });
             let linked = info_field(&mut c, "replication", "role").as_deref() == Some("master")
-                || info_field(&mut c, "replication", "master_link_status").as_deref()
-                    == Some("up");
+                || info_field(&mut c, "replication", "master_link_status").as_deref() == Some("up");
             (ok && linked).then_some(())
         });
     }

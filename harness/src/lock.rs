@@ -151,4 +151,3 @@ pub fn assert_absent(conn: &mut Connection, key: &str) {
     assert_eq!(exists(conn, key), 0, "EXISTS {key}");
     assert_eq!(fence(conn, key), None, "LOCK.FENCE {key}");
 }
-

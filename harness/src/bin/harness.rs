@@ -97,7 +97,9 @@ fn server(args: &[String]) -> Result<ExitCode, Usage> {
             return Ok(ExitCode::FAILURE);
         }
     };
-    let code = hold(std::slice::from_mut(&mut server), false, |s| describe(&s[0]));
+    let code = hold(std::slice::from_mut(&mut server), false, |s| {
+        describe(&s[0])
+    });
     drop(server);
     if let Some((clock, dir)) = clock {
         drop(clock);
@@ -174,7 +176,11 @@ extern "C" fn on_signal(_: libc::c_int) {
 /// Print `line(servers)`, then wait until standard input closes (or, with `until_signal`,
 /// only for a signal) or a signal arrives. The exit status is the first server's own if it
 /// exited by itself meanwhile.
-fn hold(servers: &mut [Server], until_signal: bool, line: impl Fn(&[Server]) -> String) -> ExitCode {
+fn hold(
+    servers: &mut [Server],
+    until_signal: bool,
+    line: impl Fn(&[Server]) -> String,
+) -> ExitCode {
     for signal in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
         // SAFETY: on_signal only stores to an atomic, which is async-signal-safe.
         unsafe { libc::signal(signal, on_signal as *const () as libc::sighandler_t) };
