@@ -130,6 +130,7 @@ bench-instructions: build servers ## Server instructions per operation under cal
 		python3 bench/instructions.py
 
 cluster: build ## Start a local Redis Cluster (3 masters, 3 replicas, module on each); prints its ports
+	$(CARGO) build -p redis-lock-harness
 	REDIS_SERVER=$(REDIS_SERVER) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_RELEASE) tests/cluster/start.sh
 
 cluster-stop: ## Stop the cluster that 'make cluster' started

@@ -5,18 +5,19 @@
 #   tests/memcheck.sh
 #
 # Two phases:
-#  1. `cargo test --test contract --test blocking --test persistence` with REDIS_SERVER set to
-#     a wrapper that execs `valgrind --tool=memcheck ... redis-server "$@"` (one log per
-#     process: <dir>/logs/vg-<pid>.log). This finds invalid reads and writes, uses of
-#     uninitialised memory and bad frees as they happen. With REDIS_LOCK_GRACEFUL_STOP set, the
-#     harness (tests/common) stops each server with SIGTERM rather than SIGKILL, so valgrind
-#     also runs its leak check for every server a test did not kill -9 on purpose; the script
-#     counts the logs without one and says so.
-#  2. A scripted workload (redis-cli over a unix socket: grants, retries, extends, releases,
+#  1. `cargo test --test contract --test blocking --test persistence` with REDIS_LOCK_VALGRIND
+#     set: the harness (harness/src/valgrind.rs) runs every server as `valgrind --tool=memcheck
+#     ... redis-server ...` (one log per process: <dir>/logs/vg-<pid>.log). This finds invalid
+#     reads and writes, uses of uninitialised memory and bad frees as they happen. The harness
+#     then stops each server with SIGTERM rather than SIGKILL, so valgrind also runs its leak
+#     check for every server a test did not kill -9 on purpose; the script counts the logs
+#     without one and says so.
+#  2. A scripted workload (redis-cli: grants, retries, extends, releases,
 #     errors, blocked waiters handed the lock by release, expiry and DEL, a timeout, a
 #     disconnected waiter, a waiter failed by WRONGTYPE, DEBUG RELOAD, an AOF rewrite, a
-#     thousand pipelined locks) against one server under valgrind that is then stopped with
-#     SHUTDOWN, so valgrind runs its leak check.
+#     thousand pipelined locks) against one server under valgrind, started by the harness
+#     program (`target/debug/harness server`), that is then stopped with SHUTDOWN, so valgrind
+#     runs its leak check.
 #
 # Then every log is read: each error record ("Invalid read", "Invalid write", "definitely
 # lost", "uninitialised", "Invalid free", ...) is attributed to the module when one of its
@@ -61,41 +62,13 @@ fi
 [ -x "$server" ] || die "no server at $server (set MEMCHECK_SERVER)"
 command -v redis-cli >/dev/null || die "redis-cli is missing (apt-get install redis-tools)"
 
-say "building the module (debug, with symbols)"
-cargo build -q
+say "building the module (debug, with symbols) and the harness program"
+cargo build -q --workspace
 [ -f "$module" ] || die "no module at $module"
+harness="$root/target/debug/harness"
 
 rm -rf "$out"
 mkdir -p "$out/logs"
-# The one known false positive of redis-server itself, as in Redis's own src/valgrind.sup:
-# lzf_compress reads its uninitialised hash table on purpose. Without this, a forked child
-# (BGSAVE, AOF rewrite) exits with --error-exitcode and the parent reports the save failed.
-cat >"$out/redis-server.supp" <<'EOF'
-{
-   lzf_uninitialized_hash_table_cond
-   Memcheck:Cond
-   fun:lzf_compress
-}
-{
-   lzf_uninitialized_hash_table_value4
-   Memcheck:Value4
-   fun:lzf_compress
-}
-{
-   lzf_uninitialized_hash_table_value8
-   Memcheck:Value8
-   fun:lzf_compress
-}
-EOF
-wrapper="$out/redis-server-memcheck"
-cat >"$wrapper" <<EOF
-#!/bin/sh
-# exec, so that the process the harness spawned (and checks with INFO server) is the server.
-exec valgrind --tool=memcheck --leak-check=full --errors-for-leak-kinds=definite \\
-    --error-exitcode=99 --num-callers=40 --suppressions="$out/redis-server.supp" \\
-    --log-file="$out/logs/vg-%p.log" "$server" "\$@"
-EOF
-chmod +x "$wrapper"
 say "$(valgrind --version) on $("$server" --version | cut -d' ' -f1-3)"
 
 # --- Phase 1: the integration suite ------------------------------------------------------
@@ -107,7 +80,7 @@ if [ ${#test_args[@]} -gt 0 ]; then
     say "phase 1: cargo test ${test_args[*]} -- --test-threads=$threads (every server under valgrind)"
     started=$(date +%s)
     set +e
-    REDIS_SERVER="$wrapper" REDIS_LOCK_MODULE="$module" REDIS_LOCK_GRACEFUL_STOP=1 \
+    REDIS_SERVER="$server" REDIS_LOCK_MODULE="$module" REDIS_LOCK_VALGRIND="$out/logs" \
         cargo test "${test_args[@]}" -- --test-threads="$threads" >"$out/cargo-test.log" 2>&1
     tests_status=$?
     set -e
@@ -122,17 +95,16 @@ fi
 say "phase 2: scripted workload, then SHUTDOWN so that valgrind checks for leaks"
 work="$out/workload"
 mkdir -p "$work"
-sock="$work/redis.sock"
-"$wrapper" --port 0 --unixsocket "$sock" --dir "$work" --logfile "$work/logfile" \
-    --save "" --appendonly yes --enable-debug-command yes --loadmodule "$module" \
-    >"$work/stdout" 2>&1 &
-server_pid=$!
-cli() { redis-cli -s "$sock" "$@"; }
-for _ in $(seq 1 600); do
-    [ "$(cli PING 2>/dev/null)" = PONG ] && break
-    sleep 0.1
-done
-[ "$(cli PING 2>/dev/null)" = PONG ] || die "phase 2: the server did not start; see $work"
+# The harness prints {"port":...,"pid":...,"dir":...} once the server answers, and stops it
+# when its stdin closes; its exit status is then the server's (99: valgrind found errors).
+coproc HARNESS { REDIS_SERVER="$server" REDIS_LOCK_MODULE="$module" REDIS_LOCK_VALGRIND="$out/logs" \
+    "$harness" server -- --appendonly yes 2>"$work/harness.stderr"; }
+harness_pid=$HARNESS_PID
+read -r line <&"${HARNESS[0]}" || die "phase 2: the server did not start; see $work/harness.stderr"
+port=$(sed -n 's/.*"port":\([0-9]*\).*/\1/p' <<<"$line")
+server_pid=$(sed -n 's/.*"pid":\([0-9]*\).*/\1/p' <<<"$line")
+cli() { redis-cli -p "$port" "$@"; }
+[ "$(cli PING 2>/dev/null)" = PONG ] || die "phase 2: the server does not answer; see $work"
 
 waiters() { cli INFO lock | tr -d '\r' | sed -n 's/^lock_waiters://p'; }
 wait_waiters() {
@@ -147,13 +119,14 @@ waiter_pids=()
 waiter() {
     # redis-cli itself, not the cli function: $! must be the client, so that killing it
     # closes the connection.
-    redis-cli -s "$sock" LOCK.ACQUIRE "$1" "$2" 5000 BLOCK "${3:-0}" >"$work/$2.out" 2>&1 &
+    redis-cli -p "$port" LOCK.ACQUIRE "$1" "$2" 5000 BLOCK "${3:-0}" >"$work/$2.out" 2>&1 &
     waiter_pid=$!
     waiter_pids+=("$waiter_pid")
 }
-# Whatever happens, do not leave the server (or a waiter) running.
+# Whatever happens, do not leave the server (or a waiter) running: the harness kills the
+# server on SIGTERM.
 stop_phase2() {
-    for pid in "${waiter_pids[@]}" "$server_pid"; do
+    for pid in "${waiter_pids[@]}" "$harness_pid"; do
         kill "$pid" 2>/dev/null || true
     done
 }
@@ -219,8 +192,16 @@ trap stop_phase2 EXIT
     cli FLUSHALL
 } >"$work/workload.log" 2>&1
 cli SHUTDOWN NOSAVE >/dev/null 2>&1 || true
+# Give valgrind's leak check time to finish (until the server is a zombie its harness has
+# not reaped yet), then close the harness's stdin: it reaps the server and exits with its status.
+for _ in $(seq 1 600); do
+    state=$(ps -o stat= -p "$server_pid" 2>/dev/null) || break
+    [[ $state == Z* ]] && break
+    sleep 0.1
+done
+exec {HARNESS[1]}>&-
 set +e
-wait "$server_pid"
+wait "$harness_pid"
 workload_status=$?
 set -e
 trap - EXIT

@@ -79,20 +79,30 @@ pub fn create(nodes: &[Server], replicas: usize) {
 }
 
 /// A cluster of `masters` masters with `replicas` replicas each, in `dir`: the nodes started,
-/// the cluster created, and every node reporting `cluster_state:ok` with all slots assigned
-/// and all nodes known, every replica's link up.
+/// the cluster created, and every node reporting `cluster_state:ok` with all slots assigned,
+/// seeing every replica as one and no node failing or still joining, every replica's link up.
 pub fn start(masters: usize, replicas: usize, dir: &Path) -> Vec<Server> {
     let total = masters * (1 + replicas);
     let nodes: Vec<Server> = (0..total).map(|i| node(i, dir)).collect();
     create(&nodes, replicas);
-    let known = total.to_string();
     for n in &nodes {
         let mut c = n.conn();
-        wait_for("the cluster to converge", PATIENCE, || {
+        wait_for("the cluster to settle", PATIENCE, || {
             let info: String = redis::cmd("CLUSTER").arg("INFO").query(&mut c).ok()?;
+            let view: String = redis::cmd("CLUSTER").arg("NODES").query(&mut c).ok()?;
+            let flags: Vec<&str> = view
+                .lines()
+                .filter_map(|l| l.split_whitespace().nth(2))
+                .collect();
             let ok = fields(&info).any(|f| f == ("cluster_state", "ok"))
                 && fields(&info).any(|f| f == ("cluster_slots_assigned", "16384"))
-                && fields(&info).any(|f| f == ("cluster_known_nodes", known.as_str()));
+                && flags.len() == total
+                && flags.iter().filter(|f| f.contains("slave")).count() == masters * replicas
+                && !flags.iter().any(|f| {
+                    ["fail", "handshake", "noaddr"]
+                        .iter()
+                        .any(|bad| f.contains(bad))
+                });
             let linked = info_field(&mut c, "replication", "role").as_deref() == Some("master")
                 || info_field(&mut c, "replication", "master_link_status").as_deref() == Some("up");
             (ok && linked).then_some(())

@@ -46,7 +46,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::{acquire, fence, fence_check, must_acquire, release};
-use nodes::{Node, Ports};
+use nodes::Node;
 use redis::{Connection, RedisError, RedisResult, Value};
 
 const MASTERS: usize = 3;

@@ -45,72 +45,13 @@ impl Cluster {
     /// topology with `cluster_state:ok` and every replica's link is up.
     pub fn start() -> Cluster {
         let dir = nodes::test_dir("cluster");
-        let module = nodes::module_path();
-        let server = nodes::server_bin();
-        let nodes: Vec<Node> = (0..NODES)
-            .map(|i| {
-                Node::spawn(
-                    &format!("cluster node {i}"),
-                    dir.join(format!("node{i}")),
-                    Ports::ClientAndBus,
-                    &server,
-                    |port, dir| {
-                        let port = port.to_string();
-                        let dir_arg = nodes::path_arg(dir);
-                        let log = nodes::path_arg(&dir.join("logfile"));
-                        [
-                            "--port",
-                            &port,
-                            "--bind",
-                            "127.0.0.1",
-                            "--dir",
-                            &dir_arg,
-                            "--logfile",
-                            &log,
-                            "--cluster-enabled",
-                            "yes",
-                            "--cluster-config-file",
-                            "nodes.conf",
-                            // Nodes ping each other at least every half timeout; 5 s (not the
-                            // default 15 s) lets roles spread in about a second, while a
-                            // node stalled by a busy machine is still far from being failed.
-                            "--cluster-node-timeout",
-                            "5000",
-                            "--save",
-                            "",
-                            "--appendonly",
-                            "no",
-                            "--repl-diskless-sync-delay",
-                            "0",
-                            "--loadmodule",
-                            &module,
-                        ]
-                        .iter()
-                        .map(|s| s.to_string())
-                        .collect()
-                    },
-                )
-            })
-            .collect();
+        let nodes: Vec<Node> = (0..NODES).map(|i| nodes::cluster::node(i, &dir)).collect();
+        nodes::cluster::create(&nodes, 1);
         let mut cluster = Cluster {
             nodes,
             shards: Vec::new(),
             dir,
         };
-
-        let out = Command::new(nodes::cli_bin())
-            .args(["--cluster", "create"])
-            .args(cluster.nodes.iter().map(Node::addr))
-            .args(["--cluster-replicas", "1", "--cluster-yes"])
-            .output()
-            .unwrap_or_else(|e| panic!("cannot run {}: {e}", nodes::cli_bin()));
-        assert!(
-            out.status.success(),
-            "redis-cli --cluster create failed ({}):\n{}{}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
 
         let view = cluster.wait_converged(|_| true);
         let port_index = |port: u16| {

@@ -11,7 +11,6 @@
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
@@ -432,52 +431,8 @@ pub fn duplicate_tokens(grants: &[Grant]) -> u64 {
 
 // --- Namespaces, packet filters, proxies ---------------------------------------------------
 
-/// Run `f` on a thread of its own in a new network namespace (its own loopback, so packet
-/// filters and addresses set up inside touch nothing else on the machine); the processes it
-/// starts inherit the namespace. `None` when not root: the scenario is skipped with a line
-/// saying so. As root, a failure to create the namespace fails the test.
-pub fn in_private_netns<T: Send + 'static>(
-    name: &str,
-    f: impl FnOnce() -> T + Send + 'static,
-) -> Option<T> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        println!("{name}: skipped, it needs root (network namespaces and iptables)");
-        return None;
-    }
-    let name = name.to_string();
-    let handle = thread::spawn(move || {
-        // SAFETY: unshare affects only this thread (and what it starts) and takes no pointers.
-        let rc = unsafe { libc::unshare(libc::CLONE_NEWNET) };
-        assert_eq!(
-            rc,
-            0,
-            "{name}: unshare(CLONE_NEWNET) as root: {}",
-            std::io::Error::last_os_error()
-        );
-        sh(&["ip", "link", "set", "lo", "up"]);
-        f()
-    });
-    Some(
-        handle
-            .join()
-            .unwrap_or_else(|e| std::panic::resume_unwind(e)),
-    )
-}
-
-/// Run a command; panic with its output if it fails.
-pub fn sh(args: &[&str]) {
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {args:?}: {e} (run `make deps`)"));
-    assert!(
-        out.status.success(),
-        "{args:?}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
+// A private network namespace, and running a command, come from the harness crate.
+pub use crate::common::netns::{in_private_netns, sh};
 
 /// Cut 127.0.0.1:`port` off: packets to or from it are dropped (no reset: peers see silence,
 /// as in a real partition). 127.0.0.2:`port` still works, for the clients on its side.

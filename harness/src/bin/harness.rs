@@ -6,7 +6,7 @@
 //! harness server [--bin PATH] [--no-module] [--module-arg ARG]... [--replica-of PORT]
 //!                [--clock-offset-ms MS] [-- SERVER-ARG...]
 //!     {"port":40123,"pid":5012,"dir":"/tmp/redis-lock-tests/…","url":"redis://127.0.0.1:40123/"}
-//! harness cluster [--masters N] [--replicas N]
+//! harness cluster [--masters N] [--replicas N] [--until-signal]
 //!     {"nodes":[{"port":…,"pid":…,"dir":"…","url":"…"},…]}
 //! ```
 //!
@@ -14,11 +14,13 @@
 //! after a normal stop; the server's own status if it had exited by itself before standard
 //! input closed (after `SHUTDOWN`, say: under valgrind, 99 means valgrind found errors); 2 on a
 //! usage error; 1 if the start failed (the reason on standard error). SIGTERM, SIGINT and
-//! SIGHUP kill the servers too.
+//! SIGHUP stop them too; `--until-signal` ignores standard input and waits for a signal only
+//! (`make cluster` runs it in the background).
 
 use std::io::{Read, Write};
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use harness::clock::ShiftedClock;
 use harness::Server;
@@ -26,7 +28,7 @@ use harness::Server;
 const USAGE: &str = "usage:
   harness server [--bin PATH] [--no-module] [--module-arg ARG]... [--replica-of PORT]
                  [--clock-offset-ms MS] [-- SERVER-ARG...]
-  harness cluster [--masters N] [--replicas N]
+  harness cluster [--masters N] [--replicas N] [--until-signal]
 Prints one JSON line, keeps the server(s) running until stdin closes. See harness/README.md.";
 
 fn main() -> ExitCode {
@@ -95,7 +97,9 @@ fn server(args: &[String]) -> Result<ExitCode, Usage> {
             return Ok(ExitCode::FAILURE);
         }
     };
-    let code = hold(std::slice::from_mut(&mut server), |s| describe(&s[0]));
+    let code = hold(std::slice::from_mut(&mut server), false, |s| {
+        describe(&s[0])
+    });
     drop(server);
     if let Some((clock, dir)) = clock {
         drop(clock);
@@ -105,21 +109,23 @@ fn server(args: &[String]) -> Result<ExitCode, Usage> {
 }
 
 fn cluster(args: &[String]) -> Result<ExitCode, Usage> {
-    let (mut masters, mut replicas) = (3, 1);
+    let (mut masters, mut replicas, mut until_signal) = (3, 1, false);
     let mut it = args.iter();
     while let Some(arg) = it.next() {
-        let value = it
-            .next()
-            .ok_or_else(|| Usage(format!("{arg} needs a value")))?;
+        let mut value = || {
+            it.next()
+                .ok_or_else(|| Usage(format!("{arg} needs a value")))
+        };
         match arg.as_str() {
-            "--masters" => masters = number(arg, value)?,
-            "--replicas" => replicas = number(arg, value)?,
+            "--masters" => masters = number(arg, value()?)?,
+            "--replicas" => replicas = number(arg, value()?)?,
+            "--until-signal" => until_signal = true,
             other => return Err(Usage(format!("unknown option {other:?}"))),
         }
     }
     let dir = harness::test_dir("cluster");
     let mut nodes = harness::cluster::start(masters, replicas, &dir);
-    let code = hold(&mut nodes, |nodes| {
+    let code = hold(&mut nodes, until_signal, |nodes| {
         let list: Vec<String> = nodes.iter().map(describe).collect();
         format!("{{\"nodes\":[{}]}}", list.join(","))
     });
@@ -159,38 +165,41 @@ fn json_string(s: &str) -> String {
     out
 }
 
-/// The servers' pids, for the signal handler (0: empty slot).
-static PIDS: [AtomicI32; 64] = [const { AtomicI32::new(0) }; 64];
+/// Set when it is time to stop: standard input closed, or SIGTERM, SIGINT or SIGHUP arrived.
+static STOP: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn on_signal(_: libc::c_int) {
-    for pid in &PIDS {
-        let pid = pid.load(Ordering::Relaxed);
-        if pid > 0 {
-            // SAFETY: kill and _exit are async-signal-safe and take no pointers.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-        }
-    }
-    // SAFETY: as above.
-    unsafe { libc::_exit(1) };
+    // An atomic store is async-signal-safe; the main thread does the rest.
+    STOP.store(true, Ordering::Relaxed);
 }
 
-/// Print `line(servers)`, then wait until standard input closes. The exit status is the
-/// first server's own if it exited by itself meanwhile.
-fn hold(servers: &mut [Server], line: impl Fn(&[Server]) -> String) -> ExitCode {
-    for (slot, server) in PIDS.iter().zip(servers.iter()) {
-        slot.store(server.pid() as i32, Ordering::Relaxed);
-    }
+/// Print `line(servers)`, then wait until standard input closes (or, with `until_signal`,
+/// only for a signal) or a signal arrives. The exit status is the first server's own if it
+/// exited by itself meanwhile.
+fn hold(
+    servers: &mut [Server],
+    until_signal: bool,
+    line: impl Fn(&[Server]) -> String,
+) -> ExitCode {
     for signal in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
-        // SAFETY: on_signal only calls async-signal-safe functions.
+        // SAFETY: on_signal only stores to an atomic, which is async-signal-safe.
         unsafe { libc::signal(signal, on_signal as *const () as libc::sighandler_t) };
     }
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "{}", line(servers));
     let _ = out.flush();
     drop(out);
-    let mut sink = [0u8; 256];
-    let mut stdin = std::io::stdin().lock();
-    while matches!(stdin.read(&mut sink), Ok(n) if n > 0) {}
+    if !until_signal {
+        std::thread::spawn(|| {
+            let mut sink = [0u8; 256];
+            let mut stdin = std::io::stdin().lock();
+            while matches!(stdin.read(&mut sink), Ok(n) if n > 0) {}
+            STOP.store(true, Ordering::Relaxed);
+        });
+    }
+    while !STOP.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
     match servers.first_mut().and_then(Server::exited) {
         Some(Some(code)) => ExitCode::from(code as u8),
         Some(None) => ExitCode::FAILURE,
