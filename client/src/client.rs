@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use redis::{Connection, ConnectionLike};
 
-use crate::command::{in_step, Command, Failure};
+use crate::command::{self, in_step, Command, Failure};
 use crate::error::Error;
 use crate::guard::Guard;
-use crate::hold::{Acquisition, Settled, Target};
+use crate::hold::{Acquisition, Durable, Settled, Target};
 
 /// How long opening a connection may take, unless [`Client::with_timeouts`] says otherwise.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -48,6 +48,10 @@ pub(crate) struct Endpoint {
     pub(crate) connect_timeout: Duration,
     /// Limit on a reply (and a write), except for a blocking acquire.
     pub(crate) io_timeout: Duration,
+    /// Replicas that must acknowledge each grant ([`Client::durable`]).
+    pub(crate) durable: Option<Durable>,
+    /// Whether the server can take durable grants, once asked (`INFO server`).
+    pub(crate) durable_ok: std::sync::OnceLock<bool>,
 }
 
 impl Endpoint {
@@ -58,6 +62,8 @@ impl Endpoint {
             redis,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             io_timeout: DEFAULT_IO_TIMEOUT,
+            durable: None,
+            durable_ok: std::sync::OnceLock::new(),
         })
     }
 
@@ -67,6 +73,19 @@ impl Endpoint {
             redis: self.redis.clone(),
             connect_timeout: connect.max(Duration::from_millis(1)),
             io_timeout: io.max(Duration::from_millis(1)),
+            durable: self.durable,
+            durable_ok: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// The same server, each grant waited on by `replicas` replicas for up to `timeout`.
+    pub(crate) fn with_durable(&self, replicas: u32, timeout: Duration) -> Endpoint {
+        Endpoint {
+            durable: (replicas > 0).then(|| Durable {
+                replicas,
+                timeout_ms: (timeout.as_millis() as u64).max(1),
+            }),
+            ..self.with_timeouts(self.connect_timeout, self.io_timeout)
         }
     }
 }
@@ -107,6 +126,23 @@ impl Client {
     pub fn with_timeouts(self, connect: Duration, io: Duration) -> Client {
         Client {
             inner: Arc::new(Inner::new(self.inner.with_timeouts(connect, io))),
+            owner: self.owner,
+        }
+    }
+
+    /// The same server, with every grant acknowledged by `replicas` replicas before an acquire
+    /// succeeds: `WAIT replicas timeout` on the acquire's own connection right after the grant
+    /// (0 turns it off). If fewer acknowledge within `timeout`, the grant is released and the
+    /// acquire fails with [`Error::NotDurable`] (neither `Ok(None)` nor a guard). A grant made
+    /// as an owner the caller chose ([`Client::with_owner`]) is not released: it may be a hold
+    /// the caller had before (an idempotent retry). Needs Redis 7.0.12+, where a `WAIT` after a
+    /// blocked grant counts it.
+    ///
+    /// `WAIT` is not consensus: with several replicas and `replicas = 1`, a failover can still
+    /// promote one that did not acknowledge. The returned client has a pool of its own.
+    pub fn durable(self, replicas: u32, timeout: Duration) -> Client {
+        Client {
+            inner: Arc::new(Inner::new(self.inner.with_durable(replicas, timeout))),
             owner: self.owner,
         }
     }
@@ -172,9 +208,33 @@ impl Client {
         let acquisition = Acquisition::new(target, owner, ttl, wait)?;
         let inner = &self.inner;
         let timeout = acquisition.reply_timeout(inner.io_timeout);
-        let reply = inner.with_conn_sent(timeout, inner.connect_timeout, &acquisition.request());
+        let durable = inner.durable;
+        if durable.is_some() && inner.durable_ok.get().is_none() {
+            let version = command::server_version();
+            let version = inner.with_conn(inner.io_timeout, inner.connect_timeout, &version)?;
+            let _ = inner.durable_ok.set(Durable::supported(version));
+        }
+        if durable.is_some() && inner.durable_ok.get() == Some(&false) {
+            return Err(Durable::too_old());
+        }
+        let then = |tokens: &Option<Vec<u64>>| match (durable, tokens) {
+            (Some(durable), Some(_)) => Some(durable.wait(inner.io_timeout)),
+            _ => None,
+        };
+        let (reply, acked) =
+            inner.with_conn_then(timeout, inner.connect_timeout, &acquisition.request(), then);
         match acquisition.settle(reply) {
-            Settled::Granted(hold) => Ok(Some(Guard::new(self.clone(), hold))),
+            Settled::Granted(hold) => match durable.map(|d| (d, d.check(&hold, acked))) {
+                Some((durable, Err((acknowledged, release)))) => {
+                    let released = release.is_some_and(|release| {
+                        inner
+                            .with_conn(inner.io_timeout, inner.connect_timeout, &release)
+                            .is_ok()
+                    });
+                    Err(durable.shortfall(acknowledged, released))
+                }
+                _ => Ok(Some(Guard::new(self.clone(), hold))),
+            },
             Settled::Busy => Ok(None),
             Settled::Failed { error, clean_up } => {
                 if let Some(release) = clean_up {
@@ -216,20 +276,51 @@ impl Inner {
         connect_timeout: Duration,
         command: &Command<T>,
     ) -> Result<T, Failure> {
+        let none = |_: &T| None::<(Command<()>, Duration)>;
+        self.with_conn_then(read_timeout, connect_timeout, command, none)
+            .0
+    }
+
+    /// [`Inner::with_conn_sent`], then, if `then` asks for one given the reply, a second
+    /// command on the same connection (a `WAIT` counts only its own connection's writes),
+    /// read within the timeout `then` gives with it.
+    pub(crate) fn with_conn_then<T: 'static, U: 'static>(
+        &self,
+        read_timeout: Duration,
+        connect_timeout: Duration,
+        command: &Command<T>,
+        then: impl Fn(&T) -> Option<(Command<U>, Duration)>,
+    ) -> (Result<T, Failure>, Option<Result<U, Error>>) {
         let pooled = self
             .idle
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .pop();
-        if let Some(mut conn) = pooled {
-            match self.run(&mut conn, read_timeout, command) {
-                Err(Error::Connection(e)) if e.is_connection_dropped() => {} // stale
-                result => return self.finish(conn, result),
-            }
+        let mut conn = match pooled {
+            Some(mut conn) => match self.run(&mut conn, read_timeout, command) {
+                Err(Error::Connection(e)) if e.is_connection_dropped() => None, // stale
+                result => Some((conn, result)),
+            },
+            None => None,
+        };
+        if conn.is_none() {
+            let mut fresh = match self.connect(connect_timeout) {
+                Ok(fresh) => fresh,
+                Err(e) => return (Err(Failure::unsent(e)), None),
+            };
+            let result = self.run(&mut fresh, read_timeout, command);
+            conn = Some((fresh, result));
         }
-        let mut conn = self.connect(connect_timeout).map_err(Failure::unsent)?;
-        let result = self.run(&mut conn, read_timeout, command);
-        self.finish(conn, result)
+        let (mut conn, result) = conn.expect("a connection was opened above");
+        let second = match &result {
+            Ok(reply) => then(reply).map(|(next, timeout)| self.run(&mut conn, timeout, &next)),
+            Err(_) => None,
+        };
+        if !second.as_ref().is_none_or(in_step) {
+            // The follow-up left the connection out of step: close it rather than pool it.
+            return (result.map_err(Failure::sent), second);
+        }
+        (self.finish(conn, result), second)
     }
 
     /// Open a connection within `timeout`, handshake included.

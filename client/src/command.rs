@@ -199,6 +199,39 @@ pub(crate) fn client_id() -> Command<u64> {
     )
 }
 
+/// `INFO server` -> the `redis_version` it reports (Valkey reports the Redis version it matches).
+pub(crate) fn server_version() -> Command<(u32, u32, u32)> {
+    let mut cmd = redis::cmd("INFO");
+    cmd.arg("server");
+    Command::new(cmd, |reply| {
+        let text = match &reply {
+            Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+            Value::VerbatimString { text, .. } => text.clone(),
+            other => return Err(unexpected("INFO", other.clone())),
+        };
+        let version = text
+            .lines()
+            .find_map(|l| l.strip_prefix("redis_version:"))
+            .ok_or_else(|| unexpected("INFO", reply.clone()))?;
+        let mut parts = version
+            .trim()
+            .split('.')
+            .map(|p| p.parse::<u32>().unwrap_or(0));
+        let mut next = || parts.next().unwrap_or(0);
+        Ok((next(), next(), next()))
+    })
+}
+
+/// `WAIT replicas timeout-ms` -> how many replicas acknowledged this connection's writes.
+pub(crate) fn wait(replicas: u32, timeout_ms: u64) -> Command<u64> {
+    let mut cmd = redis::cmd("WAIT");
+    cmd.arg(replicas).arg(timeout_ms);
+    Command::new(cmd, |reply| match reply {
+        Value::Int(n) if n >= 0 => Ok(n as u64),
+        other => Err(unexpected("WAIT", other)),
+    })
+}
+
 /// `CLIENT UNBLOCK id` -> was that client blocked? A waiter in a lock's queue then gets the
 /// reply of a wait that ran out (nil).
 #[cfg(feature = "tokio")]

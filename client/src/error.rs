@@ -32,6 +32,19 @@ pub enum Error {
     InvalidArgument(&'static str),
     /// A thread (the watchdog, or a connection helper) could not be started.
     Spawn(std::io::Error),
+    /// Granted, but fewer than `wanted` replicas acknowledged the grant within the durable
+    /// timeout of [`Client::durable`](crate::Client::durable): neither busy nor success.
+    NotDurable {
+        /// How many replicas did (0 if `WAIT` itself failed).
+        acknowledged: u64,
+        /// How many were asked for.
+        wanted: u32,
+        /// The grant was given back. False when that release failed too (the lock may stay
+        /// held until its TTL), or when the owner is the caller's own choice
+        /// ([`Client::with_owner`](crate::Client::with_owner)): the hold may then be one the
+        /// caller had before (an idempotent retry), so it is left alone.
+        released: bool,
+    },
 }
 
 impl Error {
@@ -69,6 +82,23 @@ impl fmt::Display for Error {
             }
             Error::InvalidArgument(what) => write!(f, "invalid argument: {what}"),
             Error::Spawn(e) => write!(f, "cannot start a thread: {e}"),
+            Error::NotDurable {
+                acknowledged,
+                wanted,
+                released,
+            } => {
+                write!(
+                    f,
+                    "granted, but {acknowledged} of {wanted} replica(s) acknowledged the grant; "
+                )?;
+                match released {
+                    true => write!(f, "the grant was released"),
+                    false => write!(
+                        f,
+                        "it was not released: the lock may stay held until its TTL"
+                    ),
+                }
+            }
         }
     }
 }
@@ -78,7 +108,9 @@ impl std::error::Error for Error {
         match self {
             Error::Connection(e) | Error::Server(e) => Some(e),
             Error::Spawn(e) => Some(e),
-            Error::UnexpectedReply { .. } | Error::InvalidArgument(_) => None,
+            Error::UnexpectedReply { .. }
+            | Error::InvalidArgument(_)
+            | Error::NotDurable { .. } => None,
         }
     }
 }

@@ -154,6 +154,7 @@ impl Acquisition {
             Ok(Some(tokens)) => Settled::Granted(Hold {
                 target: self.target,
                 owner: self.owner,
+                generated: self.generated,
                 tokens,
                 ttl_ms: AtomicU64::new(self.ttl_ms),
             }),
@@ -174,6 +175,8 @@ pub(crate) struct Hold {
     target: Target,
     /// The owner it is held as.
     owner: String,
+    /// The owner was made up for this grant (no one else can hold as it).
+    generated: bool,
     /// The fencing tokens, one per key.
     tokens: Vec<u64>,
     /// The TTL of the grant or of the last successful extend, in ms; the watchdog renews with it.
@@ -246,10 +249,89 @@ impl Hold {
     }
 }
 
+/// How many replicas a durable client waits for after each grant, and for how long.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Durable {
+    /// `WAIT`'s first argument.
+    pub(crate) replicas: u32,
+    /// `WAIT`'s timeout, in ms (0 would wait forever: at least 1).
+    pub(crate) timeout_ms: u64,
+}
+
+impl Durable {
+    /// The `WAIT` that follows a grant on the same connection, and how long its reply may take.
+    pub(crate) fn wait(&self, io_timeout: Duration) -> (Command<u64>, Duration) {
+        let reply = Duration::from_millis(self.timeout_ms) + io_timeout;
+        (command::wait(self.replicas, self.timeout_ms), reply)
+    }
+
+    /// A grant whose `WAIT` answered `acked`: `Ok` if enough replicas have it; otherwise the
+    /// shortfall, and the release to send first (only for an owner made up for this grant: a
+    /// chosen owner's hold may be one the caller had before this call).
+    pub(crate) fn check(
+        &self,
+        hold: &Hold,
+        acked: Option<Result<u64, Error>>,
+    ) -> Result<(), (u64, Option<Command<bool>>)> {
+        let acknowledged = match acked {
+            Some(Ok(n)) => n,
+            _ => 0,
+        };
+        if acknowledged >= u64::from(self.replicas) {
+            return Ok(());
+        }
+        Err((acknowledged, hold.generated.then(|| hold.release())))
+    }
+
+    /// True on servers where a `WAIT` after a blocked grant counts it (7.0.12 and later).
+    pub(crate) fn supported(version: (u32, u32, u32)) -> bool {
+        version >= (7, 0, 12)
+    }
+
+    /// The refusal on an older server.
+    pub(crate) fn too_old() -> Error {
+        Error::InvalidArgument(
+            "durable grants need Redis 7.0.12 or later (there a WAIT after a blocked grant \
+             counts it); this server is older",
+        )
+    }
+
+    /// The error for a shortfall, once the release (if any) was tried.
+    pub(crate) fn shortfall(&self, acknowledged: u64, released: bool) -> Error {
+        Error::NotDurable {
+            acknowledged,
+            wanted: self.replicas,
+            released,
+        }
+    }
+}
+
 /// The release of `owner`'s hold on `target`.
 fn release(target: &Target, owner: &str) -> Command<bool> {
     match target {
         Target::One { key, .. } => command::release(key, owner),
         Target::Many { keys } => command::mrelease(keys, owner),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Durable;
+
+    #[test]
+    fn durable_grants_need_7_0_12() {
+        for (version, ok) in [
+            ((6, 2, 14), false),
+            ((7, 0, 11), false),
+            ((7, 0, 12), true),
+            ((7, 0, 15), true),
+            ((7, 2, 4), true),
+            ((8, 2, 3), true),
+        ] {
+            assert_eq!(Durable::supported(version), ok, "{version:?}");
+        }
+        assert!(Durable::too_old()
+            .to_string()
+            .contains("need Redis 7.0.12 or later"));
     }
 }

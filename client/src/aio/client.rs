@@ -17,7 +17,7 @@ use super::guard::Guard;
 use crate::client::{Endpoint, MAX_IDLE};
 use crate::command::{self, in_step, Command, Failure};
 use crate::error::Error;
-use crate::hold::{Acquisition, Settled, Target};
+use crate::hold::{Acquisition, Durable, Settled, Target};
 
 /// A handle to one Redis server that has the redis-lock module loaded; the async counterpart of
 /// [`crate::Client`], with the same timeouts, owners and outcomes.
@@ -67,6 +67,13 @@ impl Client {
     /// client has connections of its own.
     pub fn with_timeouts(self, connect: Duration, io: Duration) -> Client {
         Client::from_parts(self.inner.with_timeouts(connect, io), self.owner)
+    }
+
+    /// The same server, each grant acknowledged by `replicas` replicas before an acquire
+    /// succeeds (see [`crate::Client::durable`]). The returned client has connections of its
+    /// own.
+    pub fn durable(self, replicas: u32, timeout: Duration) -> Client {
+        Client::from_parts(self.inner.with_durable(replicas, timeout), self.owner)
     }
 
     /// The same server, with every acquisition made as `owner` (see
@@ -142,6 +149,18 @@ impl Client {
         wait: Option<Duration>,
     ) -> Result<Option<Guard>, Error> {
         let acquisition = Acquisition::new(target, owner, ttl, wait)?;
+        let inner = &self.inner;
+        if inner.durable.is_some() && inner.durable_ok.get().is_none() {
+            let version = command::server_version();
+            let version = inner
+                .run(inner.io_timeout, inner.connect_timeout, &version)
+                .await
+                .map_err(|failure| failure.error)?;
+            let _ = inner.durable_ok.set(Durable::supported(version));
+        }
+        if inner.durable.is_some() && inner.durable_ok.get() == Some(&false) {
+            return Err(Durable::too_old());
+        }
         let client = self.clone();
         let (mut tx, rx) = oneshot::channel();
         tokio::spawn(async move {
@@ -150,12 +169,41 @@ impl Client {
                 acquisition.request(),
                 acquisition.reply_timeout(inner.io_timeout),
             );
-            let reply = match acquisition.blocks() {
-                false => inner.run(timeout, inner.connect_timeout, &request).await,
-                true => inner.run_blocking(timeout, &request, tx.closed()).await,
+            let durable = inner.durable;
+            // A durable acquire runs on a connection of its own, so that its WAIT counts this
+            // grant's write and no other task's.
+            let (reply, acked) = match (durable, acquisition.blocks()) {
+                (None, false) => (
+                    inner.run(timeout, inner.connect_timeout, &request).await,
+                    None,
+                ),
+                (None, true) => (
+                    inner.run_blocking(timeout, &request, tx.closed()).await,
+                    None,
+                ),
+                (Some(durable), _) => {
+                    let then = |tokens: &Option<Vec<u64>>| {
+                        tokens.as_ref().map(|_| durable.wait(inner.io_timeout))
+                    };
+                    inner
+                        .run_blocking_then(timeout, &request, tx.closed(), then)
+                        .await
+                }
             };
             let result = match acquisition.settle(reply) {
-                Settled::Granted(hold) => Ok(Some(Guard::new(client.clone(), hold))),
+                Settled::Granted(hold) => match durable.map(|d| (d, d.check(&hold, acked))) {
+                    Some((durable, Err((acknowledged, release)))) => {
+                        let released = match release {
+                            Some(release) => inner
+                                .run(inner.io_timeout, inner.connect_timeout, &release)
+                                .await
+                                .is_ok(),
+                            None => false,
+                        };
+                        Err(durable.shortfall(acknowledged, released))
+                    }
+                    _ => Ok(Some(Guard::new(client.clone(), hold))),
+                },
                 Settled::Busy => Ok(None),
                 Settled::Failed { error, clean_up } => {
                     if let Some(release) = clean_up {
@@ -221,12 +269,31 @@ impl Inner {
         command: &Command<T>,
         abandoned: impl Future<Output = ()>,
     ) -> Result<T, Failure> {
+        let none = |_: &T| None::<(Command<()>, Duration)>;
+        self.run_blocking_then(timeout, command, abandoned, none)
+            .await
+            .0
+    }
+
+    /// [`Inner::run_blocking`], then, if `then` asks for one given the reply, a second command
+    /// on the same connection (a `WAIT` counts only its own connection's writes), read within
+    /// the timeout `then` gives with it.
+    pub(crate) async fn run_blocking_then<T: 'static, U: 'static>(
+        &self,
+        timeout: Duration,
+        command: &Command<T>,
+        abandoned: impl Future<Output = ()>,
+        then: impl Fn(&T) -> Option<(Command<U>, Duration)>,
+    ) -> (Result<T, Failure>, Option<Result<U, Error>>) {
         let mut abandoned = pin!(abandoned);
         let pooled = lock(&self.idle).pop();
         let mut fresh = pooled.is_none();
         let mut waiter = match pooled {
             Some(waiter) => waiter,
-            None => self.open_waiter().await.map_err(Failure::unsent)?,
+            None => match self.open_waiter().await {
+                Ok(waiter) => waiter,
+                Err(e) => return (Err(Failure::unsent(e)), None),
+            },
         };
         loop {
             let timeout = timeout.max(Duration::from_millis(1));
@@ -234,19 +301,31 @@ impl Inner {
             let (reply, gave_up) = self.wait(&mut waiter, command, abandoned.as_mut()).await;
             let result = command.read(reply);
             if in_step(&result) {
-                let mut idle = lock(&self.idle);
-                if idle.len() < MAX_IDLE {
-                    idle.push(waiter);
+                let second = match result.as_ref().ok().and_then(&then) {
+                    Some((next, timeout)) => {
+                        waiter.conn.set_response_timeout(timeout);
+                        Some(next.read(next.cmd.query_async(&mut waiter.conn).await))
+                    }
+                    None => None,
+                };
+                if second.as_ref().is_none_or(in_step) {
+                    let mut idle = lock(&self.idle);
+                    if idle.len() < MAX_IDLE {
+                        idle.push(waiter);
+                    }
                 }
-                return result.map_err(Failure::sent);
+                return (result.map_err(Failure::sent), second);
             }
             match result {
                 // A pooled connection found dead on first use: once more on a new one.
                 Err(Error::Connection(e)) if e.is_connection_dropped() && !fresh && !gave_up => {
-                    waiter = self.open_waiter().await.map_err(Failure::unsent)?;
+                    waiter = match self.open_waiter().await {
+                        Ok(waiter) => waiter,
+                        Err(e) => return (Err(Failure::unsent(e)), None),
+                    };
                     fresh = true;
                 }
-                result => return result.map_err(Failure::sent),
+                result => return (result.map_err(Failure::sent), None),
             }
         }
     }
