@@ -188,9 +188,12 @@ class NodeRedisAdapter {
     });
     conn.on('error', ignore);
     await conn.connect();
+    let closed = false;
     return {
       call: (args) => conn.sendCommand(strings(args)),
       close() {
+        if (closed) return;
+        closed = true;
         // node-redis 5 has destroy(); 4 has disconnect() (5 still accepts it, deprecated).
         const p = typeof conn.destroy === 'function' ? conn.destroy() : conn.disconnect();
         if (p && typeof p.catch === 'function') p.catch(ignore);
