@@ -19,7 +19,16 @@ const START_TIMEOUT_MS = 60000;
  * harness's standard input and resolves once it has stopped the server and exited.
  */
 function startServer(args = []) {
-  const child = spawn(BIN, ['server', ...args], { stdio: ['pipe', 'pipe', 'pipe'] });
+  return start(['server', ...args]);
+}
+
+/** `harness cluster ...args`: resolves to {nodes: [{port, pid, dir, url}, ...], stop()}. */
+function startCluster(args = []) {
+  return start(['cluster', ...args]);
+}
+
+function start(args) {
+  const child = spawn(BIN, args, { stdio: ['pipe', 'pipe', 'pipe'] });
   let stderr = '';
   child.stderr.on('data', (d) => (stderr += d));
   const exited = new Promise((resolve) => child.once('exit', (code, signal) => resolve({ code, signal })));
@@ -48,4 +57,4 @@ function startServer(args = []) {
   });
 }
 
-module.exports = { startServer };
+module.exports = { startServer, startCluster };
