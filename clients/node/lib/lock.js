@@ -104,6 +104,11 @@ class Lock {
     return reply === 1;
   }
 
+  /** Drop the record of a hold (it was given back). */
+  _forget() {
+    this._token = null;
+  }
+
   /** Record a grant's reply; the new token. */
   _granted(reply) {
     this._token = wire.toToken(reply);
@@ -188,7 +193,7 @@ class Lock {
         mayStayHeld: false,
       }, { cause });
     }
-    this._token = null;
+    this._forget();
     let released;
     try {
       await this._adapter.call(this._releaseArgs());
@@ -249,7 +254,7 @@ class Lock {
   async release() {
     await this._stopWatchdog();
     clearTimeout(this._deadlineTimer);
-    this._token = null;
+    this._forget();
     return this._released(await this._adapter.call(this._releaseArgs()));
   }
 

@@ -79,9 +79,9 @@ class MultiLock extends Lock {
     return this._token;
   }
 
-  async release() {
+  _forget() {
+    this._token = null;
     this._tokens = null;
-    return super.release();
   }
 
   async owned() {
