@@ -185,6 +185,7 @@ class NodeRedisAdapter {
       socket: { ...options.socket, reconnectStrategy: false, socketTimeout: undefined },
       disableOfflineQueue: false,
       pingInterval: undefined,
+      name: 'redislock-waiter',
     });
     conn.on('error', ignore);
     await conn.connect();

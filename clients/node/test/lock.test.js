@@ -127,6 +127,23 @@ for (const kind of KINDS) {
       await holder.release();
     });
 
+    await t.test('a waiter whose connection is killed is not re-sent and leaves no grant', async () => {
+      const key = fresh('killed');
+      const holder = new Lock(a, key, 30000);
+      await holder.acquire();
+      const before = await commandCalls(a, 'lock.acquire');
+      const got = new Lock(b, key, 30000).acquire({ timeout: 20000 });
+      await waiters(a, key, 1);
+      const list = String(await send(a, 'CLIENT', 'LIST'));
+      const id = /id=(\d+) .*name=redislock-waiter /.exec(list)[1];
+      assert.equal(await send(a, 'CLIENT', 'KILL', 'ID', id), 1);
+      await assert.rejects(got);
+      assert.equal((await info(a, key)).waiters, 0);
+      assert.equal(await holder.release(), true);
+      assert.equal(await info(a, key), null);
+      assert.equal((await commandCalls(a, 'lock.acquire')) - before, 2);
+    });
+
     await t.test('aborting a wait answers it at once and leaves no grant', async () => {
       const key = fresh('abort');
       const holder = new Lock(a, key, 30000);
@@ -304,3 +321,19 @@ for (const kind of KINDS) {
     });
   });
 }
+
+test('lock.signal aborts when renewals get no answer (server stopped)', async (t) => {
+  const own = await startServer();
+  t.after(() => own.stop());
+  const client = await connect('ioredis', own.port);
+  t.after(() => close(client));
+  const lock = new Lock(client, fresh('stopped'), 900, { watchdog: true });
+  await lock.acquire();
+  process.kill(own.pid, 'SIGSTOP');
+  try {
+    await new Promise((resolve) => lock.signal.addEventListener('abort', resolve, { once: true }));
+    assert.equal(lock.lostReason, 'extend failed: LOCK.EXTEND: no reply within 300 ms');
+  } finally {
+    process.kill(own.pid, 'SIGCONT');
+  }
+});
