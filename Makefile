@@ -12,7 +12,7 @@ APT_PACKAGES := redis-server redis-sentinel libclang-dev clang gcc iptables ipro
 CLOCKSHIFT := target/clockshift/libclockshift.so
 
 
-.PHONY: help deps test-deps clockshift build run test test-python servers test-servers test-valkey torture bench bench-instructions cluster cluster-stop bench-cluster lint fmt clean
+.PHONY: help deps test-deps clockshift build run test test-python test-node servers test-servers test-valkey torture bench bench-instructions cluster cluster-stop bench-cluster lint fmt clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -65,10 +65,12 @@ run: build ## Start redis-server in the foreground with the module loaded (PORT=
 	fi
 	$(REDIS_SERVER) redis.conf.example --port $(PORT)
 
-test: test-deps ## Unit and integration tests (module, client crate, Python package) against real redis-servers
+test: test-deps ## Unit and integration tests (module, client crate, Python and Node packages) against real redis-servers
 	$(CARGO) build --workspace
 	PYTHONPATH=$(PY_DEPS) REDIS_SERVER=$(REDIS_SERVER) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) $(CARGO) test --workspace
 	$(python_tests)
+	@if command -v node >/dev/null && command -v npm >/dev/null; then $(node_tests); \
+	else echo "node/npm not found: the Node package's tests (clients/node) are skipped"; fi
 
 test-python: test-deps ## Only the Python package's tests (python/tests), with redis-py 8.1 then 5.0
 	$(CARGO) build --workspace
@@ -80,6 +82,18 @@ define python_tests
 	(cd python && PYTHONPATH=$$deps REDIS_SERVER=$(REDIS_SERVER) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) \
 		python3 -m pytest -q -p no:cacheprovider tests) || exit 1; \
 done
+endef
+
+# The Node package's tests (clients/node): the module's debug build and the harness binary that
+# starts servers for them, `npm ci` from the lockfile when node_modules is missing, `npm test`.
+test-node: deps ## Only the Node package's tests (clients/node), with ioredis 5 and node-redis 4/5
+	$(CARGO) build
+	$(node_tests)
+
+define node_tests
+$(CARGO) build -q -p redis-lock-harness --bin harness && cd clients/node && \
+	{ [ -d node_modules ] || npm ci --no-audit --no-fund --loglevel=error; } && \
+	REDIS_SERVER=$(REDIS_SERVER) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) npm test
 endef
 
 # Redis 8.2, Valkey 8.1 and 9.1, and Redis 6.2 (for the refusal to load) come from PyPI wheels

@@ -1,0 +1,206 @@
+'use strict';
+// How commands reach the server, for each kind of client the user can pass in.
+//
+// Most commands go through the user's own client as usual, with its timeouts and retries. A
+// blocking acquire (LOCK.ACQUIRE ... BLOCK) cannot: a command timeout would cut the wait, and a
+// client that re-sends unanswered commands after a reconnect (ioredis's default,
+// autoResendUnfulfilledCommands) would put the waiter back at the end of the server's queue. So
+// every wait gets a connection of its own: a duplicate of the user's client (of the one node that
+// owns the key, for a cluster) with no command timeout, no reconnection and no re-sending, closed
+// when the wait ends.
+//
+// Supported: ioredis 5 (`Redis` and `Cluster`), node-redis 4 and 5 (`createClient`). A node-redis
+// cluster (`createCluster`) is refused with an error that says so.
+
+const { slotOf } = require('./slot');
+
+/** A short, recognisable name for the client kinds in error messages and tests. */
+const IOREDIS = 'ioredis';
+const IOREDIS_CLUSTER = 'ioredis-cluster';
+const NODE_REDIS = 'node-redis';
+
+/** What `adapt` makes of one user client, cached so that every lock on it shares one. */
+const cache = new WeakMap();
+
+function adapt(client) {
+  if (client === null || typeof client !== 'object') {
+    throw new TypeError('expected an ioredis or node-redis client, got ' + String(client));
+  }
+  let adapter = cache.get(client);
+  if (adapter === undefined) {
+    adapter = make(client);
+    cache.set(client, adapter);
+  }
+  return adapter;
+}
+
+function make(client) {
+  if (client.isCluster === true && typeof client.nodes === 'function') {
+    return new IORedisClusterAdapter(client);
+  }
+  if (typeof client.call === 'function' && typeof client.duplicate === 'function') {
+    return new IORedisAdapter(client);
+  }
+  if (typeof client.getSlotMaster === 'function' || Array.isArray(client.masters)) {
+    throw new TypeError(
+      'node-redis cluster clients (createCluster) are not supported: pass an ioredis Cluster, ' +
+        'or a node-redis client of the node that owns the keys'
+    );
+  }
+  if (typeof client.sendCommand === 'function' && typeof client.duplicate === 'function') {
+    return new NodeRedisAdapter(client);
+  }
+  throw new TypeError(
+    'expected an ioredis client (Redis or Cluster) or a node-redis client (createClient): ' +
+      'it has neither call() nor sendCommand()'
+  );
+}
+
+/** Every argument as a string: node-redis refuses numbers, and ioredis sends strings anyway. */
+function strings(args) {
+  return args.map((a) => (typeof a === 'string' || Buffer.isBuffer(a) ? a : String(a)));
+}
+
+/** True if `error` is an error reply from the server (the command ran and changed nothing). */
+function isReplyError(error) {
+  if (!(error instanceof Error)) return false;
+  // ioredis: ReplyError (from redis-errors); node-redis 4: ErrorReply; node-redis 5: ErrorReply and
+  // its subclasses SimpleError / BlobError.
+  for (let p = error; p && p !== Error.prototype; p = Object.getPrototypeOf(p)) {
+    const name = p.constructor && p.constructor.name;
+    if (name === 'ReplyError' || name === 'ErrorReply') return true;
+  }
+  return false;
+}
+
+const ignore = () => {};
+
+// --- ioredis -------------------------------------------------------------------------------
+
+/** The options that make a duplicate fit for one wait: nothing re-sent, nothing cut short. */
+const IOREDIS_WAITER = {
+  lazyConnect: false,
+  commandTimeout: undefined,
+  autoResendUnfulfilledCommands: false,
+  autoResubscribe: false,
+  maxRetriesPerRequest: 0,
+  retryStrategy: () => null,
+  reconnectOnError: null,
+  enableOfflineQueue: true,
+  enableAutoPipelining: false,
+  connectionName: 'redislock-waiter',
+};
+
+class IORedisAdapter {
+  constructor(client) {
+    this.client = client;
+    this.kind = IOREDIS;
+  }
+
+  call(args) {
+    const [command, ...rest] = strings(args);
+    return this.client.call(command, ...rest);
+  }
+
+  /** Run `args` on the connection that serves `key` (the same one for every call). */
+  callOnKey(_key, args) {
+    return this.call(args);
+  }
+
+  waiter(_key) {
+    return ioredisWaiter(this.client);
+  }
+}
+
+function ioredisWaiter(node) {
+  const conn = node.duplicate(IOREDIS_WAITER);
+  conn.on('error', ignore);
+  return {
+    call(args) {
+      const [command, ...rest] = strings(args);
+      return conn.call(command, ...rest);
+    },
+    close() {
+      conn.disconnect(false);
+    },
+  };
+}
+
+class IORedisClusterAdapter {
+  constructor(cluster) {
+    this.client = cluster;
+    this.kind = IOREDIS_CLUSTER;
+  }
+
+  call(args) {
+    const [command, ...rest] = strings(args);
+    return this.client.call(command, ...rest);
+  }
+
+  /** The master that owns `key`'s slot, from the cluster's own slot table. */
+  node(key) {
+    const cluster = this.client;
+    const owners = cluster.slots && cluster.slots[slotOf(key)];
+    const master = owners && owners[0];
+    if (master !== undefined) {
+      for (const node of cluster.nodes('master')) {
+        if (`${node.options.host}:${node.options.port}` === master) return node;
+      }
+    }
+    throw new Error(
+      `redislock: no known master for key ${JSON.stringify(key)} (is the cluster client ready?)`
+    );
+  }
+
+  callOnKey(key, args) {
+    const [command, ...rest] = strings(args);
+    return this.node(key).call(command, ...rest);
+  }
+
+  /** A connection to the one master of `key`, not a whole cluster connection. */
+  waiter(key) {
+    return ioredisWaiter(this.node(key));
+  }
+}
+
+// --- node-redis ----------------------------------------------------------------------------
+
+class NodeRedisAdapter {
+  constructor(client) {
+    this.client = client;
+    this.kind = NODE_REDIS;
+  }
+
+  call(args) {
+    return this.client.sendCommand(strings(args));
+  }
+
+  callOnKey(_key, args) {
+    return this.call(args);
+  }
+
+  async waiter(_key) {
+    const options = this.client.options || {};
+    const conn = this.client.duplicate({
+      socket: { ...options.socket, reconnectStrategy: false, socketTimeout: undefined },
+      disableOfflineQueue: false,
+      pingInterval: undefined,
+      name: 'redislock-waiter',
+    });
+    conn.on('error', ignore);
+    await conn.connect();
+    let closed = false;
+    return {
+      call: (args) => conn.sendCommand(strings(args)),
+      close() {
+        if (closed) return;
+        closed = true;
+        // node-redis 5 has destroy(); 4 has disconnect() (5 still accepts it, deprecated).
+        const p = typeof conn.destroy === 'function' ? conn.destroy() : conn.disconnect();
+        if (p && typeof p.catch === 'function') p.catch(ignore);
+      },
+    };
+  }
+}
+
+module.exports = { adapt, isReplyError, strings, IOREDIS, IOREDIS_CLUSTER, NODE_REDIS };

@@ -1,0 +1,356 @@
+'use strict';
+// Lock: an exclusive lock held on the server. Semaphore, ReadLock and MultiLock (in their own
+// files) change only the commands it sends.
+
+const { adapt, isReplyError } = require('./adapter');
+const wire = require('./wire');
+const { LockLostError, LockBusyError, DurabilityError } = require('./errors');
+const { fencedCall } = require('./fence');
+
+/** How long `durable` waits for replicas unless `durableTimeout` says otherwise, in ms. */
+const DEFAULT_DURABLE_TIMEOUT_MS = 1000;
+
+class Lock {
+  /**
+   * `new Lock(client, name, ttl, options)` takes nothing yet; `acquire()` does. `ttl` is the hold
+   * time in milliseconds. Options: `owner`, `watchdog`, `watchdogPeriod`, `onLost`, `durable`,
+   * `durableTimeout` (see index.d.ts and the README).
+   */
+  constructor(client, name, ttl, options = {}) {
+    this.client = client;
+    this._adapter = adapt(client);
+    this.name = name;
+    this._ttl = wire.toMs(ttl, 'ttl');
+    this.owner = options.owner !== undefined ? String(options.owner) : wire.newOwner();
+    if (this.owner.length === 0) throw new RangeError('owner must not be empty');
+    this.watchdog = Boolean(options.watchdog);
+    this.watchdogPeriod =
+      options.watchdogPeriod !== undefined ? wire.toMs(options.watchdogPeriod, 'watchdogPeriod') : undefined;
+    if (this.watchdogPeriod !== undefined && this.watchdogPeriod >= this._ttl) {
+      throw new RangeError('watchdogPeriod must be shorter than the ttl');
+    }
+    this.onLost = options.onLost;
+    this.durable = options.durable === undefined ? 0 : options.durable;
+    if (!Number.isInteger(this.durable) || this.durable < 0) {
+      throw new RangeError(`durable must be a whole number of replicas, got ${String(options.durable)}`);
+    }
+    this.durableTimeout =
+      options.durableTimeout !== undefined
+        ? wire.toMs(options.durableTimeout, 'durableTimeout')
+        : DEFAULT_DURABLE_TIMEOUT_MS;
+    this._token = null;
+    this._lostReason = null;
+    this._controller = null;
+    this._deadlineTimer = null;
+    this._dog = null;
+  }
+
+  /** The fencing token of the current hold (an exact number), or null when not held. */
+  get token() {
+    return this._token;
+  }
+
+  /** The hold time in ms that acquire, extend() and the watchdog ask for. */
+  get ttl() {
+    return this._ttl;
+  }
+
+  /** Aborts when the current hold is lost (renewal answered 0 or failed, ttl ran out). */
+  get signal() {
+    if (this._controller === null) {
+      throw new Error(`${JSON.stringify(this.name)} is not held: acquire it first`);
+    }
+    return this._controller.signal;
+  }
+
+  get lost() {
+    return this._lostReason !== null;
+  }
+
+  /** "not held", "extend failed: <error>" or "expired"; null while not lost. */
+  get lostReason() {
+    return this._lostReason;
+  }
+
+  // --- the commands (what the other kinds change) ---
+
+  /** The keys the lock lives on (the first routes the command in a cluster). */
+  _keys() {
+    return [this.name];
+  }
+
+  _modeArgs() {
+    return [];
+  }
+
+  _acquireArgs(blockMs) {
+    const args = ['LOCK.ACQUIRE', this.name, this.owner, this._ttl, ...this._modeArgs()];
+    return blockMs === undefined ? args : [...args, 'BLOCK', blockMs];
+  }
+
+  _releaseArgs() {
+    return ['LOCK.RELEASE', this.name, this.owner];
+  }
+
+  _extendArgs() {
+    return ['LOCK.EXTEND', this.name, this.owner, this._ttl];
+  }
+
+  _renewed(reply) {
+    return reply === 1;
+  }
+
+  _released(reply) {
+    return reply === 1;
+  }
+
+  /** Drop the record of a hold (it was given back). */
+  _forget() {
+    this._token = null;
+  }
+
+  /** Record a grant's reply; the new token. */
+  _granted(reply) {
+    this._token = wire.toToken(reply);
+    return this._token;
+  }
+
+  // --- acquire ---
+
+  /**
+   * Take the lock; true if granted, false if the wait ran out.
+   *
+   * `timeout`: how long to wait in the server's queue, in ms (undefined: no limit; 0: one try).
+   * `signal`: an AbortSignal that cancels the wait (the call rejects with its reason, and no
+   * grant is left behind).
+   */
+  async acquire({ timeout, signal } = {}) {
+    if (signal && signal.aborted) throw wire.abortReason(signal);
+    const key = this._keys()[0];
+    if (this.durable > 0) await wire.checkDurable(this._adapter, key);
+    const before = this._token;
+    const waitMs = timeout === undefined ? null : wire.toMs(timeout, 'timeout', true);
+    const cleanup = before !== null ? async () => {} : () => this._adapter.call(this._releaseArgs());
+
+    // One try first, on the user's client: most acquires are granted at once.
+    let reply;
+    try {
+      reply = await this._adapter.callOnKey(key, this._acquireArgs());
+    } catch (error) {
+      if (!isReplyError(error)) await wire.quietly(cleanup);
+      throw error;
+    }
+    let acked;
+    if (reply !== null) {
+      if (this.durable > 0) acked = await this._wait((args) => this._adapter.callOnKey(key, args));
+    } else if (waitMs !== 0) {
+      // Then one LOCK.ACQUIRE ... BLOCK on a connection of its own, however long the wait.
+      // The try above answered nil, so this object holds nothing there: a grant that raced a
+      // cancellation is this call's own, and cleanup may release it.
+      reply = await wire.blockingCall(this._adapter, key, this._acquireArgs(waitMs === null ? 0 : waitMs), {
+        waitMs,
+        signal,
+        cleanup: () => this._adapter.call(this._releaseArgs()),
+        after:
+          this.durable > 0
+            ? async (_reply, conn) => {
+                acked = await this._wait((args) => conn.call(args));
+              }
+            : undefined,
+      });
+    }
+    if (reply === null) return false;
+    const token = this._granted(reply);
+    if (acked !== undefined && acked < this.durable) {
+      await this._notDurable(acked, before !== null && token === before);
+    }
+    this._held();
+    return true;
+  }
+
+  /** WAIT durable durableTimeout through `call`; how many replicas acknowledged (0 on error). */
+  async _wait(call) {
+    try {
+      return await call(['WAIT', this.durable, this.durableTimeout]);
+    } catch (error) {
+      this._waitError = error;
+      return 0;
+    }
+  }
+
+  async _notDurable(acked, heldBefore) {
+    const wanted = this.durable;
+    const what = `${JSON.stringify(this.name)}: ${acked} of ${wanted} replicas acknowledged the grant within ${this.durableTimeout} ms`;
+    const cause = this._waitError;
+    this._waitError = undefined;
+    if (heldBefore) {
+      // An idempotent retry of a hold this object already had: leave that hold alone.
+      throw new DurabilityError(`${what}; the hold this lock already had is kept`, {
+        acknowledged: acked,
+        wanted,
+        released: false,
+        heldBefore: true,
+        mayStayHeld: false,
+      }, { cause });
+    }
+    this._forget();
+    let released;
+    try {
+      await this._adapter.call(this._releaseArgs());
+      released = true;
+    } catch (error) {
+      throw new DurabilityError(
+        `${what}; releasing it failed too (${error.message}): the lock may stay held until its ttl (${this._ttl} ms) runs out`,
+        { acknowledged: acked, wanted, released: false, heldBefore: false, mayStayHeld: true },
+        { cause: error }
+      );
+    }
+    throw new DurabilityError(`${what}; the grant was released`, {
+      acknowledged: acked,
+      wanted,
+      released,
+      heldBefore: false,
+      mayStayHeld: false,
+    }, { cause });
+  }
+
+  /** A grant arrived: a fresh signal for this hold, its deadline, the watchdog. */
+  _held() {
+    if (this._controller === null || this._controller.signal.aborted) {
+      this._controller = new AbortController();
+    }
+    this._lostReason = null;
+    this._armDeadline(Date.now() + this._ttl);
+    if (this.watchdog) this._startWatchdog();
+  }
+
+  /** The signal aborts at `at` unless an extend moves it (a hold sent at t lasts until t + ttl). */
+  _armDeadline(at) {
+    clearTimeout(this._deadlineTimer);
+    this._deadlineTimer = setTimeout(() => this._lose('expired'), Math.max(0, at - Date.now()));
+    this._deadlineTimer.unref();
+  }
+
+  _lose(reason) {
+    if (this._token === null || this._lostReason !== null) return;
+    this._lostReason = reason;
+    clearTimeout(this._deadlineTimer);
+    this._stopWatchdogNow();
+    const error = new LockLostError(`lost ${JSON.stringify(this.name)}: ${reason}`, reason);
+    this._controller.abort(error);
+    if (typeof this.onLost === 'function') {
+      try {
+        const r = this.onLost(this, error);
+        if (r && typeof r.catch === 'function') r.catch(() => {});
+      } catch {
+        // a throwing callback must not stop the others
+      }
+    }
+  }
+
+  // --- release, extend, queries ---
+
+  /** Give the lock back; true if this owner held it, false if it was already lost. */
+  async release() {
+    await this._stopWatchdog();
+    clearTimeout(this._deadlineTimer);
+    this._forget();
+    return this._released(await this._adapter.call(this._releaseArgs()));
+  }
+
+  /**
+   * Set the deadline to now + `ttl` ms (default: the lock's ttl, which a given `ttl` replaces,
+   * also for the watchdog). True if held; false if lost (the signal aborts): acquire again.
+   */
+  async extend(ttl) {
+    if (ttl !== undefined) this._ttl = wire.toMs(ttl, 'ttl');
+    const sent = Date.now();
+    const held = this._renewed(await this._adapter.call(this._extendArgs()));
+    if (held && this._token !== null && this._lostReason === null) this._armDeadline(sent + this._ttl);
+    if (!held) this._lose('not held');
+    return held;
+  }
+
+  /** True if anyone holds the lock (LOCK.FENCE key; works on replicas too). */
+  async locked() {
+    return (await this._adapter.call(['LOCK.FENCE', this.name])) !== null;
+  }
+
+  /** True if this object's hold is the live one (LOCK.FENCE key token). */
+  async owned() {
+    if (this._token === null) return false;
+    return (await this._adapter.call(['LOCK.FENCE', this.name, this._token])) === 1;
+  }
+
+  /** Run `command key ...args` only while this hold is live; else StaleTokenError. */
+  fenced(command, key, ...args) {
+    return fencedCall(this.client, this.name, this._token, command, key, ...args);
+  }
+
+  /**
+   * Acquire (waiting as `acquire` does, `timeout` and `signal` as there), run `fn(signal)` with
+   * this hold's signal, and release on every exit path. A wait that runs out rejects with
+   * LockBusyError; `fn`'s own result or error is passed on.
+   */
+  async using(fn, { timeout, signal } = {}) {
+    if (!(await this.acquire({ timeout, signal }))) {
+      throw new LockBusyError(`could not acquire ${JSON.stringify(this.name)} within ${timeout} ms`);
+    }
+    try {
+      return await fn(this.signal);
+    } finally {
+      await this.release().catch(() => {});
+    }
+  }
+
+  // --- watchdog ---
+
+  _period() {
+    return this.watchdogPeriod !== undefined ? this.watchdogPeriod : Math.max(1, Math.floor(this._ttl / 3));
+  }
+
+  _startWatchdog() {
+    if (this._dog !== null) return;
+    const dog = { timer: null, inFlight: null, stopped: false };
+    this._dog = dog;
+    const tick = () => {
+      dog.timer = setTimeout(() => {
+        const sent = Date.now();
+        const period = this._period();
+        dog.inFlight = wire
+          .withTimeout(this._adapter.call(this._extendArgs()), period, 'LOCK.EXTEND')
+          .then(
+            (reply) => {
+              if (dog.stopped) return;
+              if (!this._renewed(reply)) return this._lose('not held');
+              this._armDeadline(sent + this._ttl);
+              tick();
+            },
+            (error) => {
+              if (!dog.stopped) this._lose(`extend failed: ${error.message}`);
+            }
+          );
+      }, this._period());
+      dog.timer.unref();
+    };
+    tick();
+  }
+
+  _stopWatchdogNow() {
+    const dog = this._dog;
+    this._dog = null;
+    if (dog !== null) {
+      dog.stopped = true;
+      clearTimeout(dog.timer);
+    }
+    return dog;
+  }
+
+  /** Stop renewing; once this resolves, no renewal is in flight and none will follow. */
+  async _stopWatchdog() {
+    const dog = this._stopWatchdogNow();
+    if (dog !== null && dog.inFlight !== null) await dog.inFlight.catch(() => {});
+  }
+}
+
+module.exports = { Lock, DEFAULT_DURABLE_TIMEOUT_MS };

@@ -1,0 +1,339 @@
+'use strict';
+// Lock, Semaphore, ReadWriteLock, MultiLock against a real server, with every client library.
+
+const test = require('node:test');
+const assert = require('node:assert/strict');
+const { startServer } = require('./harness');
+const { KINDS, connect, send, close } = require('./clients');
+const {
+  Lock,
+  Locks,
+  Semaphore,
+  ReadWriteLock,
+  MultiLock,
+  LockLostError,
+  LockBusyError,
+  StaleTokenError,
+} = require('..');
+
+let server;
+test.before(async () => {
+  server = await startServer();
+});
+test.after(() => server.stop());
+
+let n = 0;
+const fresh = (what) => `${what}:${process.pid}:${++n}`;
+
+/** LOCK.INFO as an object, every integer read as a decimal string by a raw RESP read. */
+async function info(client, key) {
+  const reply = await send(client, 'LOCK.INFO', key);
+  if (reply === null) return null;
+  const out = {};
+  for (let i = 0; i < reply.length; i += 2) out[reply[i]] = reply[i + 1];
+  return out;
+}
+
+/** Poll until `key` has `count` waiters (no fixed sleeps). */
+async function waiters(client, key, count) {
+  for (;;) {
+    const i = await info(client, key);
+    if (i !== null && i.waiters === count) return;
+    await new Promise((r) => setTimeout(r, 5));
+  }
+}
+
+async function commandCalls(client, command) {
+  const text = String(await send(client, 'INFO', 'commandstats'));
+  const m = new RegExp(`cmdstat_${command}:calls=(\\d+)`).exec(text);
+  return m ? Number(m[1]) : 0;
+}
+
+for (const kind of KINDS) {
+  test(`${kind}`, async (t) => {
+    const a = await connect(kind, server.port);
+    const b = await connect(kind, server.port);
+    t.after(async () => {
+      await close(a);
+      await close(b);
+    });
+
+    await t.test('acquire returns the exact token, an idempotent retry the same one', async () => {
+      const key = fresh('lock');
+      const lock = new Lock(a, key, 30000, { owner: 'worker-a' });
+      assert.equal(await lock.acquire({ timeout: 0 }), true);
+      assert.equal(typeof lock.token, 'number');
+      assert.ok(Number.isSafeInteger(lock.token));
+      // The token the server holds, read as a decimal string (ioredis stringNumbers), is the number.
+      const exact = await connect('ioredis', server.port, { stringNumbers: true });
+      const held = await exact.call('LOCK.INFO', key);
+      exact.disconnect();
+      assert.equal(held[0], 'owner');
+      assert.equal(held[1], 'worker-a');
+      assert.equal(held[3], String(lock.token));
+      const first = lock.token;
+      assert.equal(await lock.acquire({ timeout: 0 }), true);
+      assert.equal(lock.token, first);
+      assert.equal(await new Lock(b, key, 30000, { owner: 'worker-b' }).acquire({ timeout: 0 }), false);
+      assert.equal(await lock.owned(), true);
+      assert.equal(await lock.locked(), true);
+      assert.equal(await lock.extend(20000), true);
+      assert.equal(lock.ttl, 20000);
+      assert.equal(await lock.release(), true);
+      assert.equal(await lock.release(), false);
+      assert.equal(await info(a, key), null);
+    });
+
+    await t.test('blocking waiters are granted in FIFO order, one LOCK.ACQUIRE each', async () => {
+      const key = fresh('fifo');
+      const holder = new Lock(a, key, 30000);
+      assert.equal(await holder.acquire(), true);
+      const order = [];
+      const lockers = [1, 2, 3].map((i) => new Lock(b, key, 30000, { owner: `w${i}` }));
+      const before = await commandCalls(a, 'lock.acquire');
+      const waits = [];
+      for (const [i, l] of lockers.entries()) {
+        waits.push(l.acquire({ timeout: 20000 }).then((ok) => order.push([l.owner, ok])));
+        await waiters(a, key, i + 1);
+      }
+      // Each waiter: one try, then one LOCK.ACQUIRE ... BLOCK.
+      assert.equal((await commandCalls(a, 'lock.acquire')) - before, 6);
+      let previous = holder.token;
+      assert.equal(await holder.release(), true);
+      for (const l of lockers) {
+        while (l.token === null) await new Promise((r) => setTimeout(r, 5));
+        assert.ok(l.token > previous, `${l.token} after ${previous}`);
+        previous = l.token;
+        assert.equal((await info(a, key)).owner, l.owner);
+        assert.equal(await l.release(), true);
+      }
+      await Promise.all(waits);
+      assert.deepEqual(order, [['w1', true], ['w2', true], ['w3', true]]);
+    });
+
+    await t.test('a wait longer than the client command timeout stays one command', async () => {
+      if (kind !== 'ioredis') return; // node-redis has no client-wide command timeout
+      const key = fresh('timeout');
+      const short = await connect('ioredis', server.port, { commandTimeout: 300 });
+      t.after(() => short.disconnect());
+      const holder = new Lock(a, key, 30000);
+      await holder.acquire();
+      const before = await commandCalls(a, 'lock.acquire');
+      const waiter = new Lock(short, key, 30000);
+      const got = waiter.acquire({ timeout: 1200 });
+      await waiters(a, key, 1);
+      assert.equal(await got, false);
+      assert.equal((await commandCalls(a, 'lock.acquire')) - before, 2);
+      await holder.release();
+    });
+
+    await t.test('a waiter whose connection is killed is not re-sent and leaves no grant', async () => {
+      const key = fresh('killed');
+      const holder = new Lock(a, key, 30000);
+      await holder.acquire();
+      const before = await commandCalls(a, 'lock.acquire');
+      const got = new Lock(b, key, 30000).acquire({ timeout: 20000 });
+      await waiters(a, key, 1);
+      const list = String(await send(a, 'CLIENT', 'LIST'));
+      const id = /id=(\d+) .*name=redislock-waiter /.exec(list)[1];
+      assert.equal(await send(a, 'CLIENT', 'KILL', 'ID', id), 1);
+      await assert.rejects(got);
+      assert.equal((await info(a, key)).waiters, 0);
+      assert.equal(await holder.release(), true);
+      assert.equal(await info(a, key), null);
+      assert.equal((await commandCalls(a, 'lock.acquire')) - before, 2);
+    });
+
+    await t.test('aborting a wait answers it at once and leaves no grant', async () => {
+      const key = fresh('abort');
+      const holder = new Lock(a, key, 30000);
+      await holder.acquire();
+      const waiter = new Lock(b, key, 30000);
+      const controller = new AbortController();
+      const got = waiter.acquire({ signal: controller.signal });
+      await waiters(a, key, 1);
+      controller.abort(new Error('caller gave up'));
+      await assert.rejects(got, { message: 'caller gave up' });
+      assert.equal((await info(a, key)).waiters, 0);
+      assert.equal(await holder.release(), true);
+      assert.equal(await info(a, key), null);
+      assert.equal(waiter.token, null);
+    });
+
+    await t.test('an abort that races the grant leaves no grant either', async () => {
+      const key = fresh('race');
+      for (let i = 0; i < 20; i++) {
+        const holder = new Lock(a, key, 30000);
+        await holder.acquire();
+        const waiter = new Lock(b, key, 30000);
+        const controller = new AbortController();
+        const got = waiter.acquire({ signal: controller.signal }).then(
+          (ok) => ({ ok }),
+          (error) => ({ error })
+        );
+        await waiters(a, key, 1);
+        const released = holder.release();
+        controller.abort();
+        await released;
+        const outcome = await got;
+        if ('ok' in outcome) {
+          // The grant won: the caller holds it and must release it.
+          assert.equal(outcome.ok, true);
+          assert.equal(await waiter.release(), true);
+        } else {
+          assert.equal(outcome.error.name, 'AbortError', String(outcome.error.stack));
+        }
+        assert.equal(await info(a, key), null, `round ${i}: ${JSON.stringify(outcome)}`);
+      }
+    });
+
+    await t.test('lock.signal aborts when the watchdog finds the lock gone (DEL)', async () => {
+      const key = fresh('lost');
+      const lost = [];
+      const lock = new Lock(a, key, 600, { watchdog: true, onLost: (_l, e) => lost.push(e.reason) });
+      await lock.acquire();
+      const signal = lock.signal;
+      assert.equal(signal.aborted, false);
+      assert.equal(await send(b, 'DEL', key), 1);
+      await new Promise((resolve) => signal.addEventListener('abort', resolve, { once: true }));
+      assert.ok(signal.reason instanceof LockLostError);
+      assert.equal(signal.reason.reason, 'not held');
+      assert.equal(lock.lostReason, 'not held');
+      assert.deepEqual(lost, ['not held']);
+      assert.equal(await lock.release(), false);
+    });
+
+    await t.test('the watchdog keeps a lock past its ttl; without it the signal aborts at the ttl', async () => {
+      const key = fresh('dog');
+      const lock = new Lock(a, key, 300, { watchdog: true });
+      await lock.acquire();
+      const token = lock.token;
+      await new Promise((r) => setTimeout(r, 900));
+      assert.equal(lock.signal.aborted, false);
+      assert.equal(await send(b, 'LOCK.FENCE', key), token);
+      assert.equal(await lock.release(), true);
+
+      const plain = new Lock(a, fresh('plain'), 200);
+      await plain.acquire();
+      await new Promise((resolve) => plain.signal.addEventListener('abort', resolve, { once: true }));
+      assert.equal(plain.lostReason, 'expired');
+      assert.equal(await send(b, 'LOCK.FENCE', plain.name), null);
+    });
+
+    await t.test('using releases on return and on throw', async () => {
+      const key = fresh('using');
+      const locks = new Locks(a);
+      assert.equal(await locks.using(key, 30000, async (signal) => {
+        assert.equal(signal.aborted, false);
+        assert.notEqual(await info(b, key), null);
+        return 42;
+      }), 42);
+      assert.equal(await info(b, key), null);
+      await assert.rejects(
+        locks.using(key, 30000, async () => {
+          throw new Error('boom');
+        }),
+        { message: 'boom' }
+      );
+      assert.equal(await info(b, key), null);
+      const holder = new Lock(b, key, 30000);
+      await holder.acquire();
+      await assert.rejects(locks.using(key, 30000, { timeout: 50 }, async () => 1), LockBusyError);
+      assert.equal((await info(b, key)).waiters, 0);
+      await holder.release();
+    });
+
+    await t.test('fenced writes go through only with the live token', async () => {
+      const key = fresh('fence');
+      const lock = new Lock(a, key, 30000);
+      await lock.acquire();
+      assert.equal(await lock.fenced('SET', `${key}:total`, 100), 'OK');
+      const old = lock.token;
+      await send(b, 'DEL', key);
+      const next = new Lock(b, key, 30000);
+      await next.acquire();
+      await assert.rejects(lock.fenced('SET', `${key}:total`, 1), (e) => {
+        assert.ok(e instanceof StaleTokenError);
+        assert.equal(e.message, `STALE token ${old} is not the live hold on ${key}`);
+        return true;
+      });
+      assert.equal(await send(b, 'GET', `${key}:total`), '100');
+      await next.release();
+    });
+
+    await t.test('Semaphore: at most limit holders; a different limit is the server error', async () => {
+      const key = fresh('sem');
+      const s1 = new Semaphore(a, key, 2, 30000);
+      const s2 = new Semaphore(b, key, 2, 30000);
+      const s3 = new Semaphore(b, key, 2, 30000);
+      assert.equal(await s1.acquire({ timeout: 0 }), true);
+      assert.equal(await s2.acquire({ timeout: 0 }), true);
+      assert.equal(await s3.acquire({ timeout: 0 }), false);
+      await assert.rejects(new Semaphore(b, key, 3, 30000).acquire({ timeout: 0 }), {
+        message: 'ERR this lock is held SHARED with LIMIT 2; acquire it with SHARED LIMIT 2',
+      });
+      const third = s3.acquire({ timeout: 10000 });
+      await waiters(a, key, 1);
+      assert.equal(await s1.release(), true);
+      assert.equal(await third, true);
+      assert.equal(await send(a, 'LOCK.FENCE', key), s3.token);
+      await s2.release();
+      await s3.release();
+    });
+
+    await t.test('ReadWriteLock: readers together, a writer alone and not overtaken', async () => {
+      const key = fresh('rw');
+      const r1 = new ReadWriteLock(a, key, 30000, { owner: 'r1' });
+      const r2 = new ReadWriteLock(b, key, 30000, { owner: 'r2' });
+      const w = new ReadWriteLock(b, key, 30000, { owner: 'w' });
+      assert.equal(r1.read.owner, 'r1:read');
+      assert.equal(await r1.read.acquire({ timeout: 0 }), true);
+      assert.equal(await r2.read.acquire({ timeout: 0 }), true);
+      const writing = w.write.acquire({ timeout: 10000 });
+      await waiters(a, key, 1);
+      assert.equal(await new ReadWriteLock(a, key, 30000).read.acquire({ timeout: 0 }), false);
+      await r1.read.release();
+      await r2.read.release();
+      assert.equal(await writing, true);
+      assert.equal((await info(a, key)).owner, 'w:write');
+      await w.write.release();
+    });
+
+    await t.test('MultiLock: every key or none, one token per key', async () => {
+      const k1 = fresh('{m}:sku');
+      const k2 = fresh('{m}:sku');
+      const m = new MultiLock(a, [k1, k2], 30000);
+      assert.equal(await m.acquire({ timeout: 0 }), true);
+      assert.equal(m.tokens.length, 2);
+      assert.equal(await send(b, 'LOCK.FENCE', k1), m.tokens[0]);
+      assert.equal(await send(b, 'LOCK.FENCE', k2), m.tokens[1]);
+      assert.equal(m.token, Math.max(...m.tokens));
+      const other = new MultiLock(b, [k2, fresh('{m}:sku')], 30000);
+      assert.equal(await other.acquire({ timeout: 0 }), false);
+      const waiting = other.acquire({ timeout: 10000 });
+      await waiters(a, k2, 1);
+      assert.equal(await m.extend(), true);
+      assert.equal(await m.owned(), true);
+      assert.equal(await m.release(), true);
+      assert.equal(await waiting, true);
+      assert.equal(await other.release(), true);
+      assert.equal(await m.locked(), false);
+    });
+  });
+}
+
+test('lock.signal aborts when renewals get no answer (server stopped)', async (t) => {
+  const own = await startServer();
+  t.after(() => own.stop());
+  const client = await connect('ioredis', own.port);
+  t.after(() => close(client));
+  const lock = new Lock(client, fresh('stopped'), 900, { watchdog: true });
+  await lock.acquire();
+  process.kill(own.pid, 'SIGSTOP');
+  try {
+    await new Promise((resolve) => lock.signal.addEventListener('abort', resolve, { once: true }));
+    assert.equal(lock.lostReason, 'extend failed: LOCK.EXTEND: no reply within 300 ms');
+  } finally {
+    process.kill(own.pid, 'SIGCONT');
+  }
+});
