@@ -42,12 +42,12 @@ PY_DEPS := $(CURDIR)/target/pydeps
 PY_DEPS_5 := $(CURDIR)/target/pydeps-redis5
 PIP := python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore
 
-test-deps: deps $(CLOCKSHIFT) ## What the tests need beyond the build: redis-py and pytest, the clock-shift library; ioredis if node is installed
+test-deps: deps $(CLOCKSHIFT) ## What the tests need beyond the build: redis-py and pytest, the clock-shift library; the Node package's dependencies (npm ci) if node is installed
 	@[ -f $(PY_DEPS)/.ok ] || { $(PIP) --target $(PY_DEPS) redis==8.1.0 pytest==9.2.0 && touch $(PY_DEPS)/.ok; }
 	@[ -f $(PY_DEPS_5)/.ok ] || { $(PIP) --target $(PY_DEPS_5) redis==5.0.8 && touch $(PY_DEPS_5)/.ok; }
 	@if command -v node >/dev/null && command -v npm >/dev/null; then \
-		[ -d examples/node/node_modules/ioredis ] || npm install --prefix examples/node --no-package-lock --no-audit --no-fund --loglevel=error; \
-	else echo "node/npm not found: the Node example will be skipped"; fi
+		[ -d clients/node/node_modules ] || (cd clients/node && npm ci --no-audit --no-fund --loglevel=error); \
+	else echo "node/npm not found: the Node package's tests and example will be skipped"; fi
 
 clockshift: $(CLOCKSHIFT) ## Build the LD_PRELOAD library that shifts a process's wall clock
 
@@ -72,14 +72,14 @@ test: test-deps ## Unit and integration tests (module, client crate, Python and 
 	@if command -v node >/dev/null && command -v npm >/dev/null; then $(node_tests); \
 	else echo "node/npm not found: the Node package's tests (clients/node) are skipped"; fi
 
-test-python: test-deps ## Only the Python package's tests (python/tests), with redis-py 8.1 then 5.0
+test-python: test-deps ## Only the Python package's tests (clients/python/tests), with redis-py 8.1 then 5.0
 	$(CARGO) build --workspace
 	$(python_tests)
 
 define python_tests
 @for deps in $(PY_DEPS) $(PY_DEPS_5):$(PY_DEPS); do \
-	PYTHONPATH=$$deps python3 -c 'import redis, sys; print("== python/tests, redis-py", redis.__version__, "python", sys.version.split()[0])' && \
-	(cd python && PYTHONPATH=$$deps REDIS_SERVER=$(REDIS_SERVER) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) \
+	PYTHONPATH=$$deps python3 -c 'import redis, sys; print("== clients/python/tests, redis-py", redis.__version__, "python", sys.version.split()[0])' && \
+	(cd clients/python && PYTHONPATH=$$deps REDIS_SERVER=$(REDIS_SERVER) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) \
 		python3 -m pytest -q -p no:cacheprovider tests) || exit 1; \
 done
 endef

@@ -1,12 +1,12 @@
 //! The use cases in `examples/` run against a real server, so they never rot:
 //!
-//! - `examples/python/one_job.py`: of five worker processes exactly one runs the job, with the
-//!   `redislock_native` package from `python/` (needs redis-py; skipped with a message on stderr
+//! - `clients/python/examples/one_job.py`: of five worker processes exactly one runs the job, with the
+//!   `redislock_native` package from `clients/python/` (needs redis-py; skipped with a message on stderr
 //!   when `python3 -c "import redis"` fails).
-//! - `examples/python/concurrency_limit.py`: eight processes share a semaphore of three; never
+//! - `clients/python/examples/concurrency_limit.py`: eight processes share a semaphore of three; never
 //!   more than three calls run at once (same redis-py condition).
-//! - `examples/node/tokens.js`: tokens reach Node (ioredis) as exact numbers (skipped with a
-//!   message when `node` or `examples/node/node_modules/ioredis` is missing).
+//! - `clients/node/examples/tokens.js`: tokens reach Node (ioredis) as exact numbers (skipped with a
+//!   message when `node` or `clients/node/node_modules/ioredis` is missing).
 //! - `examples/leader.rs`: two candidates take turns as leader with growing tokens, and a leader
 //!   whose lease disappears says `lost`. The binary is `target/debug/examples/leader`, which
 //!   `cargo test` builds; `cargo test --test examples` alone does not, so this file builds it
@@ -112,11 +112,11 @@ fn wait_exit(child: &mut Child, what: &str, scratch: &Scratch, stderr: &str) -> 
 
 // --- Python: one job, one worker ------------------------------------------------
 
-/// `python3` with this repository's `python/` (the redislock_native package) first on
+/// `python3` with this repository's `clients/python/` (the redislock_native package) first on
 /// `PYTHONPATH`, ahead of whatever the caller's `PYTHONPATH` holds (`make test` puts
 /// redis-py there).
 fn python3() -> Command {
-    let mut path = std::ffi::OsString::from(manifest_dir().join("python"));
+    let mut path = std::ffi::OsString::from(manifest_dir().join("clients/python"));
     if let Some(outer) = std::env::var_os("PYTHONPATH") {
         path.push(":");
         path.push(outer);
@@ -148,7 +148,7 @@ fn python_one_job_runs_once() {
     }
     let server = Server::start();
     let scratch = Scratch::new();
-    let script = manifest_dir().join("examples/python/one_job.py");
+    let script = manifest_dir().join("clients/python/examples/one_job.py");
     // Work for 1.5 leases, so the winner extends its hold while it works.
     let mut child = spawn(
         python3().arg(&script).args([
@@ -235,7 +235,7 @@ fn python_concurrency_limit_is_never_exceeded() {
     }
     let server = Server::start();
     let scratch = Scratch::new();
-    let script = manifest_dir().join("examples/python/concurrency_limit.py");
+    let script = manifest_dir().join("clients/python/examples/concurrency_limit.py");
     let mut child = spawn(
         python3().arg(&script).args([
             "--port",
@@ -284,10 +284,10 @@ fn python_concurrency_limit_is_never_exceeded() {
 
 // --- Node: exact tokens ------------------------------------------------------------
 
-/// True if `node` runs and examples/node has its dependencies (`make test-deps` installs them).
+/// True if `node` runs and clients/node has its dependencies (`make test-deps` installs them).
 fn node_ready() -> bool {
     manifest_dir()
-        .join("examples/node/node_modules/ioredis")
+        .join("clients/node/node_modules/ioredis")
         .is_dir()
         && Command::new("node")
             .arg("--version")
@@ -308,7 +308,7 @@ fn node_tokens_are_exact_numbers() {
     }
     let server = Server::start();
     let scratch = Scratch::new();
-    let script = manifest_dir().join("examples/node/tokens.js");
+    let script = manifest_dir().join("clients/node/examples/tokens.js");
     let mut child = spawn(
         Command::new("node")
             .arg(&script)

@@ -15,7 +15,7 @@
 //   LOCK.MACQUIRE ... BLOCK in the server's FIFO queue, on a connection of its own, instead of
 //   polling: the lock goes to the first waiter when it is released, not to whoever polls next.
 // - Several clients (independent masters): the Redlock algorithm, as the module's Rust client
-//   does it (client/src/redlock.rs): LOCK.MACQUIRE on every master at once, granted when a
+//   does it (clients/rust/src/redlock.rs): LOCK.MACQUIRE on every master at once, granted when a
 //   majority (N/2 + 1) granted it and validity time is left (duration - elapsed - drift, drift =
 //   driftFactor x duration + 2 ms); otherwise released everywhere and retried after
 //   retryDelay +- retryJitter ms, up to retryCount times.

@@ -1,7 +1,7 @@
 //! The one place that starts the servers redis-lock is tested and measured against: the module's
 //! integration tests (`tests/common`, `tests/nodes`), the Rust client's tests
-//! (`client/tests/support`), the benchmarks (`benches/`), and, through the `harness` program,
-//! the Python tests (`python/tests/conftest.py`).
+//! (`clients/rust/tests/support`), the benchmarks (`benches/`), and, through the `harness` program,
+//! the Python tests (`clients/python/tests/conftest.py`).
 //!
 //! Each [`Server`] runs on a port the OS chose, bound to 127.0.0.1 only, in a directory of its
 //! own under `<tmp>/redis-lock-tests/` (config `dir`, the `logfile`, RDB and AOF files all live

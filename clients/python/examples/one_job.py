@@ -13,8 +13,8 @@ the lock's token (`lock.fenced("RPUSH", ...)`: the push happens only while the
 token is the live hold), so the run can be checked afterwards: the list must
 hold exactly one id.
 
-    pip install ./python        # the redislock_native package, from the repository root
-    python3 examples/python/one_job.py --port 6379 --workers 5
+    pip install ./clients/python        # the redislock_native package, from the repository root
+    python3 clients/python/examples/one_job.py --port 6379 --workers 5
 
 prints one line such as
 

@@ -1,4 +1,4 @@
-"""The Python snippets of README.md and python/README.md run as written (on the test
+"""The Python snippets of README.md and clients/python/README.md run as written (on the test
 server's port instead of 6379), so the docs cannot drift from the package."""
 
 import re
@@ -29,9 +29,9 @@ def test_readme_from_python(server, capsys):
 PRELUDE = "import redis\nfrom redislock_native import Lock\nr = redis.Redis()\n"
 
 
-@pytest.mark.parametrize("index", range(len(snippets("python/README.md"))))
+@pytest.mark.parametrize("index", range(len(snippets("clients/python/README.md"))))
 def test_package_readme_snippets(server, index, capsys):
-    code = snippets("python/README.md")[index]
+    code = snippets("clients/python/README.md")[index]
     if "lock.fenced(" in code and "Lock(r" not in code:
         # The fencing snippet continues from a held lock.
         prelude = PRELUDE + "lock = Lock(r, 'invoice:42', ttl=30)\nassert lock.acquire()\n"

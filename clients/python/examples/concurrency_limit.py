@@ -11,8 +11,8 @@ comes back by itself).
 Each worker process makes `--calls` calls of `--work-ms` each and reports when each call ran;
 the script then computes how many calls were ever in flight at once.
 
-    pip install ./python        # the redislock_native package, from the repository root
-    python3 examples/python/concurrency_limit.py --port 6379 --limit 4 --workers 16 --calls 5
+    pip install ./clients/python        # the redislock_native package, from the repository root
+    python3 clients/python/examples/concurrency_limit.py --port 6379 --limit 4 --workers 16 --calls 5
 
 prints one line such as
 

@@ -3,7 +3,7 @@
 // fencing tokens arrive as JavaScript numbers that are exact (they stay below 2^53 until
 // the year 2109, see the README's "Fencing tokens").
 //
-//   cd examples/node && npm install && node tokens.js --port 6379
+//   cd clients/node && npm install && node tokens.js --port 6379
 //
 // Takes a lock, checks its token against LOCK.INFO read as a decimal string, lets a
 // second client wait in the queue (BLOCK) until the first releases, checks that the new

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import redis
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def harness_program():
