@@ -1,4 +1,4 @@
-//! The report writer: BENCHMARKS.md and bench/results.json from the scenarios' results
+//! The report writer: BENCHMARKS.md and benches/results/results.json from the scenarios' results
 //! (written by hand: no plotting or serialisation crate), and the facts about the machine.
 
 use std::fmt::Write as _;
@@ -187,7 +187,7 @@ pub struct Report<'a> {
     pub total_secs: f64,
     /// Every scenario run, in the order they ran.
     pub done: Vec<Done>,
-    /// bench/instructions.md as `make bench-instructions` last wrote it, if it exists.
+    /// benches/results/instructions.md as `make bench-instructions` last wrote it, if it exists.
     pub instructions: Option<String>,
 }
 
@@ -214,7 +214,8 @@ impl Report<'_> {
              instead, **all measured in the same run on the same server**, contenders \
              alternating so that the machine's drift hits both. Only the ratios mean anything \
              across machines and runs. Written by `make bench` (`benches/lockbench/`, one file \
-             per scenario); do not edit by hand.\n"
+             per scenario; `benches/README.md` says what each one measures); do not edit by \
+             hand.\n"
         );
         let _ = writeln!(o, "| | |\n|---|---|");
         let _ = writeln!(o, "| command | `{}` |", self.cfg.command);

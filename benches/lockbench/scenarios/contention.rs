@@ -16,10 +16,14 @@ use crate::report::{f, num, obj, ratio, s, Goal, Json};
 use crate::server::{server_cpu, Server};
 use crate::stats::{pct, sorted};
 
+/// The wait-time chart's file name (in the report's chart folder).
+const CHART: &str = "waits.svg";
+
 pub fn new() -> Box<dyn Scenario> {
     Box::new(ContentionScenario {
         cont: Vec::new(),
         grace_secs: 0,
+        chart: String::new(),
     })
 }
 
@@ -27,6 +31,8 @@ pub struct ContentionScenario {
     cont: Vec<Contention>,
     /// How long a starved poller keeps trying after the run's time is up.
     grace_secs: u64,
+    /// The wait-time chart as the report links it.
+    chart: String,
 }
 
 impl ContentionScenario {
@@ -401,6 +407,7 @@ impl Scenario for ContentionScenario {
     }
     fn run(&mut self, env: &mut Env) {
         self.grace_secs = if env.cfg.quick { 10 } else { 30 };
+        self.chart = env.cfg.out.link_to(CHART);
         self.cont = contention(env.srv, env.ctl, env.sizes, env.cfg.quick, env.sha);
     }
 
@@ -550,7 +557,8 @@ impl Scenario for ContentionScenario {
         }
         let _ = writeln!(
             o,
-            "\n![Wait-time distribution per strategy, 8 and 32 workers](bench/waits.svg)\n"
+            "\n![Wait-time distribution per strategy, 8 and 32 workers]({})\n",
+            self.chart
         );
     }
 
@@ -594,7 +602,7 @@ impl Scenario for ContentionScenario {
 
     fn files(&self) -> Vec<(String, String)> {
         vec![(
-            "bench/waits.svg".into(),
+            CHART.into(),
             crate::waits_svg::svg(|st, w| self.find(st, w)),
         )]
     }

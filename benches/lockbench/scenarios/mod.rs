@@ -1,5 +1,5 @@
 //! The scenarios, one file each. A scenario runs against the server it is given, keeps its
-//! results, and writes its own part of BENCHMARKS.md and bench/results.json.
+//! results, and writes its own part of BENCHMARKS.md and benches/results/results.json.
 //!
 //! To add one: write `scenarios/<name>.rs` with a type that implements [`Scenario`] and a
 //! `pub fn new() -> Box<dyn Scenario>`, then add it to [`ALL`] (and its `mod` line below).
@@ -92,7 +92,7 @@ pub struct Env<'a> {
 pub trait Scenario {
     /// Section heading in BENCHMARKS.md.
     fn title(&self) -> &'static str;
-    /// Key in bench/results.json.
+    /// Key in results.json.
     fn id(&self) -> &'static str;
     fn servers(&self) -> Servers {
         Servers::First
@@ -110,7 +110,7 @@ pub trait Scenario {
     fn goals(&self) -> Vec<Goal> {
         Vec::new()
     }
-    /// Extra files to write, relative to the crate root (e.g. a chart).
+    /// Extra files to write (file name, text) into the run's chart folder (`Output::dir`).
     fn files(&self) -> Vec<(String, String)> {
         Vec::new()
     }

@@ -189,12 +189,14 @@ impl Scenario for SharedThroughput {
             LONG_TTL_MS / 1000,
             sizes.tput_rounds
         );
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/instructions_shared.md");
+        let path =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/results/instructions_shared.md");
         let _ = writeln!(
             o,
             "CPU time on this machine swings by 30% from run to run, so the same comparison in \
              server instructions (callgrind, which repeats to within 1%) is run apart: `python3 \
-             bench/instructions_shared.py` (about 15 minutes) writes bench/instructions_shared.md, \
+             benches/instructions/instructions_shared.py` (about 15 minutes) writes \
+             benches/results/instructions_shared.md, \
              shown here as last written:\n"
         );
         match fs::read_to_string(&path) {
