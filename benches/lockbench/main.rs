@@ -96,10 +96,9 @@ fn run() -> Result<(), String> {
         for setting in [Setting::Bare, Setting::Production] {
             let todo: Vec<_> = scenarios::ALL
                 .iter()
-                .map(|make| make())
-                .filter(|s| runs_on(s.servers(), tier))
-                .filter(|s| setting == Setting::Bare || s.uncontended())
-                .filter(|s| only.is_empty() || only.iter().any(|o| o == s.id()))
+                .filter(|e| runs_on(e.servers, tier))
+                .filter(|e| setting == Setting::Bare || e.uncontended)
+                .filter(|e| only.is_empty() || only.iter().any(|o| o == e.id))
                 .collect();
             if todo.is_empty() || (setting == Setting::Production && cfg.existing_port.is_some()) {
                 continue;
@@ -125,7 +124,8 @@ fn run() -> Result<(), String> {
                 .arg(RELEASE_SCRIPT)
                 .query(&mut ctl)
                 .map_err(|e| format!("SCRIPT LOAD: {e}"))?;
-            for mut scenario in todo {
+            for entry in todo {
+                let mut scenario = (entry.make)();
                 let mut env = Env {
                     cfg: &cfg,
                     sizes: &sizes,
@@ -138,6 +138,7 @@ fn run() -> Result<(), String> {
                 done.push(Done {
                     server: name.clone(),
                     setting,
+                    entry,
                     scenario,
                 });
             }

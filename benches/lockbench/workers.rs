@@ -9,8 +9,45 @@ use std::time::{Duration, Instant};
 
 use redis::Connection;
 
-use crate::server::{server_cpu, Server};
+use crate::scenarios::Env;
+use crate::server::{flushall, server_cpu, Server};
 use crate::stats::{pct, sorted};
+
+/// How long a starved poller keeps trying after a round's time is up.
+pub fn grace(quick: bool) -> Duration {
+    Duration::from_secs(if quick { 10 } else { 30 })
+}
+
+/// Contenders `0..contenders`, `workers` workers each (worker `w` of contender `i` is
+/// `make(i, w)`), for `contention_rounds` rounds of `contention_secs`, each round on a flushed
+/// server and the contenders' order reversed every other round, so that the machine's drift
+/// hits them all alike. One tally per contender.
+pub fn rounds<F>(env: &mut Env, contenders: usize, workers: usize, make: F) -> Vec<Tally>
+where
+    F: Fn(usize, usize) -> Worker + Sync,
+{
+    let sizes = env.sizes;
+    let mut tallies = vec![Tally::default(); contenders];
+    for r in 0..sizes.contention_rounds {
+        let mut order: Vec<usize> = (0..contenders).collect();
+        if r % 2 == 1 {
+            order.reverse();
+        }
+        for i in order {
+            flushall(env.ctl);
+            round(
+                env.srv,
+                env.ctl,
+                workers,
+                sizes.contention_secs,
+                grace(env.cfg.quick),
+                |w| make(i, w),
+                &mut tallies[i],
+            );
+        }
+    }
+    tallies
+}
 
 /// What one worker does, built on its own thread by the scenario's factory.
 pub struct Worker {
@@ -141,7 +178,7 @@ impl Tally {
 /// Run `workers` workers built by `make(w)` for `secs` seconds and add the round to `tally`. No
 /// worker starts an attempt after that, but each finishes the one in progress; a poller that
 /// still has nothing `grace` later gives up (its wait is kept as unfinished).
-pub fn round<F>(
+fn round<F>(
     srv: &Server,
     ctl: &mut Connection,
     workers: usize,

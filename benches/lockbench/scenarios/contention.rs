@@ -10,11 +10,12 @@ use std::time::{Duration, Instant};
 use rand::Rng;
 use redis::Connection;
 
-use super::{Env, Scenario, Servers};
+use super::{Env, Scenario};
 use crate::config::{Config, Sizes};
 use crate::report::{f, num, obj, ratio, s, Goal, Json};
 use crate::server::{server_cpu, Server};
 use crate::stats::{pct, sorted};
+use crate::workers::grace;
 
 /// The wait-time chart's file name (in the report's chart folder).
 const CHART: &str = "waits.svg";
@@ -349,7 +350,7 @@ fn contention(
     quick: bool,
     sha: &str,
 ) -> Vec<Contention> {
-    let grace = Duration::from_secs(if quick { 10 } else { 30 });
+    let grace = grace(quick);
     let mut out = Vec::new();
     for workers in [2, 8, 32] {
         eprintln!(
@@ -396,17 +397,8 @@ fn contention(
 }
 
 impl Scenario for ContentionScenario {
-    fn title(&self) -> &'static str {
-        "Contention on one key"
-    }
-    fn id(&self) -> &'static str {
-        "contention"
-    }
-    fn servers(&self) -> Servers {
-        Servers::Headline
-    }
     fn run(&mut self, env: &mut Env) {
-        self.grace_secs = if env.cfg.quick { 10 } else { 30 };
+        self.grace_secs = grace(env.cfg.quick).as_secs();
         self.chart = env.cfg.out.link_to(CHART);
         self.cont = contention(env.srv, env.ctl, env.sizes, env.cfg.quick, env.sha);
     }
@@ -422,52 +414,36 @@ impl Scenario for ContentionScenario {
                 continue;
             };
             let vs_blpop = lock.handoffs_per_s() / blpop.handoffs_per_s();
-            g.push(Goal {
-                goal: format!("{workers} workers: handoffs/s >= 1.0x BLPOP token passing"),
-                measured: format!(
-                    "{} ({} vs {} /s)",
-                    ratio(vs_blpop),
-                    f(lock.handoffs_per_s()),
-                    f(blpop.handoffs_per_s())
-                ),
-                met: vs_blpop >= 1.0,
-            });
+            g.push(Goal::ratio(
+                format!("{workers} workers: handoffs/s >= 1.0x BLPOP token passing"),
+                vs_blpop,
+                (lock.handoffs_per_s(), blpop.handoffs_per_s()),
+                "/s",
+                vs_blpop >= 1.0,
+            ));
             let cpu = lock.cpu_us_per_acq() / blpop.cpu_us_per_acq();
-            g.push(Goal {
-                goal: format!(
+            g.push(Goal::ratio(
+                format!(
                     "{workers} workers: server CPU per acquisition <= 1.1x BLPOP token passing"
                 ),
-                measured: format!(
-                    "{} ({} vs {} us)",
-                    ratio(cpu),
-                    f(lock.cpu_us_per_acq()),
-                    f(blpop.cpu_us_per_acq())
-                ),
-                met: cpu <= 1.1,
-            });
+                cpu,
+                (lock.cpu_us_per_acq(), blpop.cpu_us_per_acq()),
+                "us",
+                cpu <= 1.1,
+            ));
             let vs_r10 = lock.handoffs_per_s() / r10.handoffs_per_s();
-            g.push(Goal {
-                goal: format!("{workers} workers: handoffs/s >= 5x retry every 10 ms"),
-                measured: format!(
-                    "{} ({} vs {} /s)",
-                    ratio(vs_r10),
-                    f(lock.handoffs_per_s()),
-                    f(r10.handoffs_per_s())
-                ),
-                met: vs_r10 >= 5.0,
-            });
-            let min = *lock.per_worker.iter().min().unwrap_or(&0) as f64;
-            let max = *lock.per_worker.iter().max().unwrap_or(&0) as f64;
-            g.push(Goal {
-                goal: format!("{workers} workers: acquisitions per worker within 5% of each other"),
-                measured: format!(
-                    "min {} / max {} ({:.1}% apart)",
-                    min,
-                    max,
-                    (max - min) / max * 100.0
-                ),
-                met: min >= 0.95 * max,
-            });
+            g.push(Goal::ratio(
+                format!("{workers} workers: handoffs/s >= 5x retry every 10 ms"),
+                vs_r10,
+                (lock.handoffs_per_s(), r10.handoffs_per_s()),
+                "/s",
+                vs_r10 >= 5.0,
+            ));
+            g.push(Goal::spread(
+                format!("{workers} workers: acquisitions per worker within 5% of each other"),
+                lock.per_worker.iter().copied().min().unwrap_or(0),
+                lock.per_worker.iter().copied().max().unwrap_or(0),
+            ));
             let per = lock.acquire_cmds as f64 / lock.acquisitions() as f64;
             g.push(Goal {
                 goal: format!("{workers} workers: exactly one acquire command per acquisition"),

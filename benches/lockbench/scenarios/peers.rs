@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use redis::Connection;
 
-use super::{Env, Scenario, Servers};
+use super::{Env, Scenario};
 use crate::config::Config;
 use crate::report::{f, num, obj, ratio, s, Goal, Json};
 use crate::server::{commandstats, server_cpu, Server};
@@ -442,15 +442,6 @@ impl Peers {
 }
 
 impl Scenario for Peers {
-    fn title(&self) -> &'static str {
-        "Contention against the lock libraries users pick"
-    }
-    fn id(&self) -> &'static str {
-        "peers"
-    }
-    fn servers(&self) -> Servers {
-        Servers::Headline
-    }
     fn run(&mut self, env: &mut Env) {
         if let Err(e) = self.run_all(env) {
             eprintln!("    peers: {e}; the scenario is left out");

@@ -7,7 +7,7 @@ use std::fs;
 use std::path::Path;
 
 use super::throughput::Tput;
-use super::{Env, Scenario, Servers};
+use super::{Env, Scenario};
 use crate::config::{Config, Sizes, CONNS, LONG_TTL_MS};
 use crate::load::{drive, key_into, resp, Expect, Load};
 use crate::report::{f, num, obj, ratio, s, Goal, Json};
@@ -73,19 +73,6 @@ impl SharedThroughput {
 }
 
 impl Scenario for SharedThroughput {
-    fn title(&self) -> &'static str {
-        "Uncontended SHARED acquire"
-    }
-    fn id(&self) -> &'static str {
-        "shared_throughput"
-    }
-    fn servers(&self) -> Servers {
-        Servers::Headline
-    }
-    fn uncontended(&self) -> bool {
-        true
-    }
-
     fn run(&mut self, env: &mut Env) {
         // Half the throughput section's count: three modes x three loads per round.
         let total = env.sizes.tput_p16 / 2;
@@ -261,11 +248,13 @@ impl Scenario for SharedThroughput {
             ("acquire + release cycle", &sh.cycle, &ex.cycle),
         ] {
             let r = a.ratio(b);
-            g.push(Goal {
-                goal: format!("-P {DEPTH}: uncontended SHARED {what} >= 0.9x the exclusive one"),
-                measured: format!("{} ({} vs {} ops/s)", ratio(r), f(a.rate()), f(b.rate())),
-                met: r >= 0.9,
-            });
+            g.push(Goal::ratio(
+                format!("-P {DEPTH}: uncontended SHARED {what} >= 0.9x the exclusive one"),
+                r,
+                (a.rate(), b.rate()),
+                "ops/s",
+                r >= 0.9,
+            ));
         }
         g
     }
