@@ -32,6 +32,13 @@ pub fn key_into<'a>(buf: &'a mut [u8; 64], prefix: &str, conn: usize, i: usize) 
     &buf[..used]
 }
 
+/// One owner per connection of a load: `conns` random UUIDs (36 bytes each).
+pub fn owners(conns: usize) -> Vec<String> {
+    (0..conns)
+        .map(|_| uuid::Uuid::new_v4().to_string())
+        .collect()
+}
+
 /// Append a take of `key` for `owner` with a `ttl` (ms, as text): `LOCK.ACQUIRE key owner ttl`
 /// when `lock`, else the classic `SET key owner NX PX ttl`; returns what its reply must be.
 pub fn take(out: &mut Vec<u8>, lock: bool, key: &[u8], owner: &[u8], ttl: &[u8]) -> Expect {

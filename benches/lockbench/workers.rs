@@ -1,6 +1,6 @@
-//! The contended load of the shared-holder scenarios: worker threads, one connection each, that
-//! take a lock, hold it for a while and give it back, again and again, for a fixed time. What a
-//! worker sends is up to the scenario (a [`Worker`] built on the worker's own thread); this
+//! The contended load of the contention, semaphore and read/write scenarios: worker threads,
+//! one connection each, that take a lock, hold it for a while and give it back, again and
+//! again, for a fixed time. What a worker sends is up to the scenario (a [`Worker`] built on the worker's own thread); this
 //! file times the waits, counts the grants and commands, and reads the server's CPU.
 
 use std::sync::{Barrier, OnceLock};
@@ -20,11 +20,18 @@ pub fn grace(quick: bool) -> Duration {
 
 /// Contenders `0..contenders`, `workers` workers each (worker `w` of contender `i` is
 /// `make(i, w)`), for `contention_rounds` rounds of `contention_secs`, each round on a flushed
-/// server and the contenders' order reversed every other round, so that the machine's drift
-/// hits them all alike. One tally per contender.
-pub fn rounds<F>(env: &mut Env, contenders: usize, workers: usize, make: F) -> Vec<Tally>
+/// server that `prepare(i, ctl)` then sets up, and the contenders' order reversed every other
+/// round, so that the machine's drift hits them all alike. One tally per contender.
+pub fn rounds<F, P>(
+    env: &mut Env,
+    contenders: usize,
+    workers: usize,
+    make: F,
+    prepare: P,
+) -> Vec<Tally>
 where
     F: Fn(usize, usize) -> Worker + Sync,
+    P: Fn(usize, &mut Connection),
 {
     let sizes = env.sizes;
     let mut tallies = vec![Tally::default(); contenders];
@@ -35,6 +42,7 @@ where
         }
         for i in order {
             flushall(env.ctl);
+            prepare(i, env.ctl);
             round(
                 env.srv,
                 env.ctl,
@@ -59,8 +67,9 @@ pub struct Worker {
     pub attempt: Box<dyn FnMut(&mut Connection) -> bool + Send>,
     /// Give back what `attempt` granted.
     pub release: Box<dyn FnMut(&mut Connection) + Send>,
-    /// How long to sleep after a refused attempt before the next (a poller's interval).
-    pub retry_after: Duration,
+    /// How long to sleep after the `n`th refused attempt of a wait in a row (from 0) before the
+    /// next: a poller's interval, or its backoff.
+    pub retry_after: Box<dyn FnMut(u32) -> Duration + Send>,
     /// How long to hold each grant.
     pub hold: Duration,
 }
@@ -217,6 +226,7 @@ fn round<F>(
                         if want >= stop {
                             break;
                         }
+                        let mut failures = 0;
                         let granted = loop {
                             log.cmds += 1;
                             log.acquire_cmds += 1;
@@ -226,7 +236,8 @@ fn round<F>(
                             if Instant::now() >= hard_stop {
                                 break false;
                             }
-                            thread::sleep(wk.retry_after);
+                            thread::sleep((wk.retry_after)(failures));
+                            failures += 1;
                         };
                         let got = Instant::now();
                         let waited = (got - want).as_secs_f64() * 1000.0;

@@ -8,7 +8,7 @@ use redis::Connection;
 
 use super::{Env, Scenario};
 use crate::config::{Config, Sizes, CONNS, LONG_TTL_MS};
-use crate::load::{fill, Load};
+use crate::load::{fill, owners, Load};
 use crate::report::{f, num, obj, ratio, Goal, Json};
 use crate::server::{flushall, info_u64, wait_info, Server};
 
@@ -56,9 +56,7 @@ pub fn wait_clients_gone(con: &mut Connection, clients: u64, secs: u64) {
 fn memory(srv: &Server, ctl: &mut Connection, sizes: &Sizes) -> Memory {
     eprintln!("[4] memory: {} held locks", sizes.memory_locks);
     let n = sizes.memory_locks;
-    let owners: Vec<String> = (0..CONNS)
-        .map(|_| uuid::Uuid::new_v4().to_string())
-        .collect();
+    let owners = owners(CONNS);
     let ttl = LONG_TTL_MS.to_string();
     let load = Load {
         conns: CONNS,

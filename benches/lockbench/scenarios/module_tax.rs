@@ -8,7 +8,7 @@ use redis::Connection;
 use super::throughput::Tput;
 use super::{Env, Scenario};
 use crate::config::{Config, Sizes, CONNS, LONG_TTL_MS};
-use crate::load::{drive, key_into, resp, take, Expect, Load};
+use crate::load::{drive, key_into, owners, resp, take, Expect, Load};
 use crate::report::{f, obj, ratio, Json};
 use crate::server::{flushall, Server};
 
@@ -47,9 +47,7 @@ fn module_tax(cfg: &Config, srv: &Server, ctl: &mut Connection, sizes: &Sizes) -
     };
     let mut pctl = plain.connect();
     eprintln!("[1] module tax: the same writes on a server without the module");
-    let owners: Vec<String> = (0..CONNS)
-        .map(|_| uuid::Uuid::new_v4().to_string())
-        .collect();
+    let owners = owners(CONNS);
     let ttl = LONG_TTL_MS.to_string();
     let load = Load {
         conns: CONNS,

@@ -78,7 +78,7 @@ fn worker(c: Contender, w: usize) -> Worker {
             lock_block(con, KEY, &o, TTL_MS, if shared { &["SHARED"] } else { &[] })
         }),
         release: Box::new(move |con| lock_release(con, KEY, &me)),
-        retry_after: Duration::ZERO,
+        retry_after: Box::new(|_| Duration::ZERO),
         hold: HOLD,
     }
 }
@@ -91,7 +91,13 @@ impl Scenario for RwLock {
             "[rwlock] {READERS} readers, {WRITERS} writers, {} x {:.0} s per contender",
             self.rounds, self.secs
         );
-        let tallies = rounds(env, ALL.len(), READERS + WRITERS, |i, w| worker(ALL[i], w));
+        let tallies = rounds(
+            env,
+            ALL.len(),
+            READERS + WRITERS,
+            |i, w| worker(ALL[i], w),
+            |_, _| {},
+        );
         self.runs = ALL.into_iter().zip(tallies).collect();
     }
 

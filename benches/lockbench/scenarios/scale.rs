@@ -11,7 +11,7 @@ use redis::Connection;
 
 use super::{Env, Scenario};
 use crate::config::{Config, Sizes, CONNS};
-use crate::load::{fill, Load};
+use crate::load::{fill, owners, Load};
 use crate::report::{f, num, obj, s, Goal, Json};
 use crate::server::{config_get, config_set, flushall, Server};
 use crate::stats::{pct, sorted};
@@ -70,9 +70,7 @@ fn scale(srv: &Server, ctl: &mut Connection, sizes: &Sizes, lock: bool) -> Scale
         sizes.scale_ttl_ms
     );
     flushall(ctl);
-    let owners: Vec<String> = (0..CONNS)
-        .map(|_| uuid::Uuid::new_v4().to_string())
-        .collect();
+    let owners = owners(CONNS);
     let ttl = sizes.scale_ttl_ms.to_string();
     let load = Load {
         conns: CONNS,

@@ -138,7 +138,7 @@ fn worker(c: Contender, w: usize, sha: &str) -> Worker {
         },
         attempt,
         release,
-        retry_after,
+        retry_after: Box::new(move |_| retry_after),
         hold: HOLD,
     }
 }
@@ -156,7 +156,13 @@ impl Scenario for Semaphore {
             "[semaphore] {WORKERS} workers, {PERMITS} permits, {} x {:.0} s per contender",
             self.rounds, self.secs
         );
-        let tallies = rounds(env, ALL.len(), WORKERS, |i, w| worker(ALL[i], w, &sha));
+        let tallies = rounds(
+            env,
+            ALL.len(),
+            WORKERS,
+            |i, w| worker(ALL[i], w, &sha),
+            |_, _| {},
+        );
         self.runs = ALL.into_iter().zip(tallies).collect();
     }
 

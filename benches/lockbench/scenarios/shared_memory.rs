@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use super::memory::{connected_clients, used_memory, wait_clients_gone};
 use super::{Env, Scenario};
 use crate::config::{Config, CONNS, LONG_TTL_MS};
-use crate::load::{drive, key_into, resp, Expect, Load};
+use crate::load::{drive, key_into, owners, resp, Expect, Load};
 use crate::report::{f, num, obj, s, Goal, Json};
 use crate::server::flushall;
 
@@ -105,9 +105,7 @@ impl Scenario for SharedMemory {
     fn run(&mut self, env: &mut Env) {
         let keys = if env.cfg.quick { 2_000 } else { 10_000 } / CONNS * CONNS;
         eprintln!("[shared memory] {keys} keys x {HOLDERS:?} holders");
-        let owners: Vec<String> = (0..HOLDERS[HOLDERS.len() - 1])
-            .map(|_| uuid::Uuid::new_v4().to_string())
-            .collect();
+        let owners = owners(HOLDERS[HOLDERS.len() - 1]);
         let ttl = LONG_TTL_MS.to_string();
         let clients0 = connected_clients(env.ctl);
         let mut kinds = vec![Kind::Exclusive];

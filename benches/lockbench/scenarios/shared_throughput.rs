@@ -9,7 +9,7 @@ use std::path::Path;
 use super::throughput::Tput;
 use super::{Env, Scenario};
 use crate::config::{Config, Sizes, CONNS, LONG_TTL_MS};
-use crate::load::{drive, key_into, resp, Expect, Load};
+use crate::load::{drive, key_into, owners, resp, Expect, Load};
 use crate::report::{f, num, obj, ratio, s, Goal, Json};
 use crate::server::flushall;
 
@@ -79,9 +79,7 @@ impl Scenario for SharedThroughput {
         eprintln!(
             "[shared throughput] {CONNS} connections, {DEPTH} in flight each, {total} commands per run"
         );
-        let owners: Vec<String> = (0..CONNS)
-            .map(|_| uuid::Uuid::new_v4().to_string())
-            .collect();
+        let owners = owners(CONNS);
         let ttl = LONG_TTL_MS.to_string();
         let per_conn = total / CONNS / 2 * 2;
         let load = Load {

@@ -9,7 +9,7 @@ use redis::Connection;
 
 use super::{Env, Scenario};
 use crate::config::{Config, Sizes, CONNS, DRIVER_THREADS, LONG_TTL_MS};
-use crate::load::{drive, fill, key_into, resp, take, Expect, Load, Run};
+use crate::load::{drive, fill, key_into, owners, resp, take, Expect, Load, Run};
 use crate::report::{f, num, obj, ratio, s, Goal, Json};
 use crate::server::{commandstats, flushall, reset_stats, server_cpu, Server};
 use crate::stats::median;
@@ -111,9 +111,7 @@ fn throughput(
     cfg: &Config,
     sha: &str,
 ) -> Vec<TputMode> {
-    let owners: Vec<String> = (0..CONNS)
-        .map(|_| uuid::Uuid::new_v4().to_string())
-        .collect();
+    let owners = owners(CONNS);
     let ttl = LONG_TTL_MS.to_string();
     let mut modes = Vec::new();
     for (depth, total) in [(16, sizes.tput_p16), (1, sizes.tput_p1)] {
