@@ -103,6 +103,9 @@ pub struct Tally {
     /// Real handoffs: grants that did not go back to the worker whose release freed the
     /// permit (see [`real_handoffs`]).
     pub handoffs: u64,
+    /// Grants whose worker differs from the previous grant's on the same key, in grant order
+    /// (see [`holder_changes`]): on one exclusive key, the handoffs.
+    pub holder_changes: u64,
     /// Indexed by worker.
     pub logs: Vec<Log>,
 }
@@ -167,10 +170,11 @@ impl Tally {
     }
 
     /// Add one round (its logs in worker order).
-    fn add(&mut self, secs: f64, cpu: f64, handoffs: u64, logs: Vec<Log>) {
+    fn add(&mut self, secs: f64, cpu: f64, (handoffs, changes): (u64, u64), logs: Vec<Log>) {
         self.secs += secs;
         self.cpu += cpu;
         self.handoffs += handoffs;
+        self.holder_changes += changes;
         if self.logs.is_empty() {
             self.logs = logs;
             return;
@@ -270,8 +274,9 @@ fn round<F>(
     let cpu = server_cpu(ctl) - cpu0;
     let end = ran.iter().map(|r| r.3).max().unwrap_or(t0);
     let handoffs = real_handoffs(ran.iter().map(|r| (r.1, r.2.as_slice())));
+    let changes = holder_changes(ran.iter().map(|r| (r.1, r.2.as_slice())));
     let logs = ran.into_iter().map(|r| r.0).collect();
-    tally.add((end - t0).as_secs_f64(), cpu, handoffs, logs);
+    tally.add((end - t0).as_secs_f64(), cpu, (handoffs, changes), logs);
 }
 
 /// Real handoffs among the grants of a round, given per worker as (key, [(grant, release)]).
@@ -305,6 +310,23 @@ pub fn real_handoffs<'a>(workers: impl Iterator<Item = (usize, &'a [(f64, f64)])
         }
     }
     real
+}
+
+/// Grants whose worker differs from the previous grant's on the same key, in grant order, given
+/// per worker as (key, [(grant, release)]). On one exclusive key these are the handoffs (the
+/// holder changed), the contention section's measure; unlike [`real_handoffs`] it does not
+/// compare a grant with a release, so the few microseconds by which a grant's reply can beat
+/// the release's reply do not matter (they do with two workers on a key).
+pub fn holder_changes<'a>(workers: impl Iterator<Item = (usize, &'a [(f64, f64)])>) -> u64 {
+    let mut grants: Vec<(usize, f64, usize)> = Vec::new();
+    for (w, (key, held)) in workers.enumerate() {
+        grants.extend(held.iter().map(|&(got, _)| (key, got, w)));
+    }
+    grants.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)));
+    grants
+        .windows(2)
+        .filter(|p| p[0].0 == p[1].0 && p[0].2 != p[1].2)
+        .count() as u64
 }
 
 /// `LOCK.ACQUIRE key owner ttl [extra...] BLOCK 30000`: granted, or nil after 30 s.

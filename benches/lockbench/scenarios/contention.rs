@@ -114,8 +114,8 @@ pub struct Contention {
     pub unfinished: Vec<f64>,
     /// Acquisitions per worker.
     pub per_worker: Vec<u64>,
-    /// Real handoffs ([`crate::workers::real_handoffs`]): on one key, the acquisitions whose
-    /// holder differs from the previous holder, and each round's first.
+    /// Acquisitions whose holder differs from the previous holder
+    /// ([`crate::workers::holder_changes`]).
     pub handoffs: u64,
     /// Commands the clients sent, and the acquire attempts among them.
     pub cmds: u64,
@@ -157,7 +157,7 @@ impl Contention {
             waits: t.waits(None),
             unfinished: t.logs.iter().flat_map(|l| l.unfinished.clone()).collect(),
             per_worker: t.per_worker(None),
-            handoffs: t.handoffs,
+            handoffs: t.holder_changes,
             cmds: t.logs.iter().map(|l| l.cmds).sum(),
             acquire_cmds: t.logs.iter().map(|l| l.acquire_cmds).sum(),
             cpu: t.cpu,
