@@ -133,15 +133,22 @@ torture: test-deps ## The fault-injection suite, 60 s per scenario (TORTURE_SECS
 	REDIS_SERVER=$(REDIS_SERVER) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) TORTURE_SECS=$${TORTURE_SECS:-60} \
 		$(CARGO) test --release --test torture -- --nocapture --test-threads 1
 
-bench: build servers ## Benchmarks vs the classic pattern and real lock libraries, Redis 7.0 and 8.2; writes BENCHMARKS.md, bench/ and bench/inventory.md (QUICK=1: smoke run)
+# `make bench` writes the committed report (BENCHMARKS.md, benches/results/) only as a full run
+# of everything; QUICK=1 (a smoke run) and ONLY=id,id (some benchmarks) write under target/bench/.
+# benches/README.md says what each benchmark measures.
+bench: build servers ## Benchmarks vs the classic pattern and real lock libraries, Redis 7.0 and 8.2; writes BENCHMARKS.md and benches/results/ (QUICK=1: smoke run into target/bench/; ONLY=id,...)
 	REDIS_SERVER=$(REDIS_SERVER) BENCH_SERVERS="$(REDIS_8)" BENCH_MATRIX="$(VALKEY_8) $(VALKEY_9)" \
 		REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_RELEASE) QUICK=$(QUICK) ONLY=$(ONLY) $(CARGO) bench --bench lockbench
-	REDIS_SERVER=$(REDIS_SERVER) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_RELEASE) QUICK=$(QUICK) $(CARGO) bench --bench inventory
+	@if [ -z "$(ONLY)" ] || [[ ",$(ONLY)," == *,inventory,* ]]; then \
+		echo "REDIS_SERVER=$(REDIS_SERVER) QUICK=$(QUICK) ONLY=$(ONLY) $(CARGO) bench --bench inventory"; \
+		REDIS_SERVER=$(REDIS_SERVER) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_RELEASE) QUICK=$(QUICK) ONLY=$(ONLY) \
+			$(CARGO) bench --bench inventory; \
+	fi
 
-bench-instructions: build servers ## Server instructions per operation under callgrind (Redis 7.0 and 8.2, bare/AOF/AOF+replica); writes bench/instructions.md
+bench-instructions: build servers ## Server instructions per operation under callgrind (Redis 7.0 and 8.2, bare/AOF/AOF+replica); writes benches/results/instructions.md (QUICK=1: smoke run into target/)
 	@command -v valgrind >/dev/null || { echo "valgrind is missing: sudo apt-get install -y valgrind"; exit 1; }
 	REDIS_SERVERS="redis-7.0=$(REDIS_SERVER) redis-8.2=$(REDIS_8)" REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_RELEASE) \
-		python3 bench/instructions.py
+		QUICK=$(QUICK) python3 benches/instructions/instructions.py
 
 cluster: build ## Start a local Redis Cluster (3 masters, 3 replicas, module on each); prints its ports
 	$(CARGO) build -p redis-lock-harness

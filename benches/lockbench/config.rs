@@ -31,6 +31,56 @@ pub struct Config {
     pub existing_port: Option<u16>,
     /// How the run was started, for the report.
     pub command: String,
+    /// `ONLY=contention,peers`: the scenarios to run (by id); empty for all of them.
+    pub only: Vec<String>,
+    /// Where this run writes its report.
+    pub out: Output,
+}
+
+/// Where a run writes. Only a full run of every scenario (`make bench`) writes the committed
+/// report (`BENCHMARKS.md`, `benches/results/`); a smoke run (`QUICK=1`) or a partial one
+/// (`ONLY=...`) writes under `target/bench/`, so that it never replaces the figures to quote.
+pub struct Output {
+    /// The Markdown report.
+    pub markdown: PathBuf,
+    /// The same results as JSON.
+    pub json: PathBuf,
+    /// The folder for charts.
+    pub dir: PathBuf,
+    /// `dir` as the report links it (relative to the report's folder, empty for the same one).
+    pub link: String,
+}
+
+impl Output {
+    fn new(quick: bool, partial: bool) -> Output {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        if !quick && !partial {
+            let dir = root.join("benches/results");
+            return Output {
+                markdown: root.join("BENCHMARKS.md"),
+                json: dir.join("results.json"),
+                dir,
+                link: "benches/results/".into(),
+            };
+        }
+        let dir = root.join("target/bench");
+        let (markdown, json) = if partial {
+            ("only.md", "only.json")
+        } else {
+            ("BENCHMARKS.md", "results.json")
+        };
+        Output {
+            markdown: dir.join(markdown),
+            json: dir.join(json),
+            dir,
+            link: String::new(),
+        }
+    }
+
+    /// How the report links a chart written to `dir`.
+    pub fn link_to(&self, file: &str) -> String {
+        format!("{}{file}", self.link)
+    }
 }
 
 impl Config {
@@ -45,7 +95,16 @@ impl Config {
             Ok(url) if !url.is_empty() => Some(parse_local_url(&url)?),
             _ => None,
         };
+        let only: Vec<String> = std::env::var("ONLY")
+            .unwrap_or_default()
+            .split(',')
+            .filter(|s| !s.is_empty())
+            .map(String::from)
+            .collect();
         let mut command = String::new();
+        if !only.is_empty() {
+            let _ = write!(command, "ONLY={} ", only.join(","));
+        }
         if quick {
             command.push_str("QUICK=1 ");
         }
@@ -60,6 +119,8 @@ impl Config {
             command.push_str("cargo bench --bench lockbench");
         }
         Ok(Config {
+            out: Output::new(quick, !only.is_empty()),
+            only,
             quick,
             module,
             server_bin: std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".into()),

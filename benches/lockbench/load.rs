@@ -32,6 +32,43 @@ pub fn key_into<'a>(buf: &'a mut [u8; 64], prefix: &str, conn: usize, i: usize) 
     &buf[..used]
 }
 
+/// One owner per connection of a load: `conns` random UUIDs (36 bytes each).
+pub fn owners(conns: usize) -> Vec<String> {
+    (0..conns)
+        .map(|_| uuid::Uuid::new_v4().to_string())
+        .collect()
+}
+
+/// Append a take of `key` for `owner` with a `ttl` (ms, as text): `LOCK.ACQUIRE key owner ttl`
+/// when `lock`, else the classic `SET key owner NX PX ttl`; returns what its reply must be.
+pub fn take(out: &mut Vec<u8>, lock: bool, key: &[u8], owner: &[u8], ttl: &[u8]) -> Expect {
+    if lock {
+        resp(out, &[b"LOCK.ACQUIRE", key, owner, ttl]);
+        Expect::Token
+    } else {
+        resp(out, &[b"SET", key, owner, b"NX", b"PX", ttl]);
+        Expect::Ok
+    }
+}
+
+/// Take `load.conns * load.per_conn` distinct keys `prefix:conn:i` through the load generator
+/// ([`take`]: locks when `lock`, else `SET NX PX` strings), connection `c` as `owners[c]`.
+pub fn fill(
+    srv: &Server,
+    ctl: &mut Connection,
+    load: Load,
+    prefix: &str,
+    lock: bool,
+    owners: &[String],
+    ttl: &str,
+) -> Run {
+    drive(srv, ctl, load, |c, i, out| {
+        let mut kb = [0u8; 64];
+        let k = key_into(&mut kb, prefix, c, i);
+        take(out, lock, k, owners[c].as_bytes(), ttl.as_bytes())
+    })
+}
+
 /// What a reply must be for the command to count as done.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Expect {

@@ -10,8 +10,8 @@
 //! - `load`: a pipelined load generator over raw RESP (many connections, N in flight each)
 //!   that checks every reply, with the server's CPU and `INFO commandstats` around it.
 //! - `scenarios/`: one file per scenario, registered in `scenarios::ALL`.
-//! - `report`: `BENCHMARKS.md` and `bench/results.json` (written by hand: no plotting or
-//!   serialisation crate).
+//! - `report`: `BENCHMARKS.md` and `benches/results/results.json` (written by hand: no
+//!   plotting or serialisation crate).
 //! - `peers/`: the worker scripts of the real lock libraries (Python, Node).
 //!
 //! # What runs where
@@ -21,14 +21,16 @@
 //! replica attached.
 //!
 //! # Environment
-//! - `QUICK=1`: a smoke run (smaller counts, short contention rounds).
+//! - `QUICK=1`: a smoke run (smaller counts, short contention rounds). It writes under
+//!   `target/bench/` (`BENCHMARKS.md`, `results.json`, charts), never over the committed
+//!   report: only a full run of every scenario writes `BENCHMARKS.md` and `benches/results/`.
 //! - `REDIS_URL=redis://127.0.0.1:PORT`: use a running server (empty, with the module loaded,
 //!   on this machine: the benchmark flushes it and reads its CPU use). Only that server, bare.
 //! - `REDIS_LOCK_MODULE`: the module (default `<crate>/target/release/libredis_lock.so`).
 //! - `REDIS_SERVER`, `REDIS_BENCHMARK`: the binaries (default from `PATH`).
 //! - `BENCH_SERVERS`, `BENCH_MATRIX`: more server binaries, space-separated.
 //! - `ONLY=contention,peers`: run only these scenarios (by id), for a quick look; the report
-//!   then goes to `bench/only.md` and `bench/only.json`, leaving BENCHMARKS.md alone.
+//!   then goes to `target/bench/only.md` and `only.json`, leaving BENCHMARKS.md alone.
 //!
 //! Every connection goes to 127.0.0.1 and every loop is bounded in count or time.
 
@@ -86,12 +88,7 @@ fn run() -> Result<(), String> {
     let load_before = report::loadavg();
     let cfg = Config::from_env()?;
     let sizes = Sizes::new(cfg.quick);
-    let only: Vec<String> = std::env::var("ONLY")
-        .unwrap_or_default()
-        .split(',')
-        .filter(|s| !s.is_empty())
-        .map(String::from)
-        .collect();
+    let only = &cfg.only;
     let mut done = Vec::new();
     let mut servers = Vec::new();
     let mut module = String::from("lock");
@@ -99,10 +96,9 @@ fn run() -> Result<(), String> {
         for setting in [Setting::Bare, Setting::Production] {
             let todo: Vec<_> = scenarios::ALL
                 .iter()
-                .map(|make| make())
-                .filter(|s| runs_on(s.servers(), tier))
-                .filter(|s| setting == Setting::Bare || s.uncontended())
-                .filter(|s| only.is_empty() || only.iter().any(|o| o == s.id()))
+                .filter(|e| runs_on(e.servers, tier))
+                .filter(|e| setting == Setting::Bare || e.uncontended)
+                .filter(|e| only.is_empty() || only.iter().any(|o| o == e.id))
                 .collect();
             if todo.is_empty() || (setting == Setting::Production && cfg.existing_port.is_some()) {
                 continue;
@@ -128,7 +124,8 @@ fn run() -> Result<(), String> {
                 .arg(RELEASE_SCRIPT)
                 .query(&mut ctl)
                 .map_err(|e| format!("SCRIPT LOAD: {e}"))?;
-            for mut scenario in todo {
+            for entry in todo {
+                let mut scenario = (entry.make)();
                 let mut env = Env {
                     cfg: &cfg,
                     sizes: &sizes,
@@ -141,12 +138,18 @@ fn run() -> Result<(), String> {
                 done.push(Done {
                     server: name.clone(),
                     setting,
+                    entry,
                     scenario,
                 });
             }
         }
     }
 
+    if done.is_empty() {
+        // `ONLY=inventory`: nothing of this benchmark was asked for.
+        eprintln!("lockbench: no scenario matches ONLY={}", only.join(","));
+        return Ok(());
+    }
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let report = Report {
         cfg: &cfg,
@@ -163,33 +166,32 @@ fn run() -> Result<(), String> {
         },
         total_secs: started.elapsed().as_secs_f64(),
         done,
-        instructions: fs::read_to_string(root.join("bench/instructions.md")).ok(),
+        instructions: fs::read_to_string(root.join("benches/results/instructions.md")).ok(),
     };
-    fs::create_dir_all(root.join("bench")).map_err(|e| e.to_string())?;
+    let out = &cfg.out;
+    fs::create_dir_all(&out.dir).map_err(|e| format!("{}: {e}", out.dir.display()))?;
     let md = report.markdown();
-    // A partial run (`ONLY=...`) must not replace the full report: it goes to bench/only.*
-    // (ignored by git), and writes no charts.
-    let (md_path, json_path) = if only.is_empty() {
-        ("BENCHMARKS.md", "bench/results.json")
-    } else {
-        ("bench/only.md", "bench/only.json")
-    };
-    fs::write(root.join(md_path), &md).map_err(|e| e.to_string())?;
-    fs::write(root.join(json_path), report.json()).map_err(|e| e.to_string())?;
+    let mut written = vec![out.markdown.clone(), out.json.clone()];
+    fs::write(&out.markdown, &md).map_err(|e| e.to_string())?;
+    fs::write(&out.json, report.json()).map_err(|e| e.to_string())?;
     // Extra files (charts) come from each scenario's first run: the first server, bare.
-    let mut written: Vec<String> = Vec::new();
-    for d in report.done.iter().filter(|_| only.is_empty()) {
-        for (path, text) in d.scenario.files() {
+    for d in &report.done {
+        for (name, text) in d.scenario.files() {
+            let path = out.dir.join(name);
             if !written.contains(&path) {
-                fs::write(root.join(&path), text).map_err(|e| e.to_string())?;
+                fs::write(&path, text).map_err(|e| e.to_string())?;
                 written.push(path);
             }
         }
     }
     eprintln!("\n{}", md.split("## 1.").next().unwrap_or(""));
+    let shown: Vec<String> = written
+        .iter()
+        .map(|p| p.strip_prefix(root).unwrap_or(p).display().to_string())
+        .collect();
     eprintln!(
-        "lockbench: wrote {md_path}, {json_path}{} in {:.0} s",
-        written.iter().map(|p| format!(", {p}")).collect::<String>(),
+        "lockbench: wrote {} in {:.0} s",
+        shown.join(", "),
         report.total_secs
     );
     Ok(())

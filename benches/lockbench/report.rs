@@ -1,4 +1,4 @@
-//! The report writer: BENCHMARKS.md and bench/results.json from the scenarios' results
+//! The report writer: BENCHMARKS.md and benches/results/results.json from the scenarios' results
 //! (written by hand: no plotting or serialisation crate), and the facts about the machine.
 
 use std::fmt::Write as _;
@@ -7,7 +7,7 @@ use std::process::Command;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::config::Config;
-use crate::scenarios::{Scenario, Setting};
+use crate::scenarios::{Entry, Scenario, Setting};
 
 /// A JSON value, written by hand (no serialisation crate).
 pub enum Json {
@@ -105,6 +105,35 @@ pub struct Goal {
     pub met: bool,
 }
 
+impl Goal {
+    /// A goal on the ratio `r` of `a` to `b`, measured as `1.23x (a vs b unit)`.
+    pub fn ratio(
+        goal: impl Into<String>,
+        r: f64,
+        (a, b): (f64, f64),
+        unit: &str,
+        met: bool,
+    ) -> Goal {
+        Goal {
+            goal: goal.into(),
+            measured: format!("{} ({} vs {} {unit})", ratio(r), f(a), f(b)),
+            met,
+        }
+    }
+
+    /// `what` per worker within 5% of each other, given the fewest and the most.
+    pub fn spread(goal: impl Into<String>, min: u64, max: u64) -> Goal {
+        Goal {
+            goal: goal.into(),
+            measured: format!(
+                "min {min} / max {max} ({:.1}% apart)",
+                (max - min) as f64 / max as f64 * 100.0
+            ),
+            met: min as f64 >= 0.95 * max as f64,
+        }
+    }
+}
+
 /// A compact number: 3 significant figures, thousands separated for large ones.
 pub fn f(x: f64) -> String {
     if !x.is_finite() {
@@ -157,6 +186,7 @@ pub struct Done {
     /// e.g. `Redis 7.0.15` or `Valkey 8.1.8`.
     pub server: String,
     pub setting: Setting,
+    pub entry: &'static Entry,
     pub scenario: Box<dyn Scenario>,
 }
 
@@ -187,7 +217,7 @@ pub struct Report<'a> {
     pub total_secs: f64,
     /// Every scenario run, in the order they ran.
     pub done: Vec<Done>,
-    /// bench/instructions.md as `make bench-instructions` last wrote it, if it exists.
+    /// benches/results/instructions.md as `make bench-instructions` last wrote it, if it exists.
     pub instructions: Option<String>,
 }
 
@@ -196,8 +226,8 @@ impl Report<'_> {
     fn ids(&self) -> Vec<&'static str> {
         let mut ids: Vec<&'static str> = Vec::new();
         for d in &self.done {
-            if !ids.contains(&d.scenario.id()) {
-                ids.push(d.scenario.id());
+            if !ids.contains(&d.entry.id) {
+                ids.push(d.entry.id);
             }
         }
         ids
@@ -214,7 +244,8 @@ impl Report<'_> {
              instead, **all measured in the same run on the same server**, contenders \
              alternating so that the machine's drift hits both. Only the ratios mean anything \
              across machines and runs. Written by `make bench` (`benches/lockbench/`, one file \
-             per scenario); do not edit by hand.\n"
+             per scenario; `benches/README.md` says what each one measures); do not edit by \
+             hand.\n"
         );
         let _ = writeln!(o, "| | |\n|---|---|");
         let _ = writeln!(o, "| command | `{}` |", self.cfg.command);
@@ -287,8 +318,8 @@ impl Report<'_> {
         o.push('\n');
 
         for (n, id) in self.ids().into_iter().enumerate() {
-            let runs: Vec<&Done> = self.done.iter().filter(|d| d.scenario.id() == id).collect();
-            let _ = writeln!(o, "## {}. {}\n", n + 1, runs[0].scenario.title());
+            let runs: Vec<&Done> = self.done.iter().filter(|d| d.entry.id == id).collect();
+            let _ = writeln!(o, "## {}. {}\n", n + 1, runs[0].entry.title);
             runs[0].scenario.intro(&mut o, self.cfg);
             for d in runs {
                 let _ = writeln!(o, "### {}\n", d.place());
@@ -322,7 +353,7 @@ impl Report<'_> {
                 let runs = self
                     .done
                     .iter()
-                    .filter(|d| d.scenario.id() == id)
+                    .filter(|d| d.entry.id == id)
                     .map(|d| {
                         obj(vec![
                             ("server", s(&d.server)),

@@ -1,4 +1,4 @@
-//! The wait-time chart of the contention scenario (bench/waits.svg), written by hand.
+//! The wait-time chart of the contention scenario (benches/results/waits.svg), written by hand.
 
 use std::fmt::Write as _;
 

@@ -1,6 +1,6 @@
-//! The contended load of the shared-holder scenarios: worker threads, one connection each, that
-//! take a lock, hold it for a while and give it back, again and again, for a fixed time. What a
-//! worker sends is up to the scenario (a [`Worker`] built on the worker's own thread); this
+//! The contended load of the contention, semaphore and read/write scenarios: worker threads,
+//! one connection each, that take a lock, hold it for a while and give it back, again and
+//! again, for a fixed time. What a worker sends is up to the scenario (a [`Worker`] built on the worker's own thread); this
 //! file times the waits, counts the grants and commands, and reads the server's CPU.
 
 use std::sync::{Barrier, OnceLock};
@@ -9,8 +9,53 @@ use std::time::{Duration, Instant};
 
 use redis::Connection;
 
-use crate::server::{server_cpu, Server};
+use crate::scenarios::Env;
+use crate::server::{flushall, server_cpu, Server};
 use crate::stats::{pct, sorted};
+
+/// How long a starved poller keeps trying after a round's time is up.
+pub fn grace(quick: bool) -> Duration {
+    Duration::from_secs(if quick { 10 } else { 30 })
+}
+
+/// Contenders `0..contenders`, `workers` workers each (worker `w` of contender `i` is
+/// `make(i, w)`), for `contention_rounds` rounds of `contention_secs`, each round on a flushed
+/// server that `prepare(i, ctl)` then sets up, and the contenders' order reversed every other
+/// round, so that the machine's drift hits them all alike. One tally per contender.
+pub fn rounds<F, P>(
+    env: &mut Env,
+    contenders: usize,
+    workers: usize,
+    make: F,
+    prepare: P,
+) -> Vec<Tally>
+where
+    F: Fn(usize, usize) -> Worker + Sync,
+    P: Fn(usize, &mut Connection),
+{
+    let sizes = env.sizes;
+    let mut tallies = vec![Tally::default(); contenders];
+    for r in 0..sizes.contention_rounds {
+        let mut order: Vec<usize> = (0..contenders).collect();
+        if r % 2 == 1 {
+            order.reverse();
+        }
+        for i in order {
+            flushall(env.ctl);
+            prepare(i, env.ctl);
+            round(
+                env.srv,
+                env.ctl,
+                workers,
+                sizes.contention_secs,
+                grace(env.cfg.quick),
+                |w| make(i, w),
+                &mut tallies[i],
+            );
+        }
+    }
+    tallies
+}
 
 /// What one worker does, built on its own thread by the scenario's factory.
 pub struct Worker {
@@ -22,8 +67,9 @@ pub struct Worker {
     pub attempt: Box<dyn FnMut(&mut Connection) -> bool + Send>,
     /// Give back what `attempt` granted.
     pub release: Box<dyn FnMut(&mut Connection) + Send>,
-    /// How long to sleep after a refused attempt before the next (a poller's interval).
-    pub retry_after: Duration,
+    /// How long to sleep after the `n`th refused attempt of a wait in a row (from 0) before the
+    /// next: a poller's interval, or its backoff.
+    pub retry_after: Box<dyn FnMut(u32) -> Duration + Send>,
     /// How long to hold each grant.
     pub hold: Duration,
 }
@@ -57,6 +103,9 @@ pub struct Tally {
     /// Real handoffs: grants that did not go back to the worker whose release freed the
     /// permit (see [`real_handoffs`]).
     pub handoffs: u64,
+    /// Grants whose worker differs from the previous grant's on the same key, in grant order
+    /// (see [`holder_changes`]): on one exclusive key, the handoffs.
+    pub holder_changes: u64,
     /// Indexed by worker.
     pub logs: Vec<Log>,
 }
@@ -121,10 +170,11 @@ impl Tally {
     }
 
     /// Add one round (its logs in worker order).
-    fn add(&mut self, secs: f64, cpu: f64, handoffs: u64, logs: Vec<Log>) {
+    fn add(&mut self, secs: f64, cpu: f64, (handoffs, changes): (u64, u64), logs: Vec<Log>) {
         self.secs += secs;
         self.cpu += cpu;
         self.handoffs += handoffs;
+        self.holder_changes += changes;
         if self.logs.is_empty() {
             self.logs = logs;
             return;
@@ -141,7 +191,7 @@ impl Tally {
 /// Run `workers` workers built by `make(w)` for `secs` seconds and add the round to `tally`. No
 /// worker starts an attempt after that, but each finishes the one in progress; a poller that
 /// still has nothing `grace` later gives up (its wait is kept as unfinished).
-pub fn round<F>(
+fn round<F>(
     srv: &Server,
     ctl: &mut Connection,
     workers: usize,
@@ -180,6 +230,7 @@ pub fn round<F>(
                         if want >= stop {
                             break;
                         }
+                        let mut failures = 0;
                         let granted = loop {
                             log.cmds += 1;
                             log.acquire_cmds += 1;
@@ -189,7 +240,8 @@ pub fn round<F>(
                             if Instant::now() >= hard_stop {
                                 break false;
                             }
-                            thread::sleep(wk.retry_after);
+                            thread::sleep((wk.retry_after)(failures));
+                            failures += 1;
                         };
                         let got = Instant::now();
                         let waited = (got - want).as_secs_f64() * 1000.0;
@@ -222,8 +274,9 @@ pub fn round<F>(
     let cpu = server_cpu(ctl) - cpu0;
     let end = ran.iter().map(|r| r.3).max().unwrap_or(t0);
     let handoffs = real_handoffs(ran.iter().map(|r| (r.1, r.2.as_slice())));
+    let changes = holder_changes(ran.iter().map(|r| (r.1, r.2.as_slice())));
     let logs = ran.into_iter().map(|r| r.0).collect();
-    tally.add((end - t0).as_secs_f64(), cpu, handoffs, logs);
+    tally.add((end - t0).as_secs_f64(), cpu, (handoffs, changes), logs);
 }
 
 /// Real handoffs among the grants of a round, given per worker as (key, [(grant, release)]).
@@ -257,6 +310,23 @@ pub fn real_handoffs<'a>(workers: impl Iterator<Item = (usize, &'a [(f64, f64)])
         }
     }
     real
+}
+
+/// Grants whose worker differs from the previous grant's on the same key, in grant order, given
+/// per worker as (key, [(grant, release)]). On one exclusive key these are the handoffs (the
+/// holder changed), the contention section's measure; unlike [`real_handoffs`] it does not
+/// compare a grant with a release, so the few microseconds by which a grant's reply can beat
+/// the release's reply do not matter (they do with two workers on a key).
+pub fn holder_changes<'a>(workers: impl Iterator<Item = (usize, &'a [(f64, f64)])>) -> u64 {
+    let mut grants: Vec<(usize, f64, usize)> = Vec::new();
+    for (w, (key, held)) in workers.enumerate() {
+        grants.extend(held.iter().map(|&(got, _)| (key, got, w)));
+    }
+    grants.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)));
+    grants
+        .windows(2)
+        .filter(|p| p[0].0 == p[1].0 && p[0].2 != p[1].2)
+        .count() as u64
 }
 
 /// `LOCK.ACQUIRE key owner ttl [extra...] BLOCK 30000`: granted, or nil after 30 s.

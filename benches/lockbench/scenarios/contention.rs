@@ -3,23 +3,26 @@
 //! lower bound). Runs on the headline servers.
 
 use std::fmt::Write as _;
-use std::sync::{Barrier, OnceLock};
-use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use rand::Rng;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 use redis::Connection;
 
-use super::{Env, Scenario, Servers};
-use crate::config::{Config, Sizes};
+use super::{Env, Scenario};
+use crate::config::Config;
 use crate::report::{f, num, obj, ratio, s, Goal, Json};
-use crate::server::{server_cpu, Server};
 use crate::stats::{pct, sorted};
+use crate::workers::{grace, lock_block, lock_release, owner, rounds, Tally, Worker};
+
+/// The wait-time chart's file name (in the report's chart folder).
+const CHART: &str = "waits.svg";
 
 pub fn new() -> Box<dyn Scenario> {
     Box::new(ContentionScenario {
         cont: Vec::new(),
         grace_secs: 0,
+        chart: String::new(),
     })
 }
 
@@ -27,6 +30,8 @@ pub struct ContentionScenario {
     cont: Vec<Contention>,
     /// How long a starved poller keeps trying after the run's time is up.
     grace_secs: u64,
+    /// The wait-time chart as the report links it.
+    chart: String,
 }
 
 impl ContentionScenario {
@@ -109,7 +114,8 @@ pub struct Contention {
     pub unfinished: Vec<f64>,
     /// Acquisitions per worker.
     pub per_worker: Vec<u64>,
-    /// Acquisitions whose holder differs from the previous holder.
+    /// Acquisitions whose holder differs from the previous holder
+    /// ([`crate::workers::holder_changes`]).
     pub handoffs: u64,
     /// Commands the clients sent, and the acquire attempts among them.
     pub cmds: u64,
@@ -137,271 +143,136 @@ impl Contention {
     }
 }
 
-/// What a worker reports: its acquisitions (grant time since start in s, wait in ms) and counts.
-struct WorkerLog {
-    grants: Vec<(f64, f64)>,
-    unfinished: Option<f64>,
-    cmds: u64,
-    acquire_cmds: u64,
-    last_release: Instant,
-}
-
 const LOCK_KEY: &str = "bench:onekey";
 const TOKEN_LIST: &str = "bench:token";
 const HOLD: Duration = Duration::from_millis(1);
 
-fn contention_round(
-    srv: &Server,
-    ctl: &mut Connection,
-    strategy: Strategy,
-    workers: usize,
-    secs: f64,
-    grace: Duration,
-    sha: &str,
-) -> Contention {
-    let _: () = redis::cmd("DEL")
-        .arg(LOCK_KEY)
-        .arg(TOKEN_LIST)
-        .query(ctl)
-        .expect("DEL");
-    if strategy == Strategy::Blpop {
-        let _: () = redis::cmd("LPUSH")
-            .arg(TOKEN_LIST)
-            .arg("token")
-            .query(ctl)
-            .expect("LPUSH");
-    }
-    let connected = Barrier::new(workers + 1);
-    let go = Barrier::new(workers + 1);
-    let start: OnceLock<Instant> = OnceLock::new();
-    let window = Duration::from_secs_f64(secs);
-    let logs: Vec<WorkerLog>;
-    let cpu0;
-    let t0;
-    {
-        let (connected, go, start) = (&connected, &go, &start);
-        (logs, cpu0, t0) = thread::scope(|s| {
-            let handles: Vec<_> = (0..workers)
-                .map(|w| {
-                    s.spawn(move || {
-                        let mut con = srv.connect();
-                        let owner = format!("worker-{w}-{}", uuid::Uuid::new_v4());
-                        let mut rng = rand::thread_rng();
-                        connected.wait();
-                        go.wait();
-                        let t0 = *start.get().expect("start time");
-                        let stop = t0 + window;
-                        let hard_stop = stop + grace;
-                        let mut log = WorkerLog {
-                            grants: Vec::new(),
-                            unfinished: None,
-                            cmds: 0,
-                            acquire_cmds: 0,
-                            last_release: t0,
-                        };
-                        loop {
-                            let want = Instant::now();
-                            if want >= stop {
-                                break;
-                            }
-                            let mut failures = 0u32;
-                            let granted = loop {
-                                log.cmds += 1;
-                                log.acquire_cmds += 1;
-                                let ok = match strategy {
-                                    Strategy::Block => redis::cmd("LOCK.ACQUIRE")
-                                        .arg(LOCK_KEY)
-                                        .arg(&owner)
-                                        .arg(10_000)
-                                        .arg("BLOCK")
-                                        .arg(30_000)
-                                        .query::<Option<i64>>(&mut con)
-                                        .expect("LOCK.ACQUIRE")
-                                        .is_some(),
-                                    Strategy::Blpop => redis::cmd("BLPOP")
-                                        .arg(TOKEN_LIST)
-                                        .arg(30)
-                                        .query::<Option<(String, String)>>(&mut con)
-                                        .expect("BLPOP")
-                                        .is_some(),
-                                    _ => redis::cmd("SET")
-                                        .arg(LOCK_KEY)
-                                        .arg(&owner)
-                                        .arg("NX")
-                                        .arg("PX")
-                                        .arg(10_000)
-                                        .query::<Option<String>>(&mut con)
-                                        .expect("SET NX PX")
-                                        .is_some(),
-                                };
-                                if ok {
-                                    break true;
-                                }
-                                if Instant::now() >= hard_stop {
-                                    break false;
-                                }
-                                let pause = match strategy {
-                                    Strategy::Block | Strategy::Blpop => Duration::ZERO,
-                                    Strategy::Retry10 => Duration::from_millis(10),
-                                    Strategy::Retry1 => Duration::from_millis(1),
-                                    Strategy::Backoff => {
-                                        let d_us = (1000u64 << failures.min(7)).min(100_000);
-                                        Duration::from_micros(
-                                            d_us / 2 + rng.gen_range(0..=d_us / 2),
-                                        )
-                                    }
-                                };
-                                failures += 1;
-                                thread::sleep(pause);
-                            };
-                            let got = Instant::now();
-                            if !granted {
-                                log.unfinished = Some((got - want).as_secs_f64() * 1000.0);
-                                break;
-                            }
-                            log.grants.push((
-                                (got - t0).as_secs_f64(),
-                                (got - want).as_secs_f64() * 1000.0,
-                            ));
-                            thread::sleep(HOLD);
-                            log.cmds += 1;
-                            match strategy {
-                                Strategy::Block => {
-                                    let n: i64 = redis::cmd("LOCK.RELEASE")
-                                        .arg(LOCK_KEY)
-                                        .arg(&owner)
-                                        .query(&mut con)
-                                        .expect("LOCK.RELEASE");
-                                    assert_eq!(n, 1, "LOCK.RELEASE of a held lock returned {n}");
-                                }
-                                Strategy::Blpop => {
-                                    let _: i64 = redis::cmd("LPUSH")
-                                        .arg(TOKEN_LIST)
-                                        .arg("token")
-                                        .query(&mut con)
-                                        .expect("LPUSH");
-                                }
-                                _ => {
-                                    let n: i64 = redis::cmd("EVALSHA")
-                                        .arg(sha)
-                                        .arg(1)
-                                        .arg(LOCK_KEY)
-                                        .arg(&owner)
-                                        .query(&mut con)
-                                        .expect("EVALSHA");
-                                    assert_eq!(n, 1, "release script on a held lock returned {n}");
-                                }
-                            }
-                            log.last_release = Instant::now();
-                        }
-                        log
-                    })
-                })
-                .collect();
-            connected.wait();
-            let cpu0 = server_cpu(ctl);
-            let t0 = Instant::now();
-            start.set(t0).expect("start set once");
-            go.wait();
-            let logs: Vec<WorkerLog> = handles
-                .into_iter()
-                .map(|h| h.join().expect("worker panicked"))
-                .collect();
-            (logs, cpu0, t0)
-        });
-    }
-    let cpu = server_cpu(ctl) - cpu0;
-    let end = logs.iter().map(|l| l.last_release).max().unwrap_or(t0);
-    let mut grants: Vec<(f64, usize)> = Vec::new();
-    let mut waits = Vec::new();
-    for (w, l) in logs.iter().enumerate() {
-        for &(at, wait) in &l.grants {
-            grants.push((at, w));
-            waits.push(wait);
+impl Contention {
+    /// A strategy's rounds at one worker count, from the tally the worker threads kept.
+    fn new(strategy: Strategy, workers: usize, t: Tally) -> Contention {
+        Contention {
+            strategy,
+            workers,
+            secs: t.secs,
+            waits: t.waits(None),
+            unfinished: t.logs.iter().flat_map(|l| l.unfinished.clone()).collect(),
+            per_worker: t.per_worker(None),
+            handoffs: t.holder_changes,
+            cmds: t.logs.iter().map(|l| l.cmds).sum(),
+            acquire_cmds: t.logs.iter().map(|l| l.acquire_cmds).sum(),
+            cpu: t.cpu,
         }
-    }
-    grants.sort_by(|a, b| a.0.total_cmp(&b.0));
-    let handoffs = grants.windows(2).filter(|p| p[0].1 != p[1].1).count() as u64;
-    Contention {
-        strategy,
-        workers,
-        secs: (end - t0).as_secs_f64(),
-        waits,
-        unfinished: logs.iter().filter_map(|l| l.unfinished).collect(),
-        per_worker: logs.iter().map(|l| l.grants.len() as u64).collect(),
-        handoffs,
-        cmds: logs.iter().map(|l| l.cmds).sum(),
-        acquire_cmds: logs.iter().map(|l| l.acquire_cmds).sum(),
-        cpu,
     }
 }
 
-fn contention(
-    srv: &Server,
-    ctl: &mut Connection,
-    sizes: &Sizes,
-    quick: bool,
-    sha: &str,
-) -> Vec<Contention> {
-    let grace = Duration::from_secs(if quick { 10 } else { 30 });
+/// Worker `w` of `strategy`: what it sends to take and give back the key, and how long it sleeps
+/// after a refusal.
+fn worker(strategy: Strategy, w: usize, sha: &str) -> Worker {
+    let me = owner(w);
+    let o = me.clone();
+    let attempt: Box<dyn FnMut(&mut Connection) -> bool + Send> = match strategy {
+        Strategy::Block => Box::new(move |con| lock_block(con, LOCK_KEY, &o, 10_000, &[])),
+        Strategy::Blpop => Box::new(|con| {
+            redis::cmd("BLPOP")
+                .arg(TOKEN_LIST)
+                .arg(30)
+                .query::<Option<(String, String)>>(con)
+                .expect("BLPOP")
+                .is_some()
+        }),
+        _ => Box::new(move |con| {
+            redis::cmd("SET")
+                .arg(LOCK_KEY)
+                .arg(&o)
+                .arg("NX")
+                .arg("PX")
+                .arg(10_000)
+                .query::<Option<String>>(con)
+                .expect("SET NX PX")
+                .is_some()
+        }),
+    };
+    let sha = sha.to_string();
+    let release: Box<dyn FnMut(&mut Connection) + Send> = match strategy {
+        Strategy::Block => Box::new(move |con| lock_release(con, LOCK_KEY, &me)),
+        Strategy::Blpop => Box::new(|con| {
+            let _: i64 = redis::cmd("LPUSH")
+                .arg(TOKEN_LIST)
+                .arg("token")
+                .query(con)
+                .expect("LPUSH");
+        }),
+        _ => Box::new(move |con| {
+            let n: i64 = redis::cmd("EVALSHA")
+                .arg(&sha)
+                .arg(1)
+                .arg(LOCK_KEY)
+                .arg(&me)
+                .query(con)
+                .expect("EVALSHA");
+            assert_eq!(n, 1, "release script on a held lock returned {n}");
+        }),
+    };
+    let retry_after: Box<dyn FnMut(u32) -> Duration + Send> = match strategy {
+        Strategy::Block | Strategy::Blpop => Box::new(|_| Duration::ZERO),
+        Strategy::Retry10 => Box::new(|_| Duration::from_millis(10)),
+        Strategy::Retry1 => Box::new(|_| Duration::from_millis(1)),
+        Strategy::Backoff => {
+            let mut rng = StdRng::from_entropy();
+            Box::new(move |failures| {
+                let d_us = (1000u64 << failures.min(7)).min(100_000);
+                Duration::from_micros(d_us / 2 + rng.gen_range(0..=d_us / 2))
+            })
+        }
+    };
+    Worker {
+        role: 0,
+        key: 0,
+        attempt,
+        release,
+        retry_after,
+        hold: HOLD,
+    }
+}
+
+fn contention(env: &mut Env) -> Vec<Contention> {
     let mut out = Vec::new();
     for workers in [2, 8, 32] {
         eprintln!(
             "[2] contention on one key, {workers} workers, {} x {:.0} s per contender",
-            sizes.contention_rounds, sizes.contention_secs
+            env.sizes.contention_rounds, env.sizes.contention_secs
         );
-        let mut merged: Vec<Option<Contention>> = vec![None; Strategy::ALL.len()];
-        for round in 0..sizes.contention_rounds {
-            let mut order: Vec<usize> = (0..Strategy::ALL.len()).collect();
-            if round % 2 == 1 {
-                order.reverse();
-            }
-            for i in order {
-                let r = contention_round(
-                    srv,
-                    ctl,
-                    Strategy::ALL[i],
-                    workers,
-                    sizes.contention_secs,
-                    grace,
-                    sha,
-                );
-                merged[i] = Some(match merged[i].take() {
-                    None => r,
-                    Some(mut m) => {
-                        m.secs += r.secs;
-                        m.waits.extend(r.waits);
-                        m.unfinished.extend(r.unfinished);
-                        for (a, b) in m.per_worker.iter_mut().zip(&r.per_worker) {
-                            *a += b;
-                        }
-                        m.handoffs += r.handoffs;
-                        m.cmds += r.cmds;
-                        m.acquire_cmds += r.acquire_cmds;
-                        m.cpu += r.cpu;
-                        m
-                    }
-                });
-            }
-        }
-        out.extend(merged.into_iter().flatten());
+        let sha = env.sha.to_string();
+        let tallies = rounds(
+            env,
+            Strategy::ALL.len(),
+            workers,
+            |i, w| worker(Strategy::ALL[i], w, &sha),
+            |i, ctl| {
+                if Strategy::ALL[i] == Strategy::Blpop {
+                    let _: () = redis::cmd("LPUSH")
+                        .arg(TOKEN_LIST)
+                        .arg("token")
+                        .query(ctl)
+                        .expect("LPUSH");
+                }
+            },
+        );
+        out.extend(
+            Strategy::ALL
+                .into_iter()
+                .zip(tallies)
+                .map(|(st, t)| Contention::new(st, workers, t)),
+        );
     }
     out
 }
 
 impl Scenario for ContentionScenario {
-    fn title(&self) -> &'static str {
-        "Contention on one key"
-    }
-    fn id(&self) -> &'static str {
-        "contention"
-    }
-    fn servers(&self) -> Servers {
-        Servers::Headline
-    }
     fn run(&mut self, env: &mut Env) {
-        self.grace_secs = if env.cfg.quick { 10 } else { 30 };
-        self.cont = contention(env.srv, env.ctl, env.sizes, env.cfg.quick, env.sha);
+        self.grace_secs = grace(env.cfg.quick).as_secs();
+        self.chart = env.cfg.out.link_to(CHART);
+        self.cont = contention(env);
     }
 
     fn goals(&self) -> Vec<Goal> {
@@ -415,52 +286,36 @@ impl Scenario for ContentionScenario {
                 continue;
             };
             let vs_blpop = lock.handoffs_per_s() / blpop.handoffs_per_s();
-            g.push(Goal {
-                goal: format!("{workers} workers: handoffs/s >= 1.0x BLPOP token passing"),
-                measured: format!(
-                    "{} ({} vs {} /s)",
-                    ratio(vs_blpop),
-                    f(lock.handoffs_per_s()),
-                    f(blpop.handoffs_per_s())
-                ),
-                met: vs_blpop >= 1.0,
-            });
+            g.push(Goal::ratio(
+                format!("{workers} workers: handoffs/s >= 1.0x BLPOP token passing"),
+                vs_blpop,
+                (lock.handoffs_per_s(), blpop.handoffs_per_s()),
+                "/s",
+                vs_blpop >= 1.0,
+            ));
             let cpu = lock.cpu_us_per_acq() / blpop.cpu_us_per_acq();
-            g.push(Goal {
-                goal: format!(
+            g.push(Goal::ratio(
+                format!(
                     "{workers} workers: server CPU per acquisition <= 1.1x BLPOP token passing"
                 ),
-                measured: format!(
-                    "{} ({} vs {} us)",
-                    ratio(cpu),
-                    f(lock.cpu_us_per_acq()),
-                    f(blpop.cpu_us_per_acq())
-                ),
-                met: cpu <= 1.1,
-            });
+                cpu,
+                (lock.cpu_us_per_acq(), blpop.cpu_us_per_acq()),
+                "us",
+                cpu <= 1.1,
+            ));
             let vs_r10 = lock.handoffs_per_s() / r10.handoffs_per_s();
-            g.push(Goal {
-                goal: format!("{workers} workers: handoffs/s >= 5x retry every 10 ms"),
-                measured: format!(
-                    "{} ({} vs {} /s)",
-                    ratio(vs_r10),
-                    f(lock.handoffs_per_s()),
-                    f(r10.handoffs_per_s())
-                ),
-                met: vs_r10 >= 5.0,
-            });
-            let min = *lock.per_worker.iter().min().unwrap_or(&0) as f64;
-            let max = *lock.per_worker.iter().max().unwrap_or(&0) as f64;
-            g.push(Goal {
-                goal: format!("{workers} workers: acquisitions per worker within 5% of each other"),
-                measured: format!(
-                    "min {} / max {} ({:.1}% apart)",
-                    min,
-                    max,
-                    (max - min) / max * 100.0
-                ),
-                met: min >= 0.95 * max,
-            });
+            g.push(Goal::ratio(
+                format!("{workers} workers: handoffs/s >= 5x retry every 10 ms"),
+                vs_r10,
+                (lock.handoffs_per_s(), r10.handoffs_per_s()),
+                "/s",
+                vs_r10 >= 5.0,
+            ));
+            g.push(Goal::spread(
+                format!("{workers} workers: acquisitions per worker within 5% of each other"),
+                lock.per_worker.iter().copied().min().unwrap_or(0),
+                lock.per_worker.iter().copied().max().unwrap_or(0),
+            ));
             let per = lock.acquire_cmds as f64 / lock.acquisitions() as f64;
             g.push(Goal {
                 goal: format!("{workers} workers: exactly one acquire command per acquisition"),
@@ -550,7 +405,8 @@ impl Scenario for ContentionScenario {
         }
         let _ = writeln!(
             o,
-            "\n![Wait-time distribution per strategy, 8 and 32 workers](bench/waits.svg)\n"
+            "\n![Wait-time distribution per strategy, 8 and 32 workers]({})\n",
+            self.chart
         );
     }
 
@@ -594,7 +450,7 @@ impl Scenario for ContentionScenario {
 
     fn files(&self) -> Vec<(String, String)> {
         vec![(
-            "bench/waits.svg".into(),
+            CHART.into(),
             crate::waits_svg::svg(|st, w| self.find(st, w)),
         )]
     }

@@ -149,12 +149,6 @@ fn expiry(srv: &Server, ctl: &mut Connection, sizes: &Sizes) -> Expiry {
 }
 
 impl Scenario for ExpiryScenario {
-    fn title(&self) -> &'static str {
-        "Expiry handoff"
-    }
-    fn id(&self) -> &'static str {
-        "expiry_handoff"
-    }
     fn run(&mut self, env: &mut Env) {
         self.exp = Some(expiry(env.srv, env.ctl, env.sizes));
     }

@@ -8,7 +8,7 @@ use redis::Connection;
 
 use super::{Env, Scenario};
 use crate::config::{Config, Sizes, CONNS, LONG_TTL_MS};
-use crate::load::{drive, key_into, resp, Expect, Load};
+use crate::load::{fill, owners, Load};
 use crate::report::{f, num, obj, ratio, Goal, Json};
 use crate::server::{flushall, info_u64, wait_info, Server};
 
@@ -36,56 +36,42 @@ pub fn used_memory(con: &mut Connection) -> f64 {
     info_u64(con, "memory", "used_memory") as f64
 }
 
+/// `connected_clients` now, to wait for it again with [`wait_clients_gone`].
+pub fn connected_clients(con: &mut Connection) -> u64 {
+    info_u64(con, "clients", "connected_clients")
+}
+
+/// Wait (up to `secs`) until the server has at most `clients` connections again: the load's
+/// connections are gone, so `used_memory` no longer counts their buffers.
+pub fn wait_clients_gone(con: &mut Connection, clients: u64, secs: u64) {
+    wait_info(
+        con,
+        "clients",
+        "connected_clients",
+        Duration::from_secs(secs),
+        |v| v <= clients,
+    );
+}
+
 fn memory(srv: &Server, ctl: &mut Connection, sizes: &Sizes) -> Memory {
     eprintln!("[4] memory: {} held locks", sizes.memory_locks);
     let n = sizes.memory_locks;
-    let owners: Vec<String> = (0..CONNS)
-        .map(|_| uuid::Uuid::new_v4().to_string())
-        .collect();
+    let owners = owners(CONNS);
     let ttl = LONG_TTL_MS.to_string();
     let load = Load {
         conns: CONNS,
         depth: 16,
         per_conn: n / CONNS,
     };
-    let clients0 = info_u64(ctl, "clients", "connected_clients");
+    let clients0 = connected_clients(ctl);
     let mut per_key = [0.0; 2];
     let mut usage = [0u64; 2];
     for (slot, lock) in [(0, true), (1, false)] {
         flushall(ctl);
         let before = used_memory(ctl);
-        let run = drive(srv, ctl, load, |c, i, out| {
-            let mut kb = [0u8; 64];
-            let k = key_into(&mut kb, "mem", c, i);
-            if lock {
-                resp(
-                    out,
-                    &[b"LOCK.ACQUIRE", k, owners[c].as_bytes(), ttl.as_bytes()],
-                );
-                Expect::Token
-            } else {
-                resp(
-                    out,
-                    &[
-                        b"SET",
-                        k,
-                        owners[c].as_bytes(),
-                        b"NX",
-                        b"PX",
-                        ttl.as_bytes(),
-                    ],
-                );
-                Expect::Ok
-            }
-        });
+        let run = fill(srv, ctl, load, "mem", lock, &owners, &ttl);
         assert_eq!(run.refused, 0, "memory load: some keys were refused");
-        wait_info(
-            ctl,
-            "clients",
-            "connected_clients",
-            Duration::from_secs(5),
-            |v| v <= clients0,
-        );
+        wait_clients_gone(ctl, clients0, 5);
         let after = used_memory(ctl);
         per_key[slot] = (after - before) / (load.per_conn * CONNS) as f64;
         usage[slot] = redis::cmd("MEMORY")
@@ -108,12 +94,6 @@ fn memory(srv: &Server, ctl: &mut Connection, sizes: &Sizes) -> Memory {
 }
 
 impl Scenario for MemoryScenario {
-    fn title(&self) -> &'static str {
-        "Memory per held lock"
-    }
-    fn id(&self) -> &'static str {
-        "memory"
-    }
     fn run(&mut self, env: &mut Env) {
         self.mem = Some(memory(env.srv, env.ctl, env.sizes));
     }
@@ -160,16 +140,13 @@ impl Scenario for MemoryScenario {
             return Vec::new();
         };
         let r = mm.lock_bytes / mm.string_bytes;
-        vec![Goal {
-            goal: "held lock <= 1.5x the memory of a SET string lock".into(),
-            measured: format!(
-                "{} ({} vs {} bytes)",
-                ratio(r),
-                f(mm.lock_bytes),
-                f(mm.string_bytes)
-            ),
-            met: r <= 1.5,
-        }]
+        vec![Goal::ratio(
+            "held lock <= 1.5x the memory of a SET string lock",
+            r,
+            (mm.lock_bytes, mm.string_bytes),
+            "bytes",
+            r <= 1.5,
+        )]
     }
     fn json(&self) -> Json {
         let Some(mm) = &self.mem else {

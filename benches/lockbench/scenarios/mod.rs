@@ -1,8 +1,9 @@
 //! The scenarios, one file each. A scenario runs against the server it is given, keeps its
-//! results, and writes its own part of BENCHMARKS.md and bench/results.json.
+//! results, and writes its own part of BENCHMARKS.md and benches/results/results.json.
 //!
 //! To add one: write `scenarios/<name>.rs` with a type that implements [`Scenario`] and a
-//! `pub fn new() -> Box<dyn Scenario>`, then add it to [`ALL`] (and its `mod` line below).
+//! `pub fn new() -> Box<dyn Scenario>`, then add its [`Entry`] to [`ALL`] (and its `mod` line
+//! below), and its line to benches/README.md.
 //! Sections appear in BENCHMARKS.md in the order of [`ALL`].
 
 use redis::Connection;
@@ -24,20 +25,105 @@ pub mod shared_throughput;
 pub mod throughput;
 pub mod waiter_memory;
 
+/// A scenario of `make bench` as the run plans it.
+pub struct Entry {
+    /// Its name in `ONLY=...` and its key in results.json.
+    pub id: &'static str,
+    /// Its section heading in BENCHMARKS.md.
+    pub title: &'static str,
+    /// The servers it runs on.
+    pub servers: Servers,
+    /// An uncontended scenario runs in both settings; the others on the bare server only.
+    pub uncontended: bool,
+    pub make: fn() -> Box<dyn Scenario>,
+}
+
 /// Every scenario of `make bench`, in report order.
-pub const ALL: &[fn() -> Box<dyn Scenario>] = &[
-    throughput::new,
-    module_tax::new,
-    contention::new,
-    peers::new,
-    expiry::new,
-    memory::new,
-    waiter_memory::new,
-    scale::new,
-    shared_throughput::new,
-    semaphore::new,
-    rwlock::new,
-    shared_memory::new,
+pub const ALL: &[Entry] = &[
+    Entry {
+        id: "throughput",
+        title: "Uncontended throughput",
+        servers: Servers::Headline,
+        uncontended: true,
+        make: throughput::new,
+    },
+    Entry {
+        id: "module_tax",
+        title: "What loading the module costs other writes",
+        servers: Servers::First,
+        uncontended: false,
+        make: module_tax::new,
+    },
+    Entry {
+        id: "contention",
+        title: "Contention on one key",
+        servers: Servers::Headline,
+        uncontended: false,
+        make: contention::new,
+    },
+    Entry {
+        id: "peers",
+        title: "Contention against the lock libraries users pick",
+        servers: Servers::Headline,
+        uncontended: false,
+        make: peers::new,
+    },
+    Entry {
+        id: "expiry_handoff",
+        title: "Expiry handoff",
+        servers: Servers::First,
+        uncontended: false,
+        make: expiry::new,
+    },
+    Entry {
+        id: "memory",
+        title: "Memory per held lock",
+        servers: Servers::First,
+        uncontended: false,
+        make: memory::new,
+    },
+    Entry {
+        id: "waiter_memory",
+        title: "Memory per blocked waiter",
+        servers: Servers::Matrix,
+        uncontended: false,
+        make: waiter_memory::new,
+    },
+    Entry {
+        id: "scale",
+        title: "Many expiring locks",
+        servers: Servers::First,
+        uncontended: false,
+        make: scale::new,
+    },
+    Entry {
+        id: "shared_throughput",
+        title: "Uncontended SHARED acquire",
+        servers: Servers::Headline,
+        uncontended: true,
+        make: shared_throughput::new,
+    },
+    Entry {
+        id: "semaphore",
+        title: "Semaphore: 16 workers, 4 permits",
+        servers: Servers::First,
+        uncontended: false,
+        make: semaphore::new,
+    },
+    Entry {
+        id: "rwlock",
+        title: "Read/write lock: 16 readers, 2 writers",
+        servers: Servers::First,
+        uncontended: false,
+        make: rwlock::new,
+    },
+    Entry {
+        id: "shared_memory",
+        title: "Memory per shared holder",
+        servers: Servers::First,
+        uncontended: false,
+        make: shared_memory::new,
+    },
 ];
 
 /// Which servers a scenario runs on.
@@ -90,17 +176,6 @@ pub struct Env<'a> {
 
 /// One scenario on one server and setting.
 pub trait Scenario {
-    /// Section heading in BENCHMARKS.md.
-    fn title(&self) -> &'static str;
-    /// Key in bench/results.json.
-    fn id(&self) -> &'static str;
-    fn servers(&self) -> Servers {
-        Servers::First
-    }
-    /// An uncontended scenario runs in both settings; the others on the bare server only.
-    fn uncontended(&self) -> bool {
-        false
-    }
     fn run(&mut self, env: &mut Env);
     /// What the scenario does and how it is measured: written once above its tables.
     fn intro(&self, o: &mut String, cfg: &Config);
@@ -110,7 +185,7 @@ pub trait Scenario {
     fn goals(&self) -> Vec<Goal> {
         Vec::new()
     }
-    /// Extra files to write, relative to the crate root (e.g. a chart).
+    /// Extra files to write (file name, text) into the run's chart folder (`Output::dir`).
     fn files(&self) -> Vec<(String, String)> {
         Vec::new()
     }

@@ -8,7 +8,7 @@ use redis::Connection;
 use super::throughput::Tput;
 use super::{Env, Scenario};
 use crate::config::{Config, Sizes, CONNS, LONG_TTL_MS};
-use crate::load::{drive, key_into, resp, Expect, Load};
+use crate::load::{drive, key_into, owners, resp, take, Expect, Load};
 use crate::report::{f, obj, ratio, Json};
 use crate::server::{flushall, Server};
 
@@ -47,9 +47,7 @@ fn module_tax(cfg: &Config, srv: &Server, ctl: &mut Connection, sizes: &Sizes) -
     };
     let mut pctl = plain.connect();
     eprintln!("[1] module tax: the same writes on a server without the module");
-    let owners: Vec<String> = (0..CONNS)
-        .map(|_| uuid::Uuid::new_v4().to_string())
-        .collect();
+    let owners = owners(CONNS);
     let ttl = LONG_TTL_MS.to_string();
     let load = Load {
         conns: CONNS,
@@ -82,14 +80,7 @@ fn module_tax(cfg: &Config, srv: &Server, ctl: &mut Connection, sizes: &Sizes) -
                 let k = key_into(&mut kb, &prefix, c, i);
                 let owner = owners[c].as_bytes();
                 match which {
-                    0 => {
-                        resp(out, &[b"LOCK.ACQUIRE", k, owner, ttl.as_bytes()]);
-                        Expect::Token
-                    }
-                    1 | 2 => {
-                        resp(out, &[b"SET", k, owner, b"NX", b"PX", ttl.as_bytes()]);
-                        Expect::Ok
-                    }
+                    0..=2 => take(out, which == 0, k, owner, ttl.as_bytes()),
                     _ => {
                         let k = key_into(&mut kb, "counter", c, 0);
                         resp(out, &[b"INCR", k]);
@@ -111,12 +102,6 @@ fn module_tax(cfg: &Config, srv: &Server, ctl: &mut Connection, sizes: &Sizes) -
 }
 
 impl Scenario for ModuleTax {
-    fn title(&self) -> &'static str {
-        "What loading the module costs other writes"
-    }
-    fn id(&self) -> &'static str {
-        "module_tax"
-    }
     fn run(&mut self, env: &mut Env) {
         self.tax = module_tax(env.cfg, env.srv, env.ctl, env.sizes);
     }

@@ -9,8 +9,7 @@ use std::time::Duration;
 use super::{Env, Scenario};
 use crate::config::Config;
 use crate::report::{f, num, obj, ratio, s, Goal, Json};
-use crate::server::flushall;
-use crate::workers::{lock_block, lock_release, owner, round, Tally, Worker};
+use crate::workers::{lock_block, lock_release, owner, rounds, Tally, Worker};
 
 const READERS: usize = 16;
 const WRITERS: usize = 2;
@@ -79,45 +78,26 @@ fn worker(c: Contender, w: usize) -> Worker {
             lock_block(con, KEY, &o, TTL_MS, if shared { &["SHARED"] } else { &[] })
         }),
         release: Box::new(move |con| lock_release(con, KEY, &me)),
-        retry_after: Duration::ZERO,
+        retry_after: Box::new(|_| Duration::ZERO),
         hold: HOLD,
     }
 }
 
 impl Scenario for RwLock {
-    fn title(&self) -> &'static str {
-        "Read/write lock: 16 readers, 2 writers"
-    }
-    fn id(&self) -> &'static str {
-        "rwlock"
-    }
     fn run(&mut self, env: &mut Env) {
         self.secs = env.sizes.contention_secs;
         self.rounds = env.sizes.contention_rounds;
-        let grace = Duration::from_secs(if env.cfg.quick { 10 } else { 30 });
         eprintln!(
             "[rwlock] {READERS} readers, {WRITERS} writers, {} x {:.0} s per contender",
             self.rounds, self.secs
         );
-        let mut tallies: Vec<Tally> = vec![Tally::default(); ALL.len()];
-        for r in 0..self.rounds {
-            let mut order: Vec<usize> = (0..ALL.len()).collect();
-            if r % 2 == 1 {
-                order.reverse();
-            }
-            for i in order {
-                flushall(env.ctl);
-                round(
-                    env.srv,
-                    env.ctl,
-                    READERS + WRITERS,
-                    self.secs,
-                    grace,
-                    |w| worker(ALL[i], w),
-                    &mut tallies[i],
-                );
-            }
-        }
+        let tallies = rounds(
+            env,
+            ALL.len(),
+            READERS + WRITERS,
+            |i, w| worker(ALL[i], w),
+            |_, _| {},
+        );
         self.runs = ALL.into_iter().zip(tallies).collect();
     }
 

@@ -11,7 +11,7 @@ use redis::Connection;
 
 use super::{Env, Scenario};
 use crate::config::{Config, Sizes, CONNS};
-use crate::load::{drive, key_into, resp, Expect, Load};
+use crate::load::{fill, owners, Load};
 use crate::report::{f, num, obj, s, Goal, Json};
 use crate::server::{config_get, config_set, flushall, Server};
 use crate::stats::{pct, sorted};
@@ -70,9 +70,7 @@ fn scale(srv: &Server, ctl: &mut Connection, sizes: &Sizes, lock: bool) -> Scale
         sizes.scale_ttl_ms
     );
     flushall(ctl);
-    let owners: Vec<String> = (0..CONNS)
-        .map(|_| uuid::Uuid::new_v4().to_string())
-        .collect();
+    let owners = owners(CONNS);
     let ttl = sizes.scale_ttl_ms.to_string();
     let load = Load {
         conns: CONNS,
@@ -101,30 +99,7 @@ fn scale(srv: &Server, ctl: &mut Connection, sizes: &Sizes, lock: bool) -> Scale
             }
             samples
         });
-        let run = drive(srv, ctl, load, |c, i, out| {
-            let mut kb = [0u8; 64];
-            let k = key_into(&mut kb, "scale", c, i);
-            if lock {
-                resp(
-                    out,
-                    &[b"LOCK.ACQUIRE", k, owners[c].as_bytes(), ttl.as_bytes()],
-                );
-                Expect::Token
-            } else {
-                resp(
-                    out,
-                    &[
-                        b"SET",
-                        k,
-                        owners[c].as_bytes(),
-                        b"NX",
-                        b"PX",
-                        ttl.as_bytes(),
-                    ],
-                );
-                Expect::Ok
-            }
-        });
+        let run = fill(srv, ctl, load, "scale", lock, &owners, &ttl);
         let load_end = (Instant::now() - t0).as_secs_f64();
         let limit = Instant::now() + Duration::from_secs(300);
         let left = loop {
@@ -162,12 +137,6 @@ fn scale(srv: &Server, ctl: &mut Connection, sizes: &Sizes, lock: bool) -> Scale
 }
 
 impl Scenario for ScaleScenario {
-    fn title(&self) -> &'static str {
-        "Many expiring locks"
-    }
-    fn id(&self) -> &'static str {
-        "scale"
-    }
     fn run(&mut self, env: &mut Env) {
         for (lock, hz) in [(true, None), (false, None), (true, Some(100))] {
             self.scale

@@ -10,9 +10,8 @@ use std::time::Duration;
 use super::{Env, Scenario};
 use crate::config::Config;
 use crate::report::{f, num, obj, ratio, s, Goal, Json};
-use crate::server::flushall;
 use crate::stats::wall_ms;
-use crate::workers::{lock_block, lock_release, owner, round, Tally, Worker};
+use crate::workers::{lock_block, lock_release, owner, rounds, Tally, Worker};
 
 const WORKERS: usize = 16;
 const PERMITS: usize = 4;
@@ -139,22 +138,15 @@ fn worker(c: Contender, w: usize, sha: &str) -> Worker {
         },
         attempt,
         release,
-        retry_after,
+        retry_after: Box::new(move |_| retry_after),
         hold: HOLD,
     }
 }
 
 impl Scenario for Semaphore {
-    fn title(&self) -> &'static str {
-        "Semaphore: 16 workers, 4 permits"
-    }
-    fn id(&self) -> &'static str {
-        "semaphore"
-    }
     fn run(&mut self, env: &mut Env) {
         self.secs = env.sizes.contention_secs;
         self.rounds = env.sizes.contention_rounds;
-        let grace = Duration::from_secs(if env.cfg.quick { 10 } else { 30 });
         let sha: String = redis::cmd("SCRIPT")
             .arg("LOAD")
             .arg(ZSET_ACQUIRE)
@@ -164,26 +156,13 @@ impl Scenario for Semaphore {
             "[semaphore] {WORKERS} workers, {PERMITS} permits, {} x {:.0} s per contender",
             self.rounds, self.secs
         );
-        let mut tallies: Vec<Tally> = vec![Tally::default(); ALL.len()];
-        for r in 0..self.rounds {
-            let mut order: Vec<usize> = (0..ALL.len()).collect();
-            if r % 2 == 1 {
-                order.reverse();
-            }
-            for i in order {
-                let c = ALL[i];
-                flushall(env.ctl);
-                round(
-                    env.srv,
-                    env.ctl,
-                    WORKERS,
-                    self.secs,
-                    grace,
-                    |w| worker(c, w, &sha),
-                    &mut tallies[i],
-                );
-            }
-        }
+        let tallies = rounds(
+            env,
+            ALL.len(),
+            WORKERS,
+            |i, w| worker(ALL[i], w, &sha),
+            |_, _| {},
+        );
         self.runs = ALL.into_iter().zip(tallies).collect();
     }
 
@@ -292,18 +271,14 @@ impl Scenario for Semaphore {
         let rz = mine / z.handoffs_per_s();
         let (min, max) = m.spread(None);
         vec![
-            Goal {
-                goal: "semaphore of 4, 16 workers: real handoffs/s >= 3.5x those of one exclusive \
-                       lock with the same 16 workers (BLOCK)"
-                    .into(),
-                measured: format!(
-                    "{} ({} vs {} /s)",
-                    ratio(r1),
-                    f(mine),
-                    f(one.handoffs_per_s())
-                ),
-                met: r1 >= 3.5,
-            },
+            Goal::ratio(
+                "semaphore of 4, 16 workers: real handoffs/s >= 3.5x those of one exclusive \
+                 lock with the same 16 workers (BLOCK)",
+                r1,
+                (mine, one.handoffs_per_s()),
+                "/s",
+                r1 >= 3.5,
+            ),
             Goal {
                 goal: "semaphore of 4, 16 workers: real handoffs/s >= 5x the sorted-set \
                        semaphore polling every 10 ms"
@@ -319,15 +294,11 @@ impl Scenario for Semaphore {
                 ),
                 met: rz >= 5.0,
             },
-            Goal {
-                goal: "semaphore of 4, 16 workers: permits per worker within 5% of each other"
-                    .into(),
-                measured: format!(
-                    "min {min} / max {max} ({:.1}% apart)",
-                    (max - min) as f64 / max as f64 * 100.0
-                ),
-                met: min as f64 >= 0.95 * max as f64,
-            },
+            Goal::spread(
+                "semaphore of 4, 16 workers: permits per worker within 5% of each other",
+                min,
+                max,
+            ),
         ]
     }
 

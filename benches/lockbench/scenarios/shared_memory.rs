@@ -7,12 +7,12 @@ use std::fmt::Write as _;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::memory::used_memory;
+use super::memory::{connected_clients, used_memory, wait_clients_gone};
 use super::{Env, Scenario};
 use crate::config::{Config, CONNS, LONG_TTL_MS};
-use crate::load::{drive, key_into, resp, Expect, Load};
+use crate::load::{drive, key_into, owners, resp, Expect, Load};
 use crate::report::{f, num, obj, s, Goal, Json};
-use crate::server::{flushall, info_u64, wait_info};
+use crate::server::flushall;
 
 /// Holders per key.
 const HOLDERS: [usize; 3] = [1, 8, 64];
@@ -102,21 +102,12 @@ fn settled_memory(con: &mut redis::Connection) -> f64 {
 }
 
 impl Scenario for SharedMemory {
-    fn title(&self) -> &'static str {
-        "Memory per shared holder"
-    }
-    fn id(&self) -> &'static str {
-        "shared_memory"
-    }
-
     fn run(&mut self, env: &mut Env) {
         let keys = if env.cfg.quick { 2_000 } else { 10_000 } / CONNS * CONNS;
         eprintln!("[shared memory] {keys} keys x {HOLDERS:?} holders");
-        let owners: Vec<String> = (0..HOLDERS[HOLDERS.len() - 1])
-            .map(|_| uuid::Uuid::new_v4().to_string())
-            .collect();
+        let owners = owners(HOLDERS[HOLDERS.len() - 1]);
         let ttl = LONG_TTL_MS.to_string();
-        let clients0 = info_u64(env.ctl, "clients", "connected_clients");
+        let clients0 = connected_clients(env.ctl);
         let mut kinds = vec![Kind::Exclusive];
         kinds.extend(HOLDERS.iter().map(|&h| Kind::Shared(h)));
         kinds.extend(HOLDERS.iter().filter(|&&h| h > 1).map(|&h| Kind::Zset(h)));
@@ -174,13 +165,7 @@ impl Scenario for SharedMemory {
                 );
                 assert_eq!(run.refused, 0, "PEXPIRE refused");
             }
-            wait_info(
-                env.ctl,
-                "clients",
-                "connected_clients",
-                Duration::from_secs(5),
-                |v| v <= clients0,
-            );
+            wait_clients_gone(env.ctl, clients0, 5);
             let after = used_memory(env.ctl);
             let usage: u64 = redis::cmd("MEMORY")
                 .arg("USAGE")

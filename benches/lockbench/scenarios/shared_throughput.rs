@@ -7,9 +7,9 @@ use std::fs;
 use std::path::Path;
 
 use super::throughput::Tput;
-use super::{Env, Scenario, Servers};
+use super::{Env, Scenario};
 use crate::config::{Config, Sizes, CONNS, LONG_TTL_MS};
-use crate::load::{drive, key_into, resp, Expect, Load};
+use crate::load::{drive, key_into, owners, resp, Expect, Load};
 use crate::report::{f, num, obj, ratio, s, Goal, Json};
 use crate::server::flushall;
 
@@ -73,28 +73,13 @@ impl SharedThroughput {
 }
 
 impl Scenario for SharedThroughput {
-    fn title(&self) -> &'static str {
-        "Uncontended SHARED acquire"
-    }
-    fn id(&self) -> &'static str {
-        "shared_throughput"
-    }
-    fn servers(&self) -> Servers {
-        Servers::Headline
-    }
-    fn uncontended(&self) -> bool {
-        true
-    }
-
     fn run(&mut self, env: &mut Env) {
         // Half the throughput section's count: three modes x three loads per round.
         let total = env.sizes.tput_p16 / 2;
         eprintln!(
             "[shared throughput] {CONNS} connections, {DEPTH} in flight each, {total} commands per run"
         );
-        let owners: Vec<String> = (0..CONNS)
-            .map(|_| uuid::Uuid::new_v4().to_string())
-            .collect();
+        let owners = owners(CONNS);
         let ttl = LONG_TTL_MS.to_string();
         let per_conn = total / CONNS / 2 * 2;
         let load = Load {
@@ -189,12 +174,14 @@ impl Scenario for SharedThroughput {
             LONG_TTL_MS / 1000,
             sizes.tput_rounds
         );
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/instructions_shared.md");
+        let path =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/results/instructions_shared.md");
         let _ = writeln!(
             o,
             "CPU time on this machine swings by 30% from run to run, so the same comparison in \
              server instructions (callgrind, which repeats to within 1%) is run apart: `python3 \
-             bench/instructions_shared.py` (about 15 minutes) writes bench/instructions_shared.md, \
+             benches/instructions/instructions_shared.py` (about 15 minutes) writes \
+             benches/results/instructions_shared.md, \
              shown here as last written:\n"
         );
         match fs::read_to_string(&path) {
@@ -259,11 +246,13 @@ impl Scenario for SharedThroughput {
             ("acquire + release cycle", &sh.cycle, &ex.cycle),
         ] {
             let r = a.ratio(b);
-            g.push(Goal {
-                goal: format!("-P {DEPTH}: uncontended SHARED {what} >= 0.9x the exclusive one"),
-                measured: format!("{} ({} vs {} ops/s)", ratio(r), f(a.rate()), f(b.rate())),
-                met: r >= 0.9,
-            });
+            g.push(Goal::ratio(
+                format!("-P {DEPTH}: uncontended SHARED {what} >= 0.9x the exclusive one"),
+                r,
+                (a.rate(), b.rate()),
+                "ops/s",
+                r >= 0.9,
+            ));
         }
         g
     }

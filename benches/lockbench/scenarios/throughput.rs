@@ -7,9 +7,9 @@ use std::process::{Command, Stdio};
 
 use redis::Connection;
 
-use super::{Env, Scenario, Servers};
+use super::{Env, Scenario};
 use crate::config::{Config, Sizes, CONNS, DRIVER_THREADS, LONG_TTL_MS};
-use crate::load::{drive, key_into, resp, Expect, Load, Run};
+use crate::load::{drive, fill, key_into, owners, resp, take, Expect, Load, Run};
 use crate::report::{f, num, obj, ratio, s, Goal, Json};
 use crate::server::{commandstats, flushall, reset_stats, server_cpu, Server};
 use crate::stats::median;
@@ -111,9 +111,7 @@ fn throughput(
     cfg: &Config,
     sha: &str,
 ) -> Vec<TputMode> {
-    let owners: Vec<String> = (0..CONNS)
-        .map(|_| uuid::Uuid::new_v4().to_string())
-        .collect();
+    let owners = owners(CONNS);
     let ttl = LONG_TTL_MS.to_string();
     let mut modes = Vec::new();
     for (depth, total) in [(16, sizes.tput_p16), (1, sizes.tput_p1)] {
@@ -153,52 +151,24 @@ fn throughput(
                 flushall(ctl);
                 let prefix = format!("t{round}{}", if side { 'L' } else { 'C' });
                 let ops = (per_conn * CONNS) as f64;
+                let taken = fill(srv, ctl, load, &prefix, side, &owners, &ttl);
+                let released = drive(srv, ctl, load, |c, i, out| {
+                    let mut kb = [0u8; 64];
+                    let k = key_into(&mut kb, &prefix, c, i);
+                    let owner = owners[c].as_bytes();
+                    if side {
+                        resp(out, &[b"LOCK.RELEASE", k, owner]);
+                    } else {
+                        resp(out, &[b"EVALSHA", sha.as_bytes(), b"1", k, owner]);
+                    }
+                    Expect::One
+                });
                 if side {
-                    let run = drive(srv, ctl, load, |c, i, out| {
-                        let mut kb = [0u8; 64];
-                        let k = key_into(&mut kb, &prefix, c, i);
-                        resp(
-                            out,
-                            &[b"LOCK.ACQUIRE", k, owners[c].as_bytes(), ttl.as_bytes()],
-                        );
-                        Expect::Token
-                    });
-                    m.acquire.add(ops, &run, &["lock.acquire"]);
-                    let run = drive(srv, ctl, load, |c, i, out| {
-                        let mut kb = [0u8; 64];
-                        let k = key_into(&mut kb, &prefix, c, i);
-                        resp(out, &[b"LOCK.RELEASE", k, owners[c].as_bytes()]);
-                        Expect::One
-                    });
-                    m.release.add(ops, &run, &["lock.release"]);
+                    m.acquire.add(ops, &taken, &["lock.acquire"]);
+                    m.release.add(ops, &released, &["lock.release"]);
                 } else {
-                    let run = drive(srv, ctl, load, |c, i, out| {
-                        let mut kb = [0u8; 64];
-                        let k = key_into(&mut kb, &prefix, c, i);
-                        resp(
-                            out,
-                            &[
-                                b"SET",
-                                k,
-                                owners[c].as_bytes(),
-                                b"NX",
-                                b"PX",
-                                ttl.as_bytes(),
-                            ],
-                        );
-                        Expect::Ok
-                    });
-                    m.set_nx.add(ops, &run, &["set"]);
-                    let run = drive(srv, ctl, load, |c, i, out| {
-                        let mut kb = [0u8; 64];
-                        let k = key_into(&mut kb, &prefix, c, i);
-                        resp(
-                            out,
-                            &[b"EVALSHA", sha.as_bytes(), b"1", k, owners[c].as_bytes()],
-                        );
-                        Expect::One
-                    });
-                    m.evalsha.add(ops, &run, &["evalsha"]);
+                    m.set_nx.add(ops, &taken, &["set"]);
+                    m.evalsha.add(ops, &released, &["evalsha"]);
                 }
             }
             // Full cycles on distinct keys: acquire then release of the same key, back to back on
@@ -213,17 +183,10 @@ fn throughput(
                     let k = key_into(&mut kb, &prefix, c, i / 2);
                     let owner = owners[c].as_bytes();
                     match (which, i % 2) {
-                        (0, 0) => {
-                            resp(out, &[b"LOCK.ACQUIRE", k, owner, ttl.as_bytes()]);
-                            Expect::Token
-                        }
+                        (_, 0) => take(out, which == 0, k, owner, ttl.as_bytes()),
                         (0, _) => {
                             resp(out, &[b"LOCK.RELEASE", k, owner]);
                             Expect::One
-                        }
-                        (_, 0) => {
-                            resp(out, &[b"SET", k, owner, b"NX", b"PX", ttl.as_bytes()]);
-                            Expect::Ok
                         }
                         (1, _) => {
                             resp(out, &[b"EVALSHA", sha.as_bytes(), b"1", k, owner]);
@@ -356,18 +319,6 @@ impl Tput {
 }
 
 impl Scenario for Throughput {
-    fn title(&self) -> &'static str {
-        "Uncontended throughput"
-    }
-    fn id(&self) -> &'static str {
-        "throughput"
-    }
-    fn servers(&self) -> Servers {
-        Servers::Headline
-    }
-    fn uncontended(&self) -> bool {
-        true
-    }
     fn run(&mut self, env: &mut Env) {
         self.modes = throughput(env.srv, env.ctl, env.sizes, env.cfg, env.sha);
     }
@@ -377,53 +328,40 @@ impl Scenario for Throughput {
         for m in &self.modes {
             let d = m.depth;
             let r = m.acquire.ratio(&m.set_nx);
-            g.push(Goal {
-                goal: format!("-P {d}: LOCK.ACQUIRE >= 0.9x SET NX PX throughput"),
-                measured: format!(
-                    "{} ({} vs {} ops/s)",
-                    ratio(r),
-                    f(m.acquire.rate()),
-                    f(m.set_nx.rate())
-                ),
-                met: r >= 0.9,
-            });
+            g.push(Goal::ratio(
+                format!("-P {d}: LOCK.ACQUIRE >= 0.9x SET NX PX throughput"),
+                r,
+                (m.acquire.rate(), m.set_nx.rate()),
+                "ops/s",
+                r >= 0.9,
+            ));
             let r = m.release.ratio(&m.evalsha);
-            g.push(Goal {
-                goal: format!("-P {d}: LOCK.RELEASE >= 1.3x EVALSHA throughput"),
-                measured: format!(
-                    "{} ({} vs {} ops/s)",
-                    ratio(r),
-                    f(m.release.rate()),
-                    f(m.evalsha.rate())
-                ),
-                met: r >= 1.3,
-            });
-            let r = m.cycle_eval.cpu_us() / m.cycle_lock.cpu_us();
-            g.push(Goal {
-                goal: format!(
-                    "-P {d}: full cycle >= 2x cheaper in server CPU than SET NX PX + EVALSHA"
-                ),
-                measured: format!(
-                    "{} ({} vs {} us/cycle)",
-                    ratio(r),
-                    f(m.cycle_lock.cpu_us()),
-                    f(m.cycle_eval.cpu_us())
-                ),
-                met: r >= 2.0,
-            });
-            let r = m.cycle_lock.cpu_us() / m.cycle_del.cpu_us();
-            g.push(Goal {
-                goal: format!(
-                    "-P {d}: full cycle within 25% of the SET NX PX + DEL floor (server CPU)"
-                ),
-                measured: format!(
-                    "{} the floor ({} vs {} us/cycle)",
-                    ratio(r),
-                    f(m.cycle_lock.cpu_us()),
-                    f(m.cycle_del.cpu_us())
-                ),
-                met: r <= 1.25,
-            });
+            g.push(Goal::ratio(
+                format!("-P {d}: LOCK.RELEASE >= 1.3x EVALSHA throughput"),
+                r,
+                (m.release.rate(), m.evalsha.rate()),
+                "ops/s",
+                r >= 1.3,
+            ));
+            let (lock, eval, del) = (
+                m.cycle_lock.cpu_us(),
+                m.cycle_eval.cpu_us(),
+                m.cycle_del.cpu_us(),
+            );
+            g.push(Goal::ratio(
+                format!("-P {d}: full cycle >= 2x cheaper in server CPU than SET NX PX + EVALSHA"),
+                eval / lock,
+                (lock, eval),
+                "us/cycle",
+                eval / lock >= 2.0,
+            ));
+            g.push(Goal::ratio(
+                format!("-P {d}: full cycle within 25% of the SET NX PX + DEL floor (server CPU)"),
+                lock / del,
+                (lock, del),
+                "us/cycle",
+                lock / del <= 1.25,
+            ));
         }
         g
     }

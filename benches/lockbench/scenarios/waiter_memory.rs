@@ -8,12 +8,12 @@ use std::time::Duration;
 
 use redis::Connection;
 
-use super::memory::used_memory;
-use super::{Env, Scenario, Servers};
+use super::memory::{connected_clients, used_memory, wait_clients_gone};
+use super::{Env, Scenario};
 use crate::config::{Config, LONG_TTL_MS};
 use crate::load::resp;
 use crate::report::{f, num, obj, Json};
-use crate::server::{info_u64, wait_info, Server};
+use crate::server::{wait_info, Server};
 
 pub fn new() -> Box<dyn Scenario> {
     Box::new(WaiterMemory {
@@ -33,7 +33,7 @@ pub struct WaiterMemory {
 
 fn waiters(srv: &Server, ctl: &mut Connection, n: usize) -> [f64; 2] {
     eprintln!("[4] memory: {n} waiters");
-    let clients0 = info_u64(ctl, "clients", "connected_clients");
+    let clients0 = connected_clients(ctl);
     // Waiters: `waiters` connections each send PING (so each has a query buffer, as a blocked
     // client does), then a blocking command; the used_memory difference is the waiting state.
     // Both readings are taken within a second, before the server trims idle query buffers (2 s).
@@ -88,28 +88,13 @@ fn waiters(srv: &Server, ctl: &mut Connection, n: usize) -> [f64; 2] {
         let after = used_memory(ctl);
         per_waiter[slot] = (after - before) / n as f64;
         drop(socks);
-        wait_info(
-            ctl,
-            "clients",
-            "connected_clients",
-            Duration::from_secs(10),
-            |v| v <= clients0,
-        );
+        wait_clients_gone(ctl, clients0, 10);
         let _: () = redis::cmd("DEL").arg("mem:wait").query(ctl).expect("DEL");
     }
     per_waiter
 }
 
 impl Scenario for WaiterMemory {
-    fn title(&self) -> &'static str {
-        "Memory per blocked waiter"
-    }
-    fn id(&self) -> &'static str {
-        "waiter_memory"
-    }
-    fn servers(&self) -> Servers {
-        Servers::Matrix
-    }
     fn run(&mut self, env: &mut Env) {
         self.waiters = env.sizes.waiters;
         [self.lock_waiter_bytes, self.blpop_waiter_bytes] = waiters(env.srv, env.ctl, self.waiters);

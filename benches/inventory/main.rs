@@ -10,12 +10,14 @@
 //!
 //! Reported per recipe: orders per second, the wait (from the first acquire command to holding
 //! every item) at p50/p99/max, and the fewest and most orders one worker completed (starvation
-//! shows as a low minimum). The table goes to stdout and to `bench/inventory.md`.
+//! shows as a low minimum). The table goes to stdout and to `benches/results/inventory.md`
+//! (a smoke run: `target/bench/inventory.md`).
 //!
-//! Environment: `QUICK=1` runs 2 s per recipe instead of 10; `REDIS_SERVER` and
-//! `REDIS_LOCK_MODULE` as for the tests (the server is started by the tests' harness).
+//! Environment: `QUICK=1` runs 2 s per recipe instead of 10. A smoke run, or one picked out
+//! with `ONLY=inventory`, writes under `target/bench/`, never over the committed table; `REDIS_SERVER` and `REDIS_LOCK_MODULE` as for the tests (the
+//! server is started by the tests' harness).
 
-#[path = "../tests/common/mod.rs"]
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 use std::fmt::Write as _;
@@ -244,7 +246,15 @@ fn main() {
         );
     }
     print!("{out}");
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/inventory.md");
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    // Only a full `make bench` writes the committed table (as lockbench does).
+    let partial = std::env::var("ONLY").is_ok_and(|v| !v.is_empty());
+    let dir = root.join(if quick || partial {
+        "target/bench"
+    } else {
+        "benches/results"
+    });
+    let path = dir.join("inventory.md");
     let doc = format!(
         "# Inventory benchmark (`cargo bench --bench inventory`)\n\n{out}\nThe wait is from \
          the first acquire command of an order to holding all of its items. `LOCK.MACQUIRE` \
@@ -253,7 +263,8 @@ fn main() {
          worker; the sorted sequential recipes hold some items while waiting for others and \
          let later orders use free items first.\n"
     );
-    if let Err(e) = std::fs::write(&path, doc) {
-        eprintln!("inventory: cannot write {}: {e}", path.display());
+    match std::fs::create_dir_all(&dir).and_then(|()| std::fs::write(&path, doc)) {
+        Ok(()) => eprintln!("inventory: wrote {}", path.display()),
+        Err(e) => eprintln!("inventory: cannot write {}: {e}", path.display()),
     }
 }

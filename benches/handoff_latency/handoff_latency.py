@@ -2,7 +2,7 @@
 """Delay from LOCK.RELEASE to the queued waiter's grant, and from a holder's deadline to the
 waiter's grant, seen by redis-py clients on loopback.
 
-Usage: python3 bench/handoff_latency.py PORT   (a redis-server with the module loaded)
+Usage: python3 benches/handoff_latency/handoff_latency.py PORT   (a redis-server with the module loaded)
 The deadline figure is a lower bound: it counts from the moment the holder's acquire returned
 plus its ttl, and the server's deadline is no later than that.
 """

@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
 """Server instructions per operation of SHARED acquires against exclusive ones (issue 10's
 "uncontended SHARED within 10% of exclusive"), counted by callgrind the way
-`make bench-instructions` counts (it reuses bench/instructions.py: the difference of a LONG-
+`make bench-instructions` counts (it reuses instructions.py beside it: the difference of a LONG-
 and a SHORT-operation `redis-cli --pipe` run, distinct keys, every reply checked).
 
-    python3 bench/instructions_shared.py        # about 15 minutes on 2 busy cores
+    python3 benches/instructions/instructions_shared.py   # about 15 minutes on 2 busy cores
 
-Writes bench/instructions_shared.md and keeps per-function profiles under
+Writes benches/results/instructions_shared.md and keeps per-function profiles under
 target/bench-instructions/shared/. Environment as for instructions.py: REDIS_SERVERS,
-REDIS_LOCK_MODULE, SETTINGS (default "bare aof+replica"), SHORT/LONG.
+REDIS_LOCK_MODULE, SETTINGS (default "bare aof+replica"), SHORT/LONG, QUICK=1; a smoke run or
+one with SETTINGS, SHORT or LONG set writes under target/bench-instructions/shared/ instead.
 """
 
 import os
@@ -46,18 +47,16 @@ def main():
     servers = [s.split("=", 1) for s in
                os.environ.get("REDIS_SERVERS", "redis-7.0=/usr/bin/redis-server").split()]
     module = Path(os.environ.get("REDIS_LOCK_MODULE", I.ROOT / "target/release/libredis_lock.so"))
-    settings = os.environ.get("SETTINGS", "bare aof+replica").split()
+    settings = (os.environ.get("SETTINGS") or ("aof" if I.QUICK else "bare aof+replica")).split()
     I.OUT.mkdir(parents=True, exist_ok=True)
     ops = I.LONG - I.SHORT
-    lines = [
+    lines = I.table_head(
         f"Server instructions per operation (difference of a {I.LONG}- and a {I.SHORT}-operation "
-        f"run under callgrind), by `python3 bench/instructions_shared.py` on "
+        f"run under callgrind), by `python3 benches/instructions/instructions_shared.py` on "
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.",
-        "",
-        "| server | setting | " + " | ".join(SHARED[c][0] for c in SHARED)
-        + " | SHARED / exclusive cycle | SHARED / exclusive acquire |",
-        "|---|---|" + "---|" * (len(SHARED) + 2),
-    ]
+        SHARED,
+        ["SHARED / exclusive cycle", "SHARED / exclusive acquire"],
+    )
     for name, path in servers:
         for setting in settings:
             r = {}
@@ -73,8 +72,11 @@ def main():
                 + " | ".join(f"{r[c] / 1000:.1f}k" for c in SHARED)
                 + f" | {r['shared_cycle'] / r['cycle']:.2f}x"
                 + f" | {r['shared_acquire'] / r['acquire']:.2f}x |")
-    (I.ROOT / "bench" / "instructions_shared.md").write_text("\n".join(lines) + "\n")
+    # results_dir() is I.OUT (now .../shared) for a smoke run or a subset.
+    out = I.results_dir() / "instructions_shared.md"
+    out.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
+    print(f"wrote {out.relative_to(I.ROOT)}")
 
 
 if __name__ == "__main__":

