@@ -38,9 +38,11 @@ use crate::{state, stats};
 use std::time::Instant;
 
 mod callbacks;
+mod deferred;
 mod multi;
 
 use callbacks::{disconnect_callback, free_outcome, reply_callback, timeout_callback};
+use deferred::{defer, run};
 pub use multi::block_set;
 
 /// A lock key: database number and key name.
@@ -115,9 +117,6 @@ thread_local! {
     static QUEUED_KEYS: Cell<usize> = const { Cell::new(0) };
     static PENDING: RefCell<Vec<Work>> = const { RefCell::new(Vec::new()) };
     static PENDING_ARMED: Cell<bool> = const { Cell::new(false) };
-    /// Work that found writes paused, in the order it came; run again when the pause ends.
-    static HELD: RefCell<Vec<Work>> = const { RefCell::new(Vec::new()) };
-    static HELD_ARMED: Cell<bool> = const { Cell::new(false) };
     static NEXT_WAITER_ID: Cell<u64> = const { Cell::new(0) };
     /// A context of our own for creating timers where Redis gives us none (unlink callbacks).
     static DETACHED: Cell<*mut raw::RedisModuleCtx> = const { Cell::new(std::ptr::null_mut()) };
@@ -679,70 +678,6 @@ fn revoke(ctx: *mut raw::RedisModuleCtx, qk: &QueueKey, token: u64) {
     if let Err(e) = revoked {
         logging::log_warning(format!("redis-lock: revoke failed: {e}"));
     }
-}
-
-/// Queue deferred work and make sure the zero-delay timer that runs it is armed.
-fn defer(ctx: *mut raw::RedisModuleCtx, work: Work) {
-    PENDING.with(|p| p.borrow_mut().push(work));
-    if !PENDING_ARMED.with(|a| a.replace(true)) {
-        // SAFETY: the callback matches RedisModuleTimerProc and takes no data.
-        unsafe {
-            raw::RedisModule_CreateTimer.unwrap()(ctx, 0, Some(pending_timer), std::ptr::null_mut())
-        };
-    }
-}
-
-extern "C" fn pending_timer(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
-    guard::callback("deferred work", (), || {
-        PENDING_ARMED.with(|a| a.set(false));
-        let work = PENDING.with(|p| std::mem::take(&mut *p.borrow_mut()));
-        run(ctx, work);
-    })
-}
-
-/// Do deferred work now, or, while writes are paused, hold it (after whatever is held already,
-/// so the order stays) until the pause ends.
-fn run(ctx: *mut raw::RedisModuleCtx, mut work: Vec<Work>) {
-    if HELD_ARMED.with(Cell::get) || pause::writes_paused() {
-        HELD.with(|h| h.borrow_mut().append(&mut work));
-        if !HELD_ARMED.with(|a| a.replace(true)) {
-            arm_held_timer(ctx);
-        }
-        return;
-    }
-    work.dedup_by(|a, b| matches!((a, b), (Work::Settle(x), Work::Settle(y)) if x == y));
-    for item in work {
-        match item {
-            Work::Settle(qk) => settle(ctx, &qk),
-            Work::Revoke(qk, token) => revoke(ctx, &qk, token),
-        }
-    }
-}
-
-fn arm_held_timer(ctx: *mut raw::RedisModuleCtx) {
-    // SAFETY: the callback matches RedisModuleTimerProc and takes no data.
-    unsafe {
-        raw::RedisModule_CreateTimer.unwrap()(
-            ctx,
-            pause::POLL_MS,
-            Some(held_timer),
-            std::ptr::null_mut(),
-        )
-    };
-}
-
-/// Polls while work is held: when writes are allowed again, runs it all in order.
-extern "C" fn held_timer(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
-    guard::callback("held work", (), || {
-        pause::refresh_server_clock(ctx);
-        if pause::writes_paused() {
-            arm_held_timer(ctx);
-            return;
-        }
-        HELD_ARMED.with(|a| a.set(false));
-        let work = HELD.with(|h| std::mem::take(&mut *h.borrow_mut()));
-        run(ctx, work);
-    })
 }
 
 /// A lock key left the keyspace (called from the type's unlink callback, in the middle of the

@@ -11,7 +11,7 @@
 //!
 //! - the deadline timer of a queue (`blocking::deadline_timer`): a handoff at a holder's deadline,
 //!   exclusive, shared or to a `LOCK.MACQUIRE` set, with the pruning of expired holders it does;
-//! - the deferred work (`blocking::pending_timer`), which is where every other trigger lands:
+//! - the deferred work (`blocking::deferred`), which is where every other trigger lands:
 //!   a lock key unlinked by `DEL`, `RENAME`, `RESTORE ... REPLACE`, `MOVE`, expiry or eviction, a
 //!   flush or `SWAPDB`; a waiter that left the head of a queue (its `BLOCK` timeout, a disconnect,
 //!   `CLIENT UNBLOCK`), which may let the next one in; and the revoke of a grant whose client went
@@ -19,7 +19,7 @@
 //!
 //! The callbacks that only answer clients (a `BLOCK` timeout's nil, the errors of a demotion to
 //! replica) write nothing and stay as they are. Work that finds writes paused is held, in
-//! order, and a poll timer runs it again the moment the pause is over.
+//! order (`blocking::deferred::run`), and a poll timer runs it again the moment the pause is over.
 //!
 //! How the end is seen: `RedisModule_AvoidReplicaTraffic()` is true during any of these pauses on
 //! every server of the matrix, and it ends the pause itself once its end time has passed. On

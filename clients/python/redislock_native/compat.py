@@ -114,6 +114,28 @@ class _Common:
             return self._not_owned(what)
         return error
 
+    def _owned_call(self, what, call):
+        """``call()``, with a ``WRONGTYPE`` reply raised as ``LockNotOwnedError``."""
+        try:
+            return call()
+        except ResponseError as e:
+            raise self._lost_if_wrongtype(what, e) from e
+
+    async def _aowned_call(self, what, call):
+        """``await call()``, with a ``WRONGTYPE`` reply raised as ``LockNotOwnedError``."""
+        try:
+            return await call()
+        except ResponseError as e:
+            raise self._lost_if_wrongtype(what, e) from e
+
+    def _extend_command(self, held, additional_time, replace_ttl):
+        """The call that extends ``held``: ``LOCK.EXTEND`` to the new time, or the script that
+        adds it to what is left."""
+        ms = int(additional_time * 1000)
+        if replace_ttl:
+            return lambda: self.redis.execute_command("LOCK.EXTEND", self.name, held.owner, ms)
+        return lambda: self.redis.eval(_EXTEND_ADD_LUA, 1, self.name, held.owner, ms)
+
     def _not_owned(self, what):
         return _wire.lock_error(LockNotOwnedError, f"Cannot {what} a lock that's no longer owned", self.name)
 
@@ -175,36 +197,20 @@ class RedisPyLock(_Common):
         """Release; LockError if not acquired here, LockNotOwnedError if it was lost."""
         held = self._held("release")
         self.local.token = self.local.held = None
-        try:
-            released = held.release()
-        except ResponseError as e:
-            raise self._lost_if_wrongtype("release", e) from e
-        if not released:
+        if not self._owned_call("release", held.release):
             raise self._not_owned("release")
 
     def extend(self, additional_time, replace_ttl=False):
         """Add ``additional_time`` seconds to the remaining time (or replace it)."""
         held = self._held("extend")
-        ms = int(additional_time * 1000)
-        try:
-            if replace_ttl:
-                ok = self.redis.execute_command("LOCK.EXTEND", self.name, held.owner, ms)
-            else:
-                ok = self.redis.eval(_EXTEND_ADD_LUA, 1, self.name, held.owner, ms)
-        except ResponseError as e:
-            raise self._lost_if_wrongtype("extend", e) from e
-        if ok != 1:
+        if self._owned_call("extend", self._extend_command(held, additional_time, replace_ttl)) != 1:
             raise self._not_owned("extend")
         return True
 
     def reacquire(self):
         """Reset the remaining time to ``timeout``."""
         held = self._held("reacquire")
-        try:
-            extended = held.extend()
-        except ResponseError as e:
-            raise self._lost_if_wrongtype("reacquire", e) from e
-        if not extended:
+        if not self._owned_call("reacquire", held.extend):
             raise self._not_owned("reacquire")
         return True
 
@@ -251,11 +257,7 @@ class AsyncRedisPyLock(_Common):
     async def release(self):
         held = self._held("release")
         self.local.token = self.local.held = None
-        try:
-            released = await held.release()
-        except ResponseError as e:
-            raise self._lost_if_wrongtype("release", e) from e
-        if not released:
+        if not await self._aowned_call("release", held.release):
             raise self._not_owned("release")
 
     def extend(self, additional_time, replace_ttl=False):
@@ -263,15 +265,7 @@ class AsyncRedisPyLock(_Common):
         return self._extend(self._held("extend"), additional_time, replace_ttl)
 
     async def _extend(self, held, additional_time, replace_ttl):
-        ms = int(additional_time * 1000)
-        try:
-            if replace_ttl:
-                ok = await self.redis.execute_command("LOCK.EXTEND", self.name, held.owner, ms)
-            else:
-                ok = await self.redis.eval(_EXTEND_ADD_LUA, 1, self.name, held.owner, ms)
-        except ResponseError as e:
-            raise self._lost_if_wrongtype("extend", e) from e
-        if ok != 1:
+        if await self._aowned_call("extend", self._extend_command(held, additional_time, replace_ttl)) != 1:
             raise self._not_owned("extend")
         return True
 
@@ -280,10 +274,6 @@ class AsyncRedisPyLock(_Common):
         return self._reacquire(self._held("reacquire"))
 
     async def _reacquire(self, held):
-        try:
-            extended = await held.extend()
-        except ResponseError as e:
-            raise self._lost_if_wrongtype("reacquire", e) from e
-        if not extended:
+        if not await self._aowned_call("reacquire", held.extend):
             raise self._not_owned("reacquire")
         return True
