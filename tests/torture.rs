@@ -95,6 +95,7 @@ scenarios![
     restore_truncated_dump,
     failover_async,
     failover_wait,
+    failover_durable,
     maxmemory_noeviction,
     maxmemory_allkeys_lru,
     acl,

@@ -37,6 +37,27 @@ pub fn failover_wait() -> Scenario {
     .may_lose_writes()
 }
 
+pub fn failover_durable() -> Scenario {
+    Scenario::new(
+        "failover_durable",
+        "as failover_wait, as the clients' durable=1 does it (WAIT 1 100, the replica stopped \
+         50-300 ms): a grant WAIT did not see acknowledged is released at once and never used; \
+         every acknowledged hold must survive promotion",
+        |env| failovers(env, (50, 300), Survival::WaitAcked),
+    )
+    .server_args(FORENSIC_AOF)
+    .with_replica()
+    .workload(Config {
+        keys: 6,
+        ttl_ms: (300, 2000),
+        expire_share: 0.3,
+        wait_replicas: true,
+        durable: true,
+        ..Config::default()
+    })
+    .may_lose_writes()
+}
+
 /// Every 0.4-0.8 s: stop the replica for `stop_ms`, kill -9 the primary, continue the replica,
 /// `REPLICAOF NO ONE`, read its holds (before the workload can reach it), point the workload
 /// at it and give it a new replica. Tokens the dead primary issued are known from its AOF.

@@ -118,6 +118,9 @@ pub struct Config {
     pub disconnect_share: f64,
     /// `WAIT 1 1000` after each grant.
     pub wait_replicas: bool,
+    /// With `wait_replicas`: a grant that `WAIT` did not see acknowledged is released at once
+    /// and never used, as the clients' `durable` option does.
+    pub durable: bool,
     /// Share of lock attempts that take 2 or 3 keys (in random order) at once with
     /// `LOCK.MACQUIRE`; each key granted is then held on its own, one after the other. Their
     /// owners end in [`MULTI_SUFFIX`].
@@ -144,6 +147,7 @@ impl Default for Config {
             gap_ms: (0, 2),
             disconnect_share: 0.0,
             wait_replicas: false,
+            durable: false,
             multi_share: 0.0,
         }
     }
