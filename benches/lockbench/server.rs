@@ -101,6 +101,11 @@ impl Server {
         Ok(con)
     }
 
+    /// True in the production setting: a replica is attached.
+    pub fn has_replica(&self) -> bool {
+        self.replica.is_some()
+    }
+
     pub fn connect(&self) -> Connection {
         self.try_connect()
             .unwrap_or_else(|e| panic!("cannot connect to 127.0.0.1:{}: {e}", self.port))

@@ -13,6 +13,7 @@ use crate::report::{Goal, Json};
 use crate::server::Server;
 
 pub mod contention;
+pub mod durable;
 pub mod expiry;
 pub mod memory;
 pub mod module_tax;
@@ -74,6 +75,13 @@ pub const ALL: &[Entry] = &[
         servers: Servers::First,
         uncontended: false,
         make: expiry::new,
+    },
+    Entry {
+        id: "durable",
+        title: "Durable grants (durable=1, one replica)",
+        servers: Servers::First,
+        uncontended: true,
+        make: durable::new,
     },
     Entry {
         id: "memory",
