@@ -7,7 +7,7 @@
 //! - [`Acquisition`]: one call of an `acquire*` method: its request, then [`Acquisition::settle`]
 //!   decides from the reply what the caller gets and what must be cleaned up.
 //! - [`Hold`]: a granted lock: its keys, owner, tokens and TTL, and the commands that release,
-//!   extend and check it.
+//!   extend and check it, and that fence a write with its token.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -220,6 +220,32 @@ impl Hold {
             Target::One { key, .. } => command::fence(key, self.token()),
             Target::Many { keys } => command::fence_all(keys, &self.tokens),
         }
+    }
+
+    /// The fenced write of `write` with this hold's token ([`command::fenced`]). `lock` names
+    /// the key whose token fences it: `None` for a single-key hold (refused for several keys,
+    /// each of which has a token of its own), or one of the keys.
+    pub(crate) fn fenced<T: redis::FromRedisValue + 'static>(
+        &self,
+        lock: Option<&str>,
+        write: &redis::Cmd,
+    ) -> Result<Command<T>, Error> {
+        let (key, token) = match (&self.target, lock) {
+            (Target::One { key, .. }, None) => (key.as_str(), self.token()),
+            (Target::Many { .. }, None) => {
+                return Err(Error::InvalidArgument(
+                    "a MultiLock guard holds several keys, each with its own token: fence with \
+                     one of them, guard.fenced_by(key, command)",
+                ))
+            }
+            (target, Some(lock)) => {
+                let i = target.keys().iter().position(|k| k == lock).ok_or(
+                    Error::InvalidArgument("fenced_by needs one of the guard's keys"),
+                )?;
+                (lock, self.tokens[i])
+            }
+        };
+        command::fenced(key, token, write)
     }
 
     /// The renewal the watchdog sends: an extend with the current TTL.

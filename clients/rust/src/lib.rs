@@ -145,7 +145,8 @@ pub(crate) mod watchdog;
 
 pub use client::{Client, DEFAULT_CONNECT_TIMEOUT, DEFAULT_IO_TIMEOUT};
 pub use error::{Error, RedlockError};
-pub use guard::Guard;
+pub use command::{FENCED_CALL_LUA, FENCE_CHECK_LUA};
+pub use guard::{fenced_call, Guard};
 pub use locks::{MultiLock, ReadWriteLock, Semaphore};
 pub use redlock::{
     Redlock, RedlockGuard, DEFAULT_MASTER_CONNECT_TIMEOUT, DEFAULT_MASTER_IO_TIMEOUT,

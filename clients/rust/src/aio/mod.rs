@@ -41,7 +41,7 @@ mod redlock;
 mod watchdog;
 
 pub use client::Client;
-pub use guard::Guard;
+pub use guard::{fenced_call, Guard};
 pub use redlock::{Redlock, RedlockGuard};
 
 /// [`crate::Semaphore`] on an async [`Client`]: `Semaphore::new(&client, key, limit)`.
