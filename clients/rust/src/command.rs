@@ -11,12 +11,15 @@ use redis::{RedisResult, Value};
 
 use crate::error::Error;
 
+/// Turns a reply, or the error it came as, into a command's result.
+type Reader<T> = Box<dyn Fn(Result<Value, Error>) -> Result<T, Error> + Send + Sync>;
+
 /// A lock command and the reader of its reply.
 pub(crate) struct Command<T> {
     /// The request.
     pub(crate) cmd: redis::Cmd,
     /// Turns the reply, or the error it came as, into the command's result.
-    parse: Box<dyn Fn(Result<Value, Error>) -> Result<T, Error> + Send + Sync>,
+    parse: Reader<T>,
 }
 
 impl<T: 'static> Command<T> {

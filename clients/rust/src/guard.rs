@@ -141,7 +141,10 @@ impl Guard {
     ///
     /// As for every command of the client, a pooled connection that turns out closed on first
     /// use is replaced once and the command sent again on the new one.
-    pub fn fenced<T: redis::FromRedisValue + 'static>(&self, write: &redis::Cmd) -> Result<T, Error> {
+    pub fn fenced<T: redis::FromRedisValue + 'static>(
+        &self,
+        write: &redis::Cmd,
+    ) -> Result<T, Error> {
         self.run(&self.hold.fenced(None, write)?)
     }
 

@@ -230,21 +230,20 @@ impl Hold {
         lock: Option<&str>,
         write: &redis::Cmd,
     ) -> Result<Command<T>, Error> {
-        let (key, token) = match (&self.target, lock) {
-            (Target::One { key, .. }, None) => (key.as_str(), self.token()),
-            (Target::Many { .. }, None) => {
-                return Err(Error::InvalidArgument(
+        let (key, token) =
+            match (&self.target, lock) {
+                (Target::One { key, .. }, None) => (key.as_str(), self.token()),
+                (Target::Many { .. }, None) => return Err(Error::InvalidArgument(
                     "a MultiLock guard holds several keys, each with its own token: fence with \
                      one of them, guard.fenced_by(key, command)",
-                ))
-            }
-            (target, Some(lock)) => {
-                let i = target.keys().iter().position(|k| k == lock).ok_or(
-                    Error::InvalidArgument("fenced_by needs one of the guard's keys"),
-                )?;
-                (lock, self.tokens[i])
-            }
-        };
+                )),
+                (target, Some(lock)) => {
+                    let i = target.keys().iter().position(|k| k == lock).ok_or(
+                        Error::InvalidArgument("fenced_by needs one of the guard's keys"),
+                    )?;
+                    (lock, self.tokens[i])
+                }
+            };
         command::fenced(key, token, write)
     }
 

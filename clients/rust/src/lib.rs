@@ -144,8 +144,8 @@ mod redlock;
 pub(crate) mod watchdog;
 
 pub use client::{Client, DEFAULT_CONNECT_TIMEOUT, DEFAULT_IO_TIMEOUT};
-pub use error::{Error, RedlockError};
 pub use command::{FENCED_CALL_LUA, FENCE_CHECK_LUA};
+pub use error::{Error, RedlockError};
 pub use guard::{fenced_call, Guard};
 pub use locks::{MultiLock, ReadWriteLock, Semaphore};
 pub use redlock::{
