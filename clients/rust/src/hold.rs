@@ -230,21 +230,19 @@ impl Hold {
         lock: Option<&str>,
         write: &redis::Cmd,
     ) -> Result<Command<T>, Error> {
-        let (key, token) =
-            match (&self.target, lock) {
-                (Target::One { key, .. }, None) => (key.as_str(), self.token()),
-                (Target::Many { .. }, None) => return Err(Error::InvalidArgument(
-                    "a MultiLock guard holds several keys, each with its own token: fence with \
-                     one of them, guard.fenced_by(key, command)",
-                )),
-                (target, Some(lock)) => {
-                    let i = target.keys().iter().position(|k| k == lock).ok_or(
-                        Error::InvalidArgument("fenced_by needs one of the guard's keys"),
-                    )?;
-                    (lock, self.tokens[i])
-                }
-            };
-        command::fenced(key, token, write)
+        let key = match (lock, &self.target) {
+            (Some(lock), _) => lock,
+            (None, Target::One { key, .. }) => key,
+            (None, Target::Many { .. }) => return Err(Error::InvalidArgument(FENCE_WHICH_KEY)),
+        };
+        let i = self
+            .keys()
+            .iter()
+            .position(|k| k == key)
+            .ok_or(Error::InvalidArgument(
+                "fenced_by needs one of the guard's keys",
+            ))?;
+        command::fenced(key, self.tokens[i], write)
     }
 
     /// The renewal the watchdog sends: an extend with the current TTL.
@@ -273,6 +271,11 @@ impl Hold {
         }
     }
 }
+
+/// The refusal of `fenced` on a guard of several keys (the Python package's `MultiLock.fenced`
+/// refuses too).
+const FENCE_WHICH_KEY: &str = "a MultiLock guard holds several keys, each with its own token: \
+                               fence with one of them, guard.fenced_by(key, command)";
 
 /// How many replicas a durable client waits for after each grant, and for how long.
 #[derive(Clone, Copy, Debug)]
