@@ -11,18 +11,31 @@ use redis::{RedisResult, Value};
 
 use crate::error::Error;
 
+/// Turns a reply, or the error it came as, into a command's result.
+type Reader<T> = Box<dyn Fn(Result<Value, Error>) -> Result<T, Error> + Send + Sync>;
+
 /// A lock command and the reader of its reply.
 pub(crate) struct Command<T> {
     /// The request.
     pub(crate) cmd: redis::Cmd,
-    /// Turns the reply into the command's result.
-    parse: Box<dyn Fn(Value) -> Result<T, Error> + Send + Sync>,
+    /// Turns the reply, or the error it came as, into the command's result.
+    parse: Reader<T>,
 }
 
 impl<T: 'static> Command<T> {
+    /// A command whose error replies are the caller's errors as they are.
     fn new(
         cmd: redis::Cmd,
         parse: impl Fn(Value) -> Result<T, Error> + Send + Sync + 'static,
+    ) -> Self {
+        Command::reading_errors(cmd, move |reply| parse(reply?))
+    }
+
+    /// A command that also reads its errors (a fenced write turns `STALE` into
+    /// [`Error::StaleToken`]).
+    fn reading_errors(
+        cmd: redis::Cmd,
+        parse: impl Fn(Result<Value, Error>) -> Result<T, Error> + Send + Sync + 'static,
     ) -> Self {
         Command {
             cmd,
@@ -31,20 +44,20 @@ impl<T: 'static> Command<T> {
     }
 
     /// Send the command on a sync connection and read its reply.
-    pub(crate) fn run(&self, conn: &mut redis::Connection) -> Result<T, Error> {
+    pub(crate) fn run(&self, conn: &mut dyn redis::ConnectionLike) -> Result<T, Error> {
         self.read(self.cmd.query(conn))
     }
 
     /// Read the command's reply (an error reply arrives as `Err`, as `Cmd::query` and
     /// `Cmd::query_async` return it).
     pub(crate) fn read(&self, reply: RedisResult<Value>) -> Result<T, Error> {
-        (self.parse)(reply.map_err(Error::from_redis)?)
+        (self.parse)(reply.map_err(Error::from_redis))
     }
 
     /// The same request, its result turned into another by `f`.
     pub(crate) fn map<U: 'static>(self, f: impl Fn(T) -> U + Send + Sync + 'static) -> Command<U> {
         let parse = self.parse;
-        Command::new(self.cmd, move |reply| parse(reply).map(&f))
+        Command::reading_errors(self.cmd, move |reply| parse(reply).map(&f))
     }
 }
 
@@ -185,6 +198,90 @@ pub(crate) fn fence(key: &str, token: u64) -> Command<bool> {
     let mut cmd = redis::cmd("LOCK.FENCE");
     cmd.arg(key).arg(token);
     Command::new(cmd, |reply| zero_or_one("LOCK.FENCE", reply))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Fenced writes: one command that runs only while a token is the live hold on a lock.
+
+/// The text of [`FENCE_CHECK_LUA`], as a macro so that [`FENCED_CALL_LUA`] can be built from it
+/// with `concat!`.
+macro_rules! fence_check_lua {
+    () => {
+        "\
+if redis.call('LOCK.FENCE', KEYS[1], ARGV[1]) ~= 1 then
+    return redis.error_reply('STALE token ' .. ARGV[1] .. ' is not the live hold on ' .. KEYS[1])
+end
+"
+    };
+}
+
+/// The check to put first in a script of your own: `KEYS[1]` the lock, `ARGV[1]` the token (as
+/// a string). It answers `STALE token <token> is not the live hold on <lock>` unless the token
+/// is a live holder's.
+///
+/// The same text as `FENCE_CHECK_LUA` in the Python package (`redislock_native/fence.py`) and
+/// the Node package (`lib/fence.js`): a fenced write behaves the same from every client (the
+/// test `the_scripts_are_the_python_and_node_packages_scripts` in `tests/fenced.rs` compares
+/// them).
+pub const FENCE_CHECK_LUA: &str = fence_check_lua!();
+
+/// [`FENCE_CHECK_LUA`], then one command on one key: `KEYS[1]` the lock, `KEYS[2]` the key
+/// written, `ARGV[1]` the token, `ARGV[2]` the command, `ARGV[3..]` its other arguments.
+/// [`Guard::fenced`](crate::Guard::fenced) and [`fenced_call`](crate::fenced_call) send it.
+///
+/// The same text as `FENCED_CALL_LUA` in the Python and Node packages (see
+/// [`FENCE_CHECK_LUA`]): keep them in step.
+pub const FENCED_CALL_LUA: &str = concat!(
+    fence_check_lua!(),
+    "\
+-- KEYS[2] the key written, ARGV[2] the command, ARGV[3..] its other arguments.
+return redis.call(ARGV[2], KEYS[2], unpack(ARGV, 3))
+"
+);
+
+/// `EVAL FENCED_CALL_LUA 2 lock key token name args...` for `write` = `name key args...`: the
+/// command's reply as `T`, or [`Error::StaleToken`] when `token` is not the live hold on
+/// `lock`. A command without a key, or with a cursor argument, is refused before sending.
+pub(crate) fn fenced<T: redis::FromRedisValue + 'static>(
+    lock: &str,
+    token: u64,
+    write: &redis::Cmd,
+) -> Result<Command<T>, Error> {
+    let mut parts = Vec::with_capacity(write.args_iter().len());
+    for arg in write.args_iter() {
+        match arg {
+            redis::Arg::Simple(bytes) => parts.push(bytes),
+            redis::Arg::Cursor => {
+                return Err(Error::InvalidArgument(
+                    "a fenced command cannot have a cursor argument",
+                ))
+            }
+        }
+    }
+    let [name, key, args @ ..] = parts.as_slice() else {
+        return Err(Error::InvalidArgument(
+            "a fenced command needs a name and a key: `redis::cmd(\"SET\").arg(key).arg(value)`",
+        ));
+    };
+    let mut cmd = redis::cmd("EVAL");
+    cmd.arg(FENCED_CALL_LUA)
+        .arg(2)
+        .arg(lock)
+        .arg(*key)
+        .arg(token)
+        .arg(*name);
+    for arg in args {
+        cmd.arg(*arg);
+    }
+    let lock = lock.to_string();
+    Ok(Command::reading_errors(cmd, move |reply| match reply {
+        Ok(value) => T::from_redis_value(&value).map_err(|_| unexpected("a fenced command", value)),
+        Err(Error::Server(e)) if e.code() == Some("STALE") => Err(Error::StaleToken {
+            lock: lock.clone(),
+            token,
+        }),
+        Err(e) => Err(e),
+    }))
 }
 
 /// `CLIENT ID` -> this connection's client id.

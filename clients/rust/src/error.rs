@@ -21,7 +21,9 @@ pub enum Error {
     /// The server answered with an error reply, e.g. `WRONGTYPE` (the key is not a lock) or
     /// `ERR unknown command` (the module is not loaded). Nothing changed on the server.
     Server(redis::RedisError),
-    /// The server answered with a reply of a type the command never sends.
+    /// The server answered with a reply of a type the command never sends; for a fenced write
+    /// ([`Guard::fenced`](crate::Guard::fenced)), a reply that is not of the type asked for
+    /// (the write did run).
     UnexpectedReply {
         /// The command, e.g. `LOCK.ACQUIRE`.
         command: &'static str,
@@ -44,6 +46,17 @@ pub enum Error {
         /// ([`Client::with_owner`](crate::Client::with_owner)): the hold may then be one the
         /// caller had before (an idempotent retry), so it is left alone.
         released: bool,
+    },
+    /// A fenced write ([`Guard::fenced`](crate::Guard::fenced),
+    /// [`fenced_call`](crate::fenced_call)) was refused: `token` is not the live hold on `lock`
+    /// (the lock expired, was released, or is someone else's now). The command did not run.
+    /// Its text is the server's refusal, `STALE token <token> is not the live hold on <lock>`,
+    /// as the Python and Node packages' `StaleTokenError` reads.
+    StaleToken {
+        /// The lock's key.
+        lock: String,
+        /// The token that was refused.
+        token: u64,
     },
 }
 
@@ -99,6 +112,9 @@ impl fmt::Display for Error {
                     ),
                 }
             }
+            Error::StaleToken { lock, token } => {
+                write!(f, "STALE token {token} is not the live hold on {lock}")
+            }
         }
     }
 }
@@ -110,7 +126,8 @@ impl std::error::Error for Error {
             Error::Spawn(e) => Some(e),
             Error::UnexpectedReply { .. }
             | Error::InvalidArgument(_)
-            | Error::NotDurable { .. } => None,
+            | Error::NotDurable { .. }
+            | Error::StaleToken { .. } => None,
         }
     }
 }

@@ -119,6 +119,46 @@ impl Guard {
         self.run(&self.hold.fence())
     }
 
+    /// Run `write` only while this hold's token is the live one, in one atomic step on the server:
+    /// `EVAL` of [`FENCED_CALL_LUA`](crate::FENCED_CALL_LUA), which calls `LOCK.FENCE key token`
+    /// and then the command. A holder that paused past its deadline (GC, swap, SIGSTOP) and
+    /// lost the lock meanwhile cannot write late: the server refuses.
+    ///
+    /// `write` is a command whose first argument is the key it writes, e.g.
+    /// `guard.fenced::<()>(redis::cmd("SET").arg("invoice:42:total").arg(100))`; that key is the
+    /// script's `KEYS[2]` (in a cluster, give it the lock's hash tag: `{invoice:42}` and
+    /// `{invoice:42}:total`).
+    ///
+    /// - `Ok(reply)`: the command ran; its reply as a script returns it (Lua's conversions:
+    ///   nil is `Value::Nil`, `OK` a status), read as `T` (`redis::Value` to take it as it is).
+    /// - [`Error::StaleToken`]: the token is not the live hold (expired, released, someone
+    ///   else's now); the command did not run.
+    /// - [`Error::Server`]: the command's own error reply (e.g. `WRONGTYPE`), or `LOCK.FENCE`'s
+    ///   (the lock key is not a lock).
+    /// - [`Error::InvalidArgument`], before sending: `write` has no key, or this guard holds
+    ///   several keys ([`MultiLock`](crate::MultiLock)): fence with one of them,
+    ///   [`Guard::fenced_by`].
+    ///
+    /// As for every command of the client, a pooled connection that turns out closed on first
+    /// use is replaced once and the command sent again on the new one.
+    pub fn fenced<T: redis::FromRedisValue + 'static>(
+        &self,
+        write: &redis::Cmd,
+    ) -> Result<T, Error> {
+        self.run(&self.hold.fenced(None, write)?)
+    }
+
+    /// [`Guard::fenced`] with the token of `lock`, one of [`Guard::keys`]: how a
+    /// [`MultiLock`](crate::MultiLock) guard fences a write, with the token of the key that
+    /// guards it ([`Error::InvalidArgument`] for a key the guard does not hold).
+    pub fn fenced_by<T: redis::FromRedisValue + 'static>(
+        &self,
+        lock: &str,
+        write: &redis::Cmd,
+    ) -> Result<T, Error> {
+        self.run(&self.hold.fenced(Some(lock), write)?)
+    }
+
     /// Start renewing the lock every third of its TTL ([`Guard::ttl`]) in a background thread.
     ///
     /// The watchdog stops when the guard is released or dropped, including when a panic unwinds
@@ -217,6 +257,36 @@ impl Drop for Guard {
             report_release_failure(self.hold.keys(), &e);
         }
     }
+}
+
+/// Run `write` only while `token` is the live hold on `lock`, on a connection of your own: the
+/// fenced write of [`Guard::fenced`] for a token held elsewhere (another process, a job record),
+/// with the same replies and errors. It is the Python package's `fenced_call(client, lock_key,
+/// token, command, key, *args)`, with the command and its key in `write`.
+///
+/// ```no_run
+/// # fn main() -> Result<(), redis_lock_client::Error> {
+/// let mut conn = redis::Client::open("redis://127.0.0.1:6379/")
+///     .and_then(|c| c.get_connection())
+///     .expect("connected");
+/// let token = 3678192830795776; // handed over by the holder
+/// let stock: i64 = redis_lock_client::fenced_call(
+///     &mut conn,
+///     "{sku:42}:lock",
+///     token,
+///     redis::cmd("DECRBY").arg("{sku:42}:stock").arg(1),
+/// )?;
+/// # let _ = stock;
+/// # Ok(())
+/// # }
+/// ```
+pub fn fenced_call<T: redis::FromRedisValue + 'static>(
+    conn: &mut impl redis::ConnectionLike,
+    lock: &str,
+    token: u64,
+    write: &redis::Cmd,
+) -> Result<T, Error> {
+    command::fenced(lock, token, write)?.run(conn)
 }
 
 /// `Debug` for a guard type with the methods of [`guard_accessors`], a field `watchdog` and

@@ -7,7 +7,7 @@
 //! - [`Acquisition`]: one call of an `acquire*` method: its request, then [`Acquisition::settle`]
 //!   decides from the reply what the caller gets and what must be cleaned up.
 //! - [`Hold`]: a granted lock: its keys, owner, tokens and TTL, and the commands that release,
-//!   extend and check it.
+//!   extend and check it, and that fence a write with its token.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -222,6 +222,29 @@ impl Hold {
         }
     }
 
+    /// The fenced write of `write` with this hold's token ([`command::fenced`]). `lock` names
+    /// the key whose token fences it: `None` for a single-key hold (refused for several keys,
+    /// each of which has a token of its own), or one of the keys.
+    pub(crate) fn fenced<T: redis::FromRedisValue + 'static>(
+        &self,
+        lock: Option<&str>,
+        write: &redis::Cmd,
+    ) -> Result<Command<T>, Error> {
+        let key = match (lock, &self.target) {
+            (Some(lock), _) => lock,
+            (None, Target::One { key, .. }) => key,
+            (None, Target::Many { .. }) => return Err(Error::InvalidArgument(FENCE_WHICH_KEY)),
+        };
+        let i = self
+            .keys()
+            .iter()
+            .position(|k| k == key)
+            .ok_or(Error::InvalidArgument(
+                "fenced_by needs one of the guard's keys",
+            ))?;
+        command::fenced(key, self.tokens[i], write)
+    }
+
     /// The renewal the watchdog sends: an extend with the current TTL.
     pub(crate) fn renewal(&self) -> Command<bool> {
         self.extend_ms(self.ttl_ms.load(Ordering::Relaxed))
@@ -248,6 +271,11 @@ impl Hold {
         }
     }
 }
+
+/// The refusal of `fenced` on a guard of several keys (the Python package's `MultiLock.fenced`
+/// refuses too).
+const FENCE_WHICH_KEY: &str = "a MultiLock guard holds several keys, each with its own token: \
+                               fence with one of them, guard.fenced_by(key, command)";
 
 /// How many replicas a durable client waits for after each grant, and for how long.
 #[derive(Clone, Copy, Debug)]

@@ -1,6 +1,6 @@
-//! A Rust client for the redis-lock Redis module: lock guards with fencing tokens, a
-//! lease watchdog, semaphores, read/write locks, several keys at once, and Redlock over several
-//! independent masters.
+//! A Rust client for the redis-lock Redis module: lock guards with fencing tokens and fenced
+//! writes, a lease watchdog, semaphores, read/write locks, several keys at once, and Redlock
+//! over several independent masters.
 //!
 //! The module does the lock logic inside the server (`LOCK.ACQUIRE [SHARED [LIMIT n]]`,
 //! `LOCK.MACQUIRE`, `LOCK.RELEASE`, `LOCK.MRELEASE`, `LOCK.EXTEND`, `LOCK.FENCE`); this crate
@@ -75,6 +75,29 @@
 //! # }
 //! ```
 //!
+//! A fenced write: one command that runs only while the guard's token is the live hold, checked
+//! and run in one atomic step on the server (an `EVAL` of [`FENCED_CALL_LUA`], the Python and
+//! Node packages' script: `LOCK.FENCE key token`, then the command). A holder that paused past
+//! its deadline and lost the lock cannot write late: [`Error::StaleToken`], and nothing was
+//! written. [`Guard::fenced_by`] fences with one key's token of a [`MultiLock`] guard, and
+//! [`fenced_call`] with a token held elsewhere.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use redis_lock_client::{Client, Error};
+//!
+//! # fn main() -> Result<(), Error> {
+//! let client = Client::open("redis://127.0.0.1:6379/")?;
+//! let guard = client.acquire("{sku:42}:lock", Duration::from_secs(10))?.expect("free");
+//! match guard.fenced::<i64>(redis::cmd("DECRBY").arg("{sku:42}:stock").arg(1)) {
+//!     Ok(stock) => println!("{stock} left"),
+//!     Err(Error::StaleToken { lock, token }) => eprintln!("{token} no longer holds {lock}"),
+//!     Err(e) => return Err(e), // e.g. the command's own WRONGTYPE, as Error::Server
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! Redlock over five independent masters:
 //!
 //! ```no_run
@@ -108,12 +131,13 @@
 //!
 //! The sync and the async API share everything but the I/O. Written once, with no I/O:
 //!
-//! - `command.rs`: the lock commands (request and reply check) and the argument and outcome
+//! - `command.rs`: the lock commands (request and reply check), the fenced write (the script,
+//!   [`FENCED_CALL_LUA`], and its refusal as [`Error::StaleToken`]) and the argument and outcome
 //!   rules.
 //! - `hold.rs`: what an acquisition asks for (`Target`: one key alone or shared, or several),
 //!   `Acquisition` (its request, then `settle`: what the reply means and what a failure must
 //!   clean up), and `Hold` (a granted lock's keys, owner, tokens, TTL, and its release, extend
-//!   and fence commands).
+//!   and fence commands, and its fenced writes: which key's token fences one).
 //! - `watchdog.rs`: [`LossReason`] and `Schedule` (when renewals are due, what they send, their
 //!   timeouts), then the renewal thread.
 //! - `redlock.rs`: the Redlock round (`Round`, `Vote`, `decide`: quorum and validity math,
@@ -125,7 +149,7 @@
 //! What sends and waits:
 //!
 //! - `client.rs`: [`Client`] and its connection pool; `guard.rs`: [`Guard`] (release on drop,
-//!   watchdog control).
+//!   watchdog control, fenced writes) and [`fenced_call`].
 //! - `aio/` (feature `tokio`): the async client (one multiplexed connection, waiter
 //!   connections, cancel-safe acquires), guard, watchdog task, Redlock (masters asked
 //!   concurrently) and the async acquires of the lock types.
@@ -144,8 +168,9 @@ mod redlock;
 pub(crate) mod watchdog;
 
 pub use client::{Client, DEFAULT_CONNECT_TIMEOUT, DEFAULT_IO_TIMEOUT};
+pub use command::{FENCED_CALL_LUA, FENCE_CHECK_LUA};
 pub use error::{Error, RedlockError};
-pub use guard::Guard;
+pub use guard::{fenced_call, Guard};
 pub use locks::{MultiLock, ReadWriteLock, Semaphore};
 pub use redlock::{
     Redlock, RedlockGuard, DEFAULT_MASTER_CONNECT_TIMEOUT, DEFAULT_MASTER_IO_TIMEOUT,

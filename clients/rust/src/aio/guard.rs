@@ -77,6 +77,26 @@ impl Guard {
         self.run(&self.hold.fence()).await
     }
 
+    /// Run `write` only while this hold's token is the live one, in one atomic step (`EVAL` of
+    /// [`FENCED_CALL_LUA`](crate::FENCED_CALL_LUA)); see [`crate::Guard::fenced`] for `write`,
+    /// the replies and the errors ([`Error::StaleToken`]: refused, the command did not run).
+    pub async fn fenced<T: redis::FromRedisValue + 'static>(
+        &self,
+        write: &redis::Cmd,
+    ) -> Result<T, Error> {
+        self.run(&self.hold.fenced(None, write)?).await
+    }
+
+    /// [`Guard::fenced`] with the token of `lock`, one of [`Guard::keys`]: how a
+    /// [`MultiLock`](super::MultiLock) guard fences a write (see [`crate::Guard::fenced_by`]).
+    pub async fn fenced_by<T: redis::FromRedisValue + 'static>(
+        &self,
+        lock: &str,
+        write: &redis::Cmd,
+    ) -> Result<T, Error> {
+        self.run(&self.hold.fenced(Some(lock), write)?).await
+    }
+
     /// Start renewing the lock every third of its TTL in a task on the guard's runtime (see
     /// [`crate::Guard::start_watchdog`]). A loss is published once, to [`Guard::lost`],
     /// [`Guard::is_lost`] and the receivers of [`Guard::loss_watch`]; the task then renews no
@@ -187,3 +207,16 @@ impl Drop for Guard {
 }
 
 crate::guard::impl_guard_debug!(Guard);
+
+/// Run `write` only while `token` is the live hold on `lock`, on an async connection of your
+/// own (e.g. a `redis::aio::MultiplexedConnection`): the async [`crate::fenced_call`], with
+/// the same replies and errors.
+pub async fn fenced_call<T: redis::FromRedisValue + 'static>(
+    conn: &mut impl redis::aio::ConnectionLike,
+    lock: &str,
+    token: u64,
+    write: &redis::Cmd,
+) -> Result<T, Error> {
+    let command = command::fenced(lock, token, write)?;
+    command.read(command.cmd.query_async(conn).await)
+}

@@ -1,6 +1,6 @@
 //! The async API on tokio (cargo feature `tokio`): [`Client`], [`Guard`], [`Semaphore`],
-//! [`ReadWriteLock`], [`MultiLock`], [`Redlock`] and [`RedlockGuard`] with the semantics of
-//! their sync namesakes at the crate root. The commands, the reply checks, what an
+//! [`ReadWriteLock`], [`MultiLock`], [`Redlock`], [`RedlockGuard`] and [`fenced_call`] with the
+//! semantics of their sync namesakes at the crate root. The commands, the reply checks, what an
 //! acquisition's reply means, the error types, the watchdog's schedule and the Redlock decision
 //! are the same code; what differs is how they send and wait.
 //!
@@ -41,7 +41,7 @@ mod redlock;
 mod watchdog;
 
 pub use client::Client;
-pub use guard::Guard;
+pub use guard::{fenced_call, Guard};
 pub use redlock::{Redlock, RedlockGuard};
 
 /// [`crate::Semaphore`] on an async [`Client`]: `Semaphore::new(&client, key, limit)`.
