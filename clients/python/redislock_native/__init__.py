@@ -7,6 +7,8 @@
   classes (``r.lock(name, timeout=10, lock_class=RedisPyLock)``).
 - :class:`Semaphore` / :class:`ReadWriteLock` (and their ``Async`` twins): shared holders
   on the same queue (``LOCK.ACQUIRE ... SHARED [LIMIT n]``).
+- :class:`Redlock` / :class:`AsyncRedlock`: one lock over several independent masters,
+  granted by a majority.
 - :mod:`redislock_native.fence`: writes that happen only while a token is live.
 
 The server needs the module loaded (``loadmodule /path/to/libredis_lock.so``).
@@ -17,6 +19,7 @@ from .compat import AsyncRedisPyLock, RedisPyLock
 from .fence import FENCE_CHECK_LUA, FENCED_CALL_LUA, StaleTokenError, afenced_call, fenced_call, fenced_script
 from .lock import Lock, LockLostError, NotDurableError
 from .multi import AsyncMultiLock, MultiLock
+from .redlock import AsyncRedlock, Redlock, RedlockError
 from .shared import AsyncReadLock, AsyncReadWriteLock, AsyncSemaphore, ReadLock, ReadWriteLock, Semaphore
 
 __all__ = [
@@ -32,6 +35,9 @@ __all__ = [
     "AsyncReadWriteLock",
     "ReadLock",
     "AsyncReadLock",
+    "Redlock",
+    "AsyncRedlock",
+    "RedlockError",
     "RedisPyLock",
     "AsyncRedisPyLock",
     "StaleTokenError",

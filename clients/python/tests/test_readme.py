@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, Server
 
 
 def snippets(path):
@@ -40,6 +40,17 @@ def test_package_readme_snippets(server, index, capsys):
     if "def stop_working" in code:
         run(server, code + "assert lock.acquire() and lock.release()\n", PRELUDE.replace(
             "redis.Redis()", f"redis.Redis(port={server.port})"))
+        return
+    if "Redlock(masters" in code:
+        # Three masters: the test server and two more, in place of 6379, 6380, 6381.
+        others = [Server(), Server()]
+        try:
+            ports = f"({server.port}, {others[0].port}, {others[1].port})"
+            run(server, code.replace("(6379, 6380, 6381)", ports))
+        finally:
+            for s in others:
+                s.stop()
+        assert re.fullmatch(r"valid for [\d.]+ s; tokens \[\d+, \d+, \d+\]\n", capsys.readouterr().out)
         return
     prelude = "" if "import redis" in code else PRELUDE
     run(server, code, prelude.replace("redis.Redis()", f"redis.Redis(port={server.port})"))
