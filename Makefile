@@ -69,8 +69,9 @@ test: test-deps ## Unit and integration tests (module, client crate, Python and 
 	$(CARGO) build --workspace
 	PYTHONPATH=$(PY_DEPS) REDIS_SERVER=$(REDIS_SERVER) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) $(CARGO) test --workspace
 	$(python_tests)
-	@if command -v node >/dev/null && command -v npm >/dev/null; then $(node_tests); \
-	else echo "node/npm not found: the Node package's tests (clients/node) are skipped"; fi
+	@if command -v node >/dev/null && command -v npm >/dev/null && \
+		[ "$$(node -p 'process.versions.node.split(".")[0]')" -ge 20 ]; then $(node_tests); \
+	else echo "node/npm 20+ not found: the Node package's tests (clients/node) are skipped (its runner needs --test-concurrency, Node 20)"; fi
 
 test-python: test-deps ## Only the Python package's tests (clients/python/tests), with redis-py 8.1 then 5.0
 	$(CARGO) build --workspace
