@@ -19,43 +19,46 @@ pub fn failover_async() -> Scenario {
 }
 
 pub fn failover_wait() -> Scenario {
-    Scenario::new(
+    waited_failovers(
         "failover_wait",
         "as failover_async, with WAIT 1 1000 after every grant and longer ttls: waited \
          locks must survive promotion",
         |env| failovers(env, (50, 150), Survival::WaitAcked),
+        false,
     )
-    .server_args(FORENSIC_AOF)
-    .with_replica()
-    .workload(Config {
-        keys: 6,
-        ttl_ms: (300, 2000),
-        expire_share: 0.3,
-        wait_replicas: true,
-        ..Config::default()
-    })
-    .may_lose_writes()
 }
 
 pub fn failover_durable() -> Scenario {
-    Scenario::new(
+    waited_failovers(
         "failover_durable",
         "as failover_wait, as the clients' durable=1 does it (WAIT 1 100, the replica stopped \
          50-300 ms): a grant WAIT did not see acknowledged is released at once and never used; \
          every acknowledged hold must survive promotion",
         |env| failovers(env, (50, 300), Survival::WaitAcked),
+        true,
     )
-    .server_args(FORENSIC_AOF)
-    .with_replica()
-    .workload(Config {
-        keys: 6,
-        ttl_ms: (300, 2000),
-        expire_share: 0.3,
-        wait_replicas: true,
-        durable: true,
-        ..Config::default()
-    })
-    .may_lose_writes()
+}
+
+/// Failovers with `WAIT 1` after every grant (and, `durable`, the unacknowledged grants given
+/// back): longer ttls on 6 keys, the forensic AOF, a replica.
+fn waited_failovers(
+    name: &'static str,
+    what: &'static str,
+    nemesis: fn(&mut Env),
+    durable: bool,
+) -> Scenario {
+    Scenario::new(name, what, nemesis)
+        .server_args(FORENSIC_AOF)
+        .with_replica()
+        .workload(Config {
+            keys: 6,
+            ttl_ms: (300, 2000),
+            expire_share: 0.3,
+            wait_replicas: true,
+            durable,
+            ..Config::default()
+        })
+        .may_lose_writes()
 }
 
 /// Every 0.4-0.8 s: stop the replica for `stop_ms`, kill -9 the primary, continue the replica,
