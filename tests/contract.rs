@@ -738,13 +738,6 @@ fn fenced_write_script_accepts_current_token_and_refuses_stale() {
 
 // --- Config ------------------------------------------------------------------
 
-fn config_get(c: &mut Connection, name: &str) -> String {
-    let pair: Vec<String> = redis::cmd("CONFIG").arg("GET").arg(name).query(c).unwrap();
-    assert_eq!(pair.len(), 2, "CONFIG GET {name}: {pair:?}");
-    assert_eq!(pair[0], name);
-    pair[1].clone()
-}
-
 #[test]
 fn tokens_survive_lua_numbers_exactly() {
     // Inside a script a token is a Lua number (a double). Tokens stay below 2^53, so a token

@@ -16,26 +16,12 @@ use std::path::PathBuf;
 
 use common::clock::ShiftedClock;
 use common::*;
-use redis::{Connection, RedisResult, Value};
+use redis::{Connection, Value};
 
 const LONG_TTL: i64 = 100_000;
 const MARGIN: i64 = 60_000;
 /// Tokens per millisecond of clock (`lock::CLOCK_SHIFT` is 11).
 const PER_MS: i64 = 1 << 11;
-
-fn config_get(c: &mut Connection, name: &str) -> String {
-    let pair: Vec<String> = redis::cmd("CONFIG").arg("GET").arg(name).query(c).unwrap();
-    assert_eq!(pair.len(), 2, "CONFIG GET {name}: {pair:?}");
-    pair[1].clone()
-}
-
-fn config_set(c: &mut Connection, name: &str, value: &str) -> RedisResult<Value> {
-    redis::cmd("CONFIG")
-        .arg("SET")
-        .arg(name)
-        .arg(value)
-        .query(c)
-}
 
 fn high_water(c: &mut Connection) -> i64 {
     info_field(c, "lock", "lock_token_high_water")

@@ -3,7 +3,7 @@
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use redis::{Connection, RedisResult};
+use redis::{Connection, RedisResult, Value};
 
 use crate::Server;
 
@@ -23,6 +23,23 @@ pub fn try_connect(port: u16, timeout: Duration) -> RedisResult<Connection> {
     let conn = client.get_connection_with_timeout(timeout)?;
     conn.set_read_timeout(Some(READ_TIMEOUT))?;
     Ok(conn)
+}
+
+/// `CONFIG GET name` for one exact name: its value.
+pub fn config_get(conn: &mut Connection, name: &str) -> String {
+    let pair: Vec<String> = redis::cmd("CONFIG").arg("GET").arg(name).query(conn).unwrap();
+    assert_eq!(pair.len(), 2, "CONFIG GET {name}: {pair:?}");
+    assert_eq!(pair[0], name);
+    pair[1].clone()
+}
+
+/// `CONFIG SET name value`, its reply as it came (tests assert `OK` or the error).
+pub fn config_set(conn: &mut Connection, name: &str, value: &str) -> RedisResult<Value> {
+    redis::cmd("CONFIG")
+        .arg("SET")
+        .arg(name)
+        .arg(value)
+        .query(conn)
 }
 
 /// The value of `field` in `INFO <section>`, if present.

@@ -198,13 +198,6 @@ fn assert_fresh_grant(c: &mut Connection, key: &str, token: i64) {
     );
 }
 
-fn config_get(c: &mut Connection, name: &str) -> String {
-    let pair: Vec<String> = redis::cmd("CONFIG").arg("GET").arg(name).query(c).unwrap();
-    assert_eq!(pair.len(), 2, "CONFIG GET {name}: {pair:?}");
-    assert_eq!(pair[0], name);
-    pair[1].clone()
-}
-
 fn ok(reply: RedisResult<Value>, what: &str) {
     match reply {
         Ok(Value::Okay) => {}
