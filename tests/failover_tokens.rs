@@ -65,8 +65,7 @@ fn promote(server: &Server) {
 
 #[test]
 fn margin_config_has_a_default_a_range_and_a_module_argument() {
-    let server = Server::start();
-    let mut c = server.conn();
+    let (_server, mut c) = start();
     let name = "lock.failover-token-margin-ms";
     assert_eq!(config_get(&mut c, name), "60000");
     assert_eq!(config_set(&mut c, name, "0"), Ok(Value::Okay));
@@ -84,8 +83,7 @@ fn margin_config_has_a_default_a_range_and_a_module_argument() {
 #[test]
 fn first_token_after_a_start_is_a_margin_ahead_of_the_clock() {
     let before = unix_ms();
-    let server = Server::start();
-    let mut c = server.conn();
+    let (server, mut c) = start();
     let token = must_acquire(&mut c, &unique_key("start"), "alice", LONG_TTL);
     let after = unix_ms();
     assert!(

@@ -504,8 +504,7 @@ fn a_grant_revoked_during_a_pause_goes_to_the_next_waiter_when_it_ends() {
 
 #[test]
 fn reads_answer_during_a_write_pause() {
-    let server = Server::start();
-    let mut c = server.conn();
+    let (_server, mut c) = start();
     let k = unique_key("pause-read");
     let t = must_acquire(&mut c, &k, "holder", LONG_TTL);
     let ok: Value = redis::cmd("CLIENT")

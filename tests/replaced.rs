@@ -44,8 +44,7 @@ fn waiter(
 /// `NEW_HOLDER_TTL`, its token returned by `replace`) under the name `k` in database 0.
 /// The waiter must still be waiting afterwards, and be granted once "new"'s deadline passes.
 fn waiter_keeps_waiting_on_the_new_holder(replace: impl FnOnce(&mut Connection, &str) -> i64) {
-    let server = Server::start();
-    let mut c = server.conn();
+    let (server, mut c) = start();
     let k = unique_key("replaced");
     let old = must_acquire(&mut c, &k, "old", LONG_TTL);
     let reply = waiter(&server, &mut c, &k);

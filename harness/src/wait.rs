@@ -11,6 +11,14 @@ use crate::Server;
 /// instead of hanging the suite. Blocking calls that may legitimately wait longer set their own.
 pub const READ_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// A server with the module ([`Server::start`]) and a connection to it: what most tests
+/// start with.
+pub fn start() -> (Server, Connection) {
+    let server = Server::start();
+    let c = server.conn();
+    (server, c)
+}
+
 /// A connection to 127.0.0.1:`port` with the default read timeout.
 pub fn connect(port: u16) -> Connection {
     try_connect(port, Duration::from_secs(5))
@@ -27,7 +35,11 @@ pub fn try_connect(port: u16, timeout: Duration) -> RedisResult<Connection> {
 
 /// `CONFIG GET name` for one exact name: its value.
 pub fn config_get(conn: &mut Connection, name: &str) -> String {
-    let pair: Vec<String> = redis::cmd("CONFIG").arg("GET").arg(name).query(conn).unwrap();
+    let pair: Vec<String> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg(name)
+        .query(conn)
+        .unwrap();
     assert_eq!(pair.len(), 2, "CONFIG GET {name}: {pair:?}");
     assert_eq!(pair[0], name);
     pair[1].clone()

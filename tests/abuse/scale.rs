@@ -206,8 +206,7 @@ fn lock_owner(i: usize) -> String {
 #[test]
 fn many_locks_cost_and_cleanup() {
     let count = env_usize("LOCK_COUNT", 100_000);
-    let server = Server::start();
-    let mut c = server.conn();
+    let (server, mut c) = start();
     let started = Instant::now();
 
     let baseline = used_memory(&mut c);

@@ -47,13 +47,6 @@ fn new_key() -> String {
     unique_key("blocking")
 }
 
-/// A server and a connection to it.
-fn start() -> (Server, Connection) {
-    let server = Server::start();
-    let c = server.conn();
-    (server, c)
-}
-
 /// A server, a connection to it, and a new key held by `holder` for `LONG_TTL`, with its token.
 fn held_key() -> (Server, Connection, String, i64) {
     let (server, mut c) = start();

@@ -99,10 +99,3 @@ fn lock_info(conn: &mut Connection, key: &str) -> RedisResult<Value> {
 fn bulk(s: impl AsRef<[u8]>) -> Value {
     Value::BulkString(s.as_ref().to_vec())
 }
-
-/// A server with the module, and a connection to it.
-fn start() -> (Server, Connection) {
-    let server = Server::start();
-    let c = server.conn();
-    (server, c)
-}
