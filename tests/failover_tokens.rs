@@ -50,19 +50,6 @@ fn detach(replica: &Server) {
     });
 }
 
-fn promote(server: &Server) {
-    let mut c = server.conn();
-    let _: () = redis::cmd("REPLICAOF")
-        .arg("NO")
-        .arg("ONE")
-        .query(&mut c)
-        .unwrap();
-    assert_eq!(
-        info_field(&mut c, "replication", "role").as_deref(),
-        Some("master")
-    );
-}
-
 #[test]
 fn margin_config_has_a_default_a_range_and_a_module_argument() {
     let (_server, mut c) = start();

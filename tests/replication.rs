@@ -186,12 +186,8 @@ fn promoted_replica_issues_larger_tokens() {
         }
     }
     wait_for_replica_sync(&primary, &replica);
+    promote(&replica);
     let mut r = replica.conn();
-    redis::cmd("REPLICAOF")
-        .arg("NO")
-        .arg("ONE")
-        .query::<()>(&mut r)
-        .unwrap();
 
     // The promoted replica keeps the hold and continues the token order.
     assert_eq!(fence(&mut r, &key), Some(last));

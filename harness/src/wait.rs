@@ -117,6 +117,20 @@ pub fn wait_for<T>(what: &str, timeout: Duration, mut cond: impl FnMut() -> Opti
     }
 }
 
+/// `REPLICAOF NO ONE` on `server`, which is then a primary (`role:master`, checked).
+pub fn promote(server: &Server) {
+    let mut c = server.conn();
+    redis::cmd("REPLICAOF")
+        .arg("NO")
+        .arg("ONE")
+        .query::<()>(&mut c)
+        .expect("REPLICAOF NO ONE");
+    assert_eq!(
+        info_field(&mut c, "replication", "role").as_deref(),
+        Some("master")
+    );
+}
+
 /// Wait until `replica` has a live link to `primary` and has processed everything the primary
 /// has sent (`slave_repl_offset` equals the primary's `master_repl_offset`), and the primary is
 /// streaming commands to it.

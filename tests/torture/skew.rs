@@ -20,7 +20,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::common::clock::ShiftedClock;
-use crate::common::{info_field, wait_until, Server};
+use crate::common::{info_field, promote, wait_until, Server};
 use crate::netfault::{self, Client, ClientCfg, Fenced, Log, Row, Target};
 
 const CLIENTS: usize = 4;
@@ -52,15 +52,6 @@ pub fn detach(replica: &Server) {
         .arg(port)
         .query::<()>(&mut r)
         .expect("REPLICAOF a dead port");
-}
-
-pub fn promote(server: &Server) {
-    let mut c = server.conn();
-    redis::cmd("REPLICAOF")
-        .arg("NO")
-        .arg("ONE")
-        .query::<()>(&mut c)
-        .expect("REPLICAOF NO ONE");
 }
 
 /// Run the scenario; `margin` in ms. Returns its row (violations not asserted here).
