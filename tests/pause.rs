@@ -67,9 +67,7 @@ impl Rig {
                 replica: None,
             },
             Setup::Replica => {
-                let primary = Server::start();
-                let replica = Server::replica_of(&primary);
-                wait_for_replica_sync(&primary, &replica);
+                let (primary, replica) = primary_and_replica(&[]);
                 Rig {
                     setup,
                     primary,
@@ -527,9 +525,7 @@ fn reads_answer_during_a_write_pause() {
 /// every token the old one issued.
 #[test]
 fn failover_with_deadlines_due_keeps_both_servers_up_and_tokens_rising() {
-    let primary = Server::start();
-    let replica = Server::replica_of(&primary);
-    wait_for_replica_sync(&primary, &replica);
+    let (primary, replica) = primary_and_replica(&[]);
     let mut p = primary.conn();
     let k = unique_key("failover");
     let held = must_acquire(&mut p, &k, "holder", 800);

@@ -117,6 +117,15 @@ pub fn wait_for<T>(what: &str, timeout: Duration, mut cond: impl FnMut() -> Opti
     }
 }
 
+/// A primary with the module and `primary_args`, and a replica of it, synced
+/// ([`wait_for_replica_sync`]) before anything is written.
+pub fn primary_and_replica(primary_args: &[&str]) -> (Server, Server) {
+    let primary = Server::start_with(primary_args);
+    let replica = Server::replica_of(&primary);
+    wait_for_replica_sync(&primary, &replica);
+    (primary, replica)
+}
+
 /// `REPLICAOF NO ONE` on `server`, which is then a primary (`role:master`, checked).
 pub fn promote(server: &Server) {
     let mut c = server.conn();
