@@ -64,6 +64,15 @@ pub fn info_field(conn: &mut Connection, section: &str, field: &str) -> Option<S
     value
 }
 
+/// An integer field of `INFO <section>`; panics if it is missing or not an integer.
+pub fn info_int(conn: &mut Connection, section: &str, field: &str) -> i64 {
+    let value = info_field(conn, section, field)
+        .unwrap_or_else(|| panic!("INFO {section} has no field {field}"));
+    value
+        .parse()
+        .unwrap_or_else(|e| panic!("INFO {section} {field} = {value:?}: {e}"))
+}
+
 /// `name:value` lines of an `INFO` or `CLUSTER INFO` reply.
 pub fn fields(text: &str) -> impl Iterator<Item = (&str, &str)> {
     text.lines()
