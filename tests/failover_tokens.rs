@@ -154,12 +154,11 @@ fn promotion_with_margin_0_only_follows_on() {
 fn skewed_failover(skew_ms: i64, margin: &str) -> (i64, i64) {
     let primary = Server::start_with_module_args(&["failover-token-margin-ms", margin], &[]);
     let clock = ShiftedClock::new(&clock_dir(), skew_ms);
-    let port = primary.port().to_string();
-    let replica = Server::start_with_env(
-        clock.env(),
-        &["failover-token-margin-ms", margin],
-        &["--replicaof", "127.0.0.1", &port],
-    );
+    let replica = Server::builder()
+        .clock(&clock)
+        .module_args(&["failover-token-margin-ms", margin])
+        .replica_of(primary.port())
+        .start();
     let mut r = replica.conn();
     let replica_time: Vec<String> = redis::cmd("TIME").query(&mut r).unwrap();
     let seen_skew = replica_time[0].parse::<i64>().unwrap() * 1000 - unix_ms();

@@ -27,12 +27,11 @@ const CLIENTS: usize = 4;
 
 /// A replica of `primary` whose clock is `clock`, synced.
 fn replica_of(primary: &Server, clock: &ShiftedClock, margin: &str) -> Server {
-    let port = primary.port().to_string();
-    let replica = Server::start_with_env(
-        clock.env(),
-        &["failover-token-margin-ms", margin],
-        &["--replicaof", "127.0.0.1", &port],
-    );
+    let replica = Server::builder()
+        .clock(clock)
+        .module_args(&["failover-token-margin-ms", margin])
+        .replica_of(primary.port())
+        .start();
     let mut c = replica.conn();
     wait_until("the replica's sync", Duration::from_secs(20), || {
         info_field(&mut c, "replication", "master_link_status").as_deref() == Some("up")
