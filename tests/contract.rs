@@ -23,8 +23,7 @@ fn new_key() -> String {
 
 #[test]
 fn acquire_free_lock_grants_a_token() {
-    let server = Server::start();
-    let mut c = server.conn();
+    let (_server, mut c) = start();
     let key = new_key();
 
     let token = must_acquire(&mut c, &key, "alice", LONG_TTL);
@@ -63,8 +62,7 @@ fn first_token_is_derived_from_the_wall_clock() {
 
 #[test]
 fn same_owner_reacquire_returns_same_token_and_resets_deadline() {
-    let server = Server::start();
-    let mut c = server.conn();
+    let (_server, mut c) = start();
     let key = new_key();
 
     let token = must_acquire(&mut c, &key, "alice", 1_000);
@@ -90,8 +88,7 @@ fn same_owner_reacquire_returns_same_token_and_resets_deadline() {
 
 #[test]
 fn other_owner_gets_nil_and_hold_is_unchanged() {
-    let server = Server::start();
-    let mut c = server.conn();
+    let (_server, mut c) = start();
     let key = new_key();
 
     let token = must_acquire(&mut c, &key, "alice", 10_000);
@@ -105,8 +102,7 @@ fn other_owner_gets_nil_and_hold_is_unchanged() {
 
 #[test]
 fn tokens_strictly_increase_across_grants_of_a_key() {
-    let server = Server::start();
-    let mut c = server.conn();
+    let (_server, mut c) = start();
     let (k1, k2) = (new_key(), new_key());
 
     let (mut last1, mut last2) = (0i64, 0i64);
@@ -133,8 +129,7 @@ fn tokens_strictly_increase_across_grants_of_a_key() {
 
 #[test]
 fn release_by_holder_frees_the_key() {
-    let server = Server::start();
-    let mut c = server.conn();
+    let (_server, mut c) = start();
     let key = new_key();
 
     let token = must_acquire(&mut c, &key, "alice", LONG_TTL);
@@ -152,8 +147,7 @@ fn release_by_holder_frees_the_key() {
 
 #[test]
 fn release_by_non_holder_or_of_free_key_returns_zero() {
-    let server = Server::start();
-    let mut c = server.conn();
+    let (_server, mut c) = start();
     let (held, free) = (new_key(), new_key());
 
     let token = must_acquire(&mut c, &held, "alice", 10_000);
@@ -170,8 +164,7 @@ fn release_by_non_holder_or_of_free_key_returns_zero() {
 
 #[test]
 fn extend_by_holder_moves_the_deadline() {
-    let server = Server::start();
-    let mut c = server.conn();
+    let (_server, mut c) = start();
     let key = new_key();
 
     let token = must_acquire(&mut c, &key, "alice", 1_000);
@@ -197,8 +190,7 @@ fn extend_by_holder_moves_the_deadline() {
 
 #[test]
 fn extend_by_non_holder_or_of_free_key_returns_zero() {
-    let server = Server::start();
-    let mut c = server.conn();
+    let (_server, mut c) = start();
     let (held, free) = (new_key(), new_key());
 
     let token = must_acquire(&mut c, &held, "alice", 10_000);
@@ -213,8 +205,7 @@ fn extend_by_non_holder_or_of_free_key_returns_zero() {
 
 #[test]
 fn fence_reports_the_holder_token_and_checks_tokens() {
-    let server = Server::start();
-    let mut c = server.conn();
+    let (_server, mut c) = start();
     let key = new_key();
 
     assert_eq!(fence(&mut c, &key), None);
@@ -238,8 +229,7 @@ fn fence_reports_the_holder_token_and_checks_tokens() {
 
 #[test]
 fn expired_hold_is_free_for_every_command_before_the_key_is_deleted() {
-    let server = Server::start();
-    let mut c = server.conn();
+    let (_server, mut c) = start();
     // With active expiry off the server deletes an expired key only when a
     // command looks it up, so each command below meets a hold that is past its
     // deadline but still stored. One key per command, so each is the first to
@@ -321,8 +311,7 @@ fn expired_hold_is_free_for_every_command_before_the_key_is_deleted() {
 
 #[test]
 fn wrong_arity_uses_the_server_message() {
-    let server = Server::start();
-    let mut c = server.conn();
+    let (_server, mut c) = start();
     let key = new_key();
     let token = must_acquire(&mut c, &key, "alice", 10_000);
     let t = token.to_string();
@@ -359,8 +348,7 @@ fn wrong_arity_uses_the_server_message() {
 
 #[test]
 fn invalid_ttl_is_rejected_and_changes_nothing() {
-    let server = Server::start();
-    let mut c = server.conn();
+    let (_server, mut c) = start();
     let held = new_key();
     let free = new_key();
     let token = must_acquire(&mut c, &held, "alice", 10_000);
@@ -381,8 +369,7 @@ fn invalid_ttl_is_rejected_and_changes_nothing() {
 
 #[test]
 fn ttl_whose_deadline_overflows_is_rejected() {
-    let server = Server::start();
-    let mut c = server.conn();
+    let (_server, mut c) = start();
     let held = new_key();
     let free = new_key();
     let token = must_acquire(&mut c, &held, "alice", 10_000);
@@ -399,8 +386,7 @@ fn ttl_whose_deadline_overflows_is_rejected() {
 
 #[test]
 fn empty_owner_is_rejected() {
-    let server = Server::start();
-    let mut c = server.conn();
+    let (_server, mut c) = start();
     let held = new_key();
     let free = new_key();
     let token = must_acquire(&mut c, &held, "alice", 10_000);
@@ -416,8 +402,7 @@ fn empty_owner_is_rejected() {
 
 #[test]
 fn owner_length_limit_default_and_config_set_apply_to_acquire() {
-    let server = Server::start();
-    let mut c = server.conn();
+    let (_server, mut c) = start();
 
     assert_eq!(config_get(&mut c, "lock.max-owner-bytes"), "1024");
     let at_limit = "o".repeat(1024);
@@ -450,8 +435,7 @@ fn owner_length_limit_default_and_config_set_apply_to_acquire() {
 
 #[test]
 fn owner_length_limit_applies_to_release_and_extend() {
-    let server = Server::start();
-    let mut c = server.conn();
+    let (_server, mut c) = start();
     let key = new_key();
     let token = must_acquire(&mut c, &key, "alice", 10_000);
     redis::cmd("CONFIG")
@@ -487,8 +471,7 @@ fn owner_length_limit_as_module_argument() {
 
 #[test]
 fn unknown_acquire_argument_is_a_syntax_error() {
-    let server = Server::start();
-    let mut c = server.conn();
+    let (_server, mut c) = start();
     let held = new_key();
     let free = new_key();
     let token = must_acquire(&mut c, &held, "alice", 10_000);
@@ -508,8 +491,7 @@ fn unknown_acquire_argument_is_a_syntax_error() {
 
 #[test]
 fn invalid_fence_token_is_rejected() {
-    let server = Server::start();
-    let mut c = server.conn();
+    let (_server, mut c) = start();
     let held = new_key();
     let token = must_acquire(&mut c, &held, "alice", 10_000);
 
@@ -524,8 +506,7 @@ fn invalid_fence_token_is_rejected() {
 
 #[test]
 fn commands_on_a_key_of_another_type_reply_wrongtype() {
-    let server = Server::start();
-    let mut c = server.conn();
+    let (_server, mut c) = start();
     let key = new_key();
     redis::cmd("SET")
         .arg(&key)
@@ -551,8 +532,7 @@ fn commands_on_a_key_of_another_type_reply_wrongtype() {
 
 #[test]
 fn binary_owners_round_trip() {
-    let server = Server::start();
-    let mut c = server.conn();
+    let (_server, mut c) = start();
     let key = new_key();
     let owner: &[u8] = b"a\0b\xff\xfe\0";
 
@@ -575,8 +555,7 @@ fn binary_owners_round_trip() {
 
 #[test]
 fn lock_load_is_refused_for_normal_clients() {
-    let server = Server::start();
-    let mut c = server.conn();
+    let (_server, mut c) = start();
     let held = new_key();
     let free = new_key();
     let token = must_acquire(&mut c, &held, "alice", 10_000);
@@ -616,8 +595,7 @@ fn eval(
 
 #[test]
 fn lua_calls_reply_like_direct_calls() {
-    let server = Server::start();
-    let mut c = server.conn();
+    let (_server, mut c) = start();
     let key = new_key();
     let acquire_lua = "return redis.call('LOCK.ACQUIRE', KEYS[1], ARGV[1], ARGV[2])";
     let release_lua = "return redis.call('LOCK.RELEASE', KEYS[1], ARGV[1])";
@@ -701,8 +679,7 @@ fn lua_calls_reply_like_direct_calls() {
 
 #[test]
 fn fenced_write_script_accepts_current_token_and_refuses_stale() {
-    let server = Server::start();
-    let mut c = server.conn();
+    let (_server, mut c) = start();
     let lock = new_key();
     let data = new_key();
     let script = "if redis.call('LOCK.FENCE', KEYS[1], ARGV[1]) == 1 then \
@@ -738,20 +715,12 @@ fn fenced_write_script_accepts_current_token_and_refuses_stale() {
 
 // --- Config ------------------------------------------------------------------
 
-fn config_get(c: &mut Connection, name: &str) -> String {
-    let pair: Vec<String> = redis::cmd("CONFIG").arg("GET").arg(name).query(c).unwrap();
-    assert_eq!(pair.len(), 2, "CONFIG GET {name}: {pair:?}");
-    assert_eq!(pair[0], name);
-    pair[1].clone()
-}
-
 #[test]
 fn tokens_survive_lua_numbers_exactly() {
     // Inside a script a token is a Lua number (a double). Tokens stay below 2^53, so a token
     // read in Lua, compared in Lua, or passed back to LOCK.FENCE is exact, including tokens
     // that are not the first of their millisecond (floor + 1, + 2, ...).
-    let server = Server::start();
-    let mut c = server.conn();
+    let (_server, mut c) = start();
     let keys: Vec<String> = (0..8).map(|_| new_key()).collect();
     let mut pipe = redis::pipe();
     for key in &keys {

@@ -16,26 +16,12 @@ use std::path::PathBuf;
 
 use common::clock::ShiftedClock;
 use common::*;
-use redis::{Connection, RedisResult, Value};
+use redis::{Connection, Value};
 
 const LONG_TTL: i64 = 100_000;
 const MARGIN: i64 = 60_000;
 /// Tokens per millisecond of clock (`lock::CLOCK_SHIFT` is 11).
 const PER_MS: i64 = 1 << 11;
-
-fn config_get(c: &mut Connection, name: &str) -> String {
-    let pair: Vec<String> = redis::cmd("CONFIG").arg("GET").arg(name).query(c).unwrap();
-    assert_eq!(pair.len(), 2, "CONFIG GET {name}: {pair:?}");
-    pair[1].clone()
-}
-
-fn config_set(c: &mut Connection, name: &str, value: &str) -> RedisResult<Value> {
-    redis::cmd("CONFIG")
-        .arg("SET")
-        .arg(name)
-        .arg(value)
-        .query(c)
-}
 
 fn high_water(c: &mut Connection) -> i64 {
     info_field(c, "lock", "lock_token_high_water")
@@ -64,23 +50,9 @@ fn detach(replica: &Server) {
     });
 }
 
-fn promote(server: &Server) {
-    let mut c = server.conn();
-    let _: () = redis::cmd("REPLICAOF")
-        .arg("NO")
-        .arg("ONE")
-        .query(&mut c)
-        .unwrap();
-    assert_eq!(
-        info_field(&mut c, "replication", "role").as_deref(),
-        Some("master")
-    );
-}
-
 #[test]
 fn margin_config_has_a_default_a_range_and_a_module_argument() {
-    let server = Server::start();
-    let mut c = server.conn();
+    let (_server, mut c) = start();
     let name = "lock.failover-token-margin-ms";
     assert_eq!(config_get(&mut c, name), "60000");
     assert_eq!(config_set(&mut c, name, "0"), Ok(Value::Okay));
@@ -98,8 +70,7 @@ fn margin_config_has_a_default_a_range_and_a_module_argument() {
 #[test]
 fn first_token_after_a_start_is_a_margin_ahead_of_the_clock() {
     let before = unix_ms();
-    let server = Server::start();
-    let mut c = server.conn();
+    let (server, mut c) = start();
     let token = must_acquire(&mut c, &unique_key("start"), "alice", LONG_TTL);
     let after = unix_ms();
     assert!(
@@ -183,12 +154,11 @@ fn promotion_with_margin_0_only_follows_on() {
 fn skewed_failover(skew_ms: i64, margin: &str) -> (i64, i64) {
     let primary = Server::start_with_module_args(&["failover-token-margin-ms", margin], &[]);
     let clock = ShiftedClock::new(&clock_dir(), skew_ms);
-    let port = primary.port().to_string();
-    let replica = Server::start_with_env(
-        clock.env(),
-        &["failover-token-margin-ms", margin],
-        &["--replicaof", "127.0.0.1", &port],
-    );
+    let replica = Server::builder()
+        .clock(&clock)
+        .module_args(&["failover-token-margin-ms", margin])
+        .replica_of(primary.port())
+        .start();
     let mut r = replica.conn();
     let replica_time: Vec<String> = redis::cmd("TIME").query(&mut r).unwrap();
     let seen_skew = replica_time[0].parse::<i64>().unwrap() * 1000 - unix_ms();
@@ -214,14 +184,15 @@ fn skewed_failover(skew_ms: i64, margin: &str) -> (i64, i64) {
     (old_max, first)
 }
 
-#[test]
-fn a_replica_10s_behind_issues_larger_tokens_with_the_margin_only() {
-    let (old_max, first) = skewed_failover(-10_000, "60000");
+/// [`skewed_failover`] with a replica `skew_ms` off: the default margin (60 s) gives the new
+/// primary larger tokens, margin 0 does not.
+fn the_margin_alone_covers(skew_ms: i64) {
+    let (old_max, first) = skewed_failover(skew_ms, "60000");
     assert!(
         first > old_max,
         "margin 60000: first {first} <= old {old_max}"
     );
-    let (old_max, first) = skewed_failover(-10_000, "0");
+    let (old_max, first) = skewed_failover(skew_ms, "0");
     assert!(
         first <= old_max,
         "margin 0: first {first} > old {old_max}: the failure did not show"
@@ -229,17 +200,13 @@ fn a_replica_10s_behind_issues_larger_tokens_with_the_margin_only() {
 }
 
 #[test]
+fn a_replica_10s_behind_issues_larger_tokens_with_the_margin_only() {
+    the_margin_alone_covers(-10_000);
+}
+
+#[test]
 fn a_replica_60s_behind_issues_larger_tokens_with_the_margin_only() {
-    let (old_max, first) = skewed_failover(-60_000, "60000");
-    assert!(
-        first > old_max,
-        "margin 60000: first {first} <= old {old_max}"
-    );
-    let (old_max, first) = skewed_failover(-60_000, "0");
-    assert!(
-        first <= old_max,
-        "margin 0: first {first} > old {old_max}: the failure did not show"
-    );
+    the_margin_alone_covers(-60_000);
 }
 
 /// A server with no persistence restarts with its clock 10 s behind: with the margin its

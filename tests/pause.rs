@@ -67,9 +67,7 @@ impl Rig {
                 replica: None,
             },
             Setup::Replica => {
-                let primary = Server::start();
-                let replica = Server::replica_of(&primary);
-                wait_for_replica_sync(&primary, &replica);
+                let (primary, replica) = primary_and_replica(&[]);
                 Rig {
                     setup,
                     primary,
@@ -504,8 +502,7 @@ fn a_grant_revoked_during_a_pause_goes_to_the_next_waiter_when_it_ends() {
 
 #[test]
 fn reads_answer_during_a_write_pause() {
-    let server = Server::start();
-    let mut c = server.conn();
+    let (_server, mut c) = start();
     let k = unique_key("pause-read");
     let t = must_acquire(&mut c, &k, "holder", LONG_TTL);
     let ok: Value = redis::cmd("CLIENT")
@@ -528,9 +525,7 @@ fn reads_answer_during_a_write_pause() {
 /// every token the old one issued.
 #[test]
 fn failover_with_deadlines_due_keeps_both_servers_up_and_tokens_rising() {
-    let primary = Server::start();
-    let replica = Server::replica_of(&primary);
-    wait_for_replica_sync(&primary, &replica);
+    let (primary, replica) = primary_and_replica(&[]);
     let mut p = primary.conn();
     let k = unique_key("failover");
     let held = must_acquire(&mut p, &k, "holder", 800);

@@ -113,8 +113,7 @@ fn assert_next_token_above(c: &mut Connection, key: &str, owner: &str, token: i6
 
 #[test]
 fn tokens_keep_increasing_after_release_expiry_del_unlink_and_flushall() {
-    let server = Server::start();
-    let mut c = server.conn();
+    let (_server, mut c) = start();
     let key = new_key();
     let mut last = 0;
     let mut next = |c: &mut Connection, step: &str, ttl: i64| {
@@ -156,8 +155,7 @@ fn tokens_keep_increasing_after_release_expiry_del_unlink_and_flushall() {
 fn tokens_keep_increasing_when_the_key_is_deleted_in_a_tight_loop() {
     // Many grants per millisecond: the order must not depend on the clock
     // having moved between a DEL and the next grant.
-    let server = Server::start();
-    let mut c = server.conn();
+    let (_server, mut c) = start();
     let key = new_key();
     let mut last = 0;
     for i in 0..300 {
@@ -170,8 +168,7 @@ fn tokens_keep_increasing_when_the_key_is_deleted_in_a_tight_loop() {
 
 #[test]
 fn debug_reload_keeps_holds_and_token_order() {
-    let server = Server::start();
-    let mut c = server.conn();
+    let (_server, mut c) = start();
     let keys = hold_one_release_one(&mut c);
     let before = pttl(&mut c, &keys.held);
 
@@ -213,14 +210,7 @@ fn aof_base_file(server: &Server) -> std::path::PathBuf {
 /// rewritten base, as RDB preamble or as commands) and after it (into the
 /// incremental file) survive SIGKILL.
 fn aof_restart_keeps_holds(rdb_preamble: &str) {
-    let mut server = Server::start_with(&[
-        "--appendonly",
-        "yes",
-        "--appendfsync",
-        "always",
-        "--aof-use-rdb-preamble",
-        rdb_preamble,
-    ]);
+    let mut server = Server::start_aof_always(rdb_preamble);
     let mut c = server.conn();
     let (in_base, extended, released_later, in_incr) = (new_key(), new_key(), new_key(), new_key());
 

@@ -44,8 +44,7 @@ fn waiter(
 /// `NEW_HOLDER_TTL`, its token returned by `replace`) under the name `k` in database 0.
 /// The waiter must still be waiting afterwards, and be granted once "new"'s deadline passes.
 fn waiter_keeps_waiting_on_the_new_holder(replace: impl FnOnce(&mut Connection, &str) -> i64) {
-    let server = Server::start();
-    let mut c = server.conn();
+    let (server, mut c) = start();
     let k = unique_key("replaced");
     let old = must_acquire(&mut c, &k, "old", LONG_TTL);
     let reply = waiter(&server, &mut c, &k);
@@ -87,6 +86,15 @@ fn ok(reply: RedisResult<Value>, what: &str) {
     assert_eq!(reply, Ok(Value::Okay), "{what}");
 }
 
+/// The new holder's lock on `k` in database 1 (for `MOVE` or `SWAPDB` to bring in), then back
+/// to database 0; its token.
+fn new_lock_in_db1(c: &mut Connection, k: &str) -> i64 {
+    ok(call(c, "SELECT", &["1"]), "SELECT 1");
+    let t = must_acquire(c, k, "new", NEW_HOLDER_TTL);
+    ok(call(c, "SELECT", &["0"]), "SELECT 0");
+    t
+}
+
 #[test]
 fn rename_of_another_lock_onto_the_key() {
     waiter_keeps_waiting_on_the_new_holder(|c, k| {
@@ -121,9 +129,7 @@ fn restore_replace_of_another_lock_onto_the_key() {
 #[test]
 fn move_of_another_lock_into_the_name() {
     waiter_keeps_waiting_on_the_new_holder(|c, k| {
-        ok(call(c, "SELECT", &["1"]), "SELECT 1");
-        let t = must_acquire(c, k, "new", NEW_HOLDER_TTL);
-        ok(call(c, "SELECT", &["0"]), "SELECT 0");
+        let t = new_lock_in_db1(c, k);
         // The old lock goes and the new one comes in one step, so the name is never free.
         let replies: Vec<Value> = redis::pipe()
             .atomic()
@@ -149,9 +155,7 @@ fn move_of_another_lock_into_the_name() {
 #[test]
 fn swapdb_bringing_another_lock_into_the_name() {
     waiter_keeps_waiting_on_the_new_holder(|c, k| {
-        ok(call(c, "SELECT", &["1"]), "SELECT 1");
-        let t = must_acquire(c, k, "new", NEW_HOLDER_TTL);
-        ok(call(c, "SELECT", &["0"]), "SELECT 0");
+        let t = new_lock_in_db1(c, k);
         ok(call(c, "SWAPDB", &["0", "1"]), "SWAPDB 0 1");
         // The old lock is in database 1 now, with nobody waiting for it there.
         ok(call(c, "SELECT", &["1"]), "SELECT 1");

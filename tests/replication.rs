@@ -140,12 +140,10 @@ fn replica_refuses_lock_writes_and_answers_fence() {
 
 #[test]
 fn replica_reports_an_expired_hold_as_free() {
-    let primary = Server::start();
-    let replica = Server::replica_of(&primary);
     // The stream is live before the hold exists, so the hold reaches the
     // replica well before its deadline (a replica may rightly drop a hold that
     // is already past its deadline when it arrives).
-    wait_for_replica_sync(&primary, &replica);
+    let (primary, replica) = primary_and_replica(&[]);
     let mut p = primary.conn();
     // The primary never deletes the key on its own (no active expiry, and this
     // test does not touch the key there), so the replica keeps an expired hold.
@@ -186,12 +184,8 @@ fn promoted_replica_issues_larger_tokens() {
         }
     }
     wait_for_replica_sync(&primary, &replica);
+    promote(&replica);
     let mut r = replica.conn();
-    redis::cmd("REPLICAOF")
-        .arg("NO")
-        .arg("ONE")
-        .query::<()>(&mut r)
-        .unwrap();
 
     // The promoted replica keeps the hold and continues the token order.
     assert_eq!(fence(&mut r, &key), Some(last));

@@ -66,12 +66,7 @@ fn sentinel_master(conn: &mut Connection) -> HashMap<String, String> {
 
 /// `SENTINEL GET-MASTER-ADDR-BY-NAME mymaster` -> the primary's port.
 fn primary_port(conn: &mut Connection) -> Option<u16> {
-    let addr: Option<(String, String)> = redis::cmd("SENTINEL")
-        .arg("GET-MASTER-ADDR-BY-NAME")
-        .arg(MASTER_NAME)
-        .query(conn)
-        .ok()?;
-    addr?.1.parse().ok()
+    nodes::sentinel_primary_port(conn, MASTER_NAME)
 }
 
 /// `WAIT 1 1000`.

@@ -118,8 +118,7 @@ fn holders(c: &mut Connection, key: &str) -> Vec<String> {
 
 #[test]
 fn a_semaphore_grants_up_to_its_limit_and_each_holder_has_its_own_token() {
-    let server = Server::start();
-    let mut c = server.conn();
+    let (_server, mut c) = start();
     let k = unique_key("sem");
     let lim = ["SHARED", "LIMIT", "2"];
     let a = take(&mut c, &k, "a", LONG_TTL, &lim).unwrap();
@@ -174,8 +173,7 @@ fn a_semaphore_grants_up_to_its_limit_and_each_holder_has_its_own_token() {
 
 #[test]
 fn readers_share_a_writer_waits_for_them_and_later_readers_wait_for_the_writer() {
-    let server = Server::start();
-    let mut c = server.conn();
+    let (server, mut c) = start();
     let k = unique_key("rw");
     let r1 = take(&mut c, &k, "r1", LONG_TTL, &["SHARED"]).unwrap();
     let r2 = take(&mut c, &k, "r2", LONG_TTL, &["SHARED"]).unwrap();
@@ -203,8 +201,7 @@ fn readers_share_a_writer_waits_for_them_and_later_readers_wait_for_the_writer()
 
 #[test]
 fn readers_queued_behind_a_writer_are_admitted_together_up_to_the_next_writer() {
-    let server = Server::start();
-    let mut c = server.conn();
+    let (server, mut c) = start();
     let k = unique_key("batch");
     must_acquire(&mut c, &k, "w1", LONG_TTL);
     let readers: Vec<_> = ["r1", "r2", "r3"]
@@ -250,8 +247,7 @@ fn readers_queued_behind_a_writer_are_admitted_together_up_to_the_next_writer() 
 
 #[test]
 fn holding_in_the_other_mode_is_an_error_and_changes_nothing() {
-    let server = Server::start();
-    let mut c = server.conn();
+    let (_server, mut c) = start();
     let (ks, kx) = (unique_key("mode"), unique_key("mode"));
     let rt = take(&mut c, &ks, "a", LONG_TTL, &["SHARED"]).unwrap();
     let xt = take(&mut c, &kx, "a", LONG_TTL, &[]).unwrap();
@@ -282,8 +278,7 @@ fn holding_in_the_other_mode_is_an_error_and_changes_nothing() {
 
 #[test]
 fn the_first_shared_grant_fixes_the_limit() {
-    let server = Server::start();
-    let mut c = server.conn();
+    let (_server, mut c) = start();
     let k = unique_key("limit");
     take(&mut c, &k, "a", LONG_TTL, &["SHARED", "LIMIT", "2"]).unwrap();
     let limit2 = "ERR this lock is held SHARED with LIMIT 2; acquire it with SHARED LIMIT 2";
@@ -316,8 +311,7 @@ fn the_first_shared_grant_fixes_the_limit() {
 
 #[test]
 fn a_waiter_with_another_limit_than_the_queued_ones_is_refused() {
-    let server = Server::start();
-    let mut c = server.conn();
+    let (server, mut c) = start();
     let k = unique_key("qlimit");
     must_acquire(&mut c, &k, "w", LONG_TTL);
     let p = waiter(
@@ -344,8 +338,7 @@ fn a_waiter_with_another_limit_than_the_queued_ones_is_refused() {
 
 #[test]
 fn a_retry_in_the_same_mode_returns_the_same_token_and_resets_the_deadline() {
-    let server = Server::start();
-    let mut c = server.conn();
+    let (_server, mut c) = start();
     let k = unique_key("retry");
     let lim = ["SHARED", "LIMIT", "2"];
     let a = take(&mut c, &k, "a", 2_000, &lim).unwrap();
@@ -368,8 +361,7 @@ fn a_retry_in_the_same_mode_returns_the_same_token_and_resets_the_deadline() {
 
 #[test]
 fn each_holder_expires_at_its_own_deadline_and_frees_a_permit_for_the_queue() {
-    let server = Server::start();
-    let mut c = server.conn();
+    let (server, mut c) = start();
     let k = unique_key("expiry");
     let lim = ["SHARED", "LIMIT", "2", "BLOCK", "0"];
     take(&mut c, &k, "short", 200, &lim[..3]).unwrap();
@@ -393,8 +385,7 @@ fn each_holder_expires_at_its_own_deadline_and_frees_a_permit_for_the_queue() {
 
 #[test]
 fn a_writer_that_leaves_the_queue_lets_the_readers_behind_it_in() {
-    let server = Server::start();
-    let mut c = server.conn();
+    let (server, mut c) = start();
     let k = unique_key("leave");
     take(&mut c, &k, "r1", LONG_TTL, &["SHARED"]).unwrap();
     let w = waiter(&server, &mut c, &k, "w", &["BLOCK", "300"]);
@@ -424,8 +415,7 @@ fn a_writer_that_leaves_the_queue_lets_the_readers_behind_it_in() {
 
 #[test]
 fn shared_waiters_never_block_inside_multi() {
-    let server = Server::start();
-    let mut c = server.conn();
+    let (_server, mut c) = start();
     let k = unique_key("multi");
     must_acquire(&mut c, &k, "w", LONG_TTL);
     let reply: Value = redis::pipe()
@@ -444,8 +434,7 @@ fn shared_waiters_never_block_inside_multi() {
 
 #[test]
 fn deleting_a_shared_key_admits_the_queued_writer() {
-    let server = Server::start();
-    let mut c = server.conn();
+    let (server, mut c) = start();
     let k = unique_key("del");
     take(&mut c, &k, "r1", LONG_TTL, &["SHARED"]).unwrap();
     take(&mut c, &k, "r2", LONG_TTL, &["SHARED"]).unwrap();
@@ -494,8 +483,7 @@ fn a_semaphore_limit_is_never_exceeded_under_contention() {
 
 #[test]
 fn shared_waiters_obey_client_unblock_lua_and_max_waiters() {
-    let server = Server::start();
-    let mut c = server.conn();
+    let (server, mut c) = start();
     let k = unique_key("unblock");
     must_acquire(&mut c, &k, "w", LONG_TTL);
     let r = waiter(

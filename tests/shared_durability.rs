@@ -125,14 +125,7 @@ fn shared_holders_survive_an_rdb_restart_after_kill9() {
 }
 
 fn aof_round_trip(preamble: &str) {
-    let mut server = Server::start_with(&[
-        "--appendonly",
-        "yes",
-        "--appendfsync",
-        "always",
-        "--aof-use-rdb-preamble",
-        preamble,
-    ]);
+    let mut server = Server::start_aof_always(preamble);
     reload_round_trip(&mut server, |s, c| {
         // Half in the rewritten base, half in the incremental file after it.
         redis::cmd("BGREWRITEAOF").query::<String>(c).unwrap();

@@ -135,6 +135,17 @@ impl Goal {
 }
 
 /// A compact number: 3 significant figures, thousands separated for large ones.
+/// The *wait max ms* cell of a contention table: the longest completed wait (`waits` sorted),
+/// or `>= x` when a starved worker's unfinished wait was longer.
+pub fn max_wait(waits: &[f64], unfinished: &[f64]) -> String {
+    let unfinished = unfinished.iter().copied().fold(0.0, f64::max);
+    if unfinished > crate::stats::pct(waits, 100.0) {
+        format!(">= {}", f(unfinished))
+    } else {
+        f(crate::stats::pct(waits, 100.0))
+    }
+}
+
 pub fn f(x: f64) -> String {
     if !x.is_finite() {
         return "-".into();

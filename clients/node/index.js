@@ -12,14 +12,9 @@ const { Lock } = require('./lib/lock');
 const { Semaphore, ReadLock, ReadWriteLock } = require('./lib/shared');
 const { MultiLock } = require('./lib/multi');
 const { FENCE_CHECK_LUA, FENCED_CALL_LUA, fencedCall, fencedScript } = require('./lib/fence');
-const {
-  LockError,
-  LockLostError,
-  LockBusyError,
-  DurabilityError,
-  DurableUnsupportedError,
-  StaleTokenError,
-} = require('./lib/errors');
+// LockError and its subclasses: LockLostError, LockBusyError, DurabilityError,
+// DurableUnsupportedError, StaleTokenError.
+const errors = require('./lib/errors');
 
 /** One client and default options for every lock made from it; `using` for the common case. */
 class Locks {
@@ -68,10 +63,5 @@ module.exports = {
   fencedScript,
   FENCE_CHECK_LUA,
   FENCED_CALL_LUA,
-  LockError,
-  LockLostError,
-  LockBusyError,
-  DurabilityError,
-  DurableUnsupportedError,
-  StaleTokenError,
+  ...errors,
 };

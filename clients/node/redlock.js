@@ -31,14 +31,6 @@ const { EventEmitter } = require('node:events');
 const { adapt, isReplyError } = require('./lib/adapter');
 const wire = require('./lib/wire');
 
-// KEYS the locks, ARGV[1] the owner, ARGV[2] ttl-ms: how many keys were extended.
-const EXTEND_ALL_LUA = `local n = 0
-for _, key in ipairs(KEYS) do
-    n = n + redis.call('LOCK.EXTEND', key, ARGV[1], ARGV[2])
-end
-return n
-`;
-
 const defaultSettings = Object.freeze({
   driftFactor: 0.01,
   retryCount: 10,
@@ -290,7 +282,7 @@ class Redlock extends EventEmitter {
     const settings = this._settings(overrides);
     const { resources, value } = existing;
     const { attempts, start } = await this._execute(async ({ adapter }) => {
-      const n = await adapter.call(['EVAL', EXTEND_ALL_LUA, resources.length, ...resources, value, duration]);
+      const n = await adapter.call(['EVAL', wire.EXTEND_ALL_LUA, resources.length, ...resources, value, duration]);
       if (n !== resources.length) {
         throw new ResourceLockedError(`The operation was applied to: ${n} of the ${resources.length} requested resources.`);
       }

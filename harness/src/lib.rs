@@ -48,7 +48,7 @@ mod wait;
 
 pub use lock::*;
 pub use paths::*;
-pub use sentinel::{sentinel, SentinelConfig};
+pub use sentinel::{sentinel, sentinel_primary_port, SentinelConfig};
 pub use server::{
     free_port, free_port_with_bus, send_signal, Node, Ports, Server, ServerBuilder,
     BUS_PORT_OFFSET, READY_TIMEOUT,

@@ -4,6 +4,8 @@
 use std::fs;
 use std::path::Path;
 
+use redis::Connection;
+
 use crate::paths::{path_arg, sentinel_cmd};
 use crate::{Ports, Server};
 
@@ -19,6 +21,17 @@ pub struct SentinelConfig<'a> {
     pub down_after_ms: u64,
     /// `sentinel failover-timeout`.
     pub failover_timeout_ms: u64,
+}
+
+/// `SENTINEL GET-MASTER-ADDR-BY-NAME master_name` -> the primary's port, `None` while the
+/// Sentinel has none (or does not answer).
+pub fn sentinel_primary_port(sentinel: &mut Connection, master_name: &str) -> Option<u16> {
+    let addr: Option<(String, String)> = redis::cmd("SENTINEL")
+        .arg("GET-MASTER-ADDR-BY-NAME")
+        .arg(master_name)
+        .query(sentinel)
+        .ok()?;
+    addr?.1.parse().ok()
 }
 
 /// Start Sentinel `i` in `dir/sentinel{i}`, monitoring the primary of `cfg`.

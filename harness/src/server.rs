@@ -83,6 +83,20 @@ impl Server {
         Server::builder().args(extra).start()
     }
 
+    /// A server with an AOF synced on every write (`appendfsync always`), so that every reply
+    /// is on disk before SIGKILL; `rdb_preamble` (`"yes"` or `"no"`) picks the rewritten base
+    /// file's format.
+    pub fn start_aof_always(rdb_preamble: &str) -> Server {
+        Server::start_with(&[
+            "--appendonly",
+            "yes",
+            "--appendfsync",
+            "always",
+            "--aof-use-rdb-preamble",
+            rdb_preamble,
+        ])
+    }
+
     /// A replica of `primary` (`--replicaof 127.0.0.1 <primary port>`).
     /// Call [`crate::wait_for_replica_sync`] before reading from it.
     pub fn replica_of(primary: &Server) -> Server {

@@ -3,13 +3,21 @@
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use redis::{Connection, RedisResult};
+use redis::{Connection, RedisResult, Value};
 
 use crate::Server;
 
 /// Read timeout on client connections, so a command that is never answered fails the test
 /// instead of hanging the suite. Blocking calls that may legitimately wait longer set their own.
 pub const READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A server with the module ([`Server::start`]) and a connection to it: what most tests
+/// start with.
+pub fn start() -> (Server, Connection) {
+    let server = Server::start();
+    let c = server.conn();
+    (server, c)
+}
 
 /// A connection to 127.0.0.1:`port` with the default read timeout.
 pub fn connect(port: u16) -> Connection {
@@ -25,6 +33,27 @@ pub fn try_connect(port: u16, timeout: Duration) -> RedisResult<Connection> {
     Ok(conn)
 }
 
+/// `CONFIG GET name` for one exact name: its value.
+pub fn config_get(conn: &mut Connection, name: &str) -> String {
+    let pair: Vec<String> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg(name)
+        .query(conn)
+        .unwrap();
+    assert_eq!(pair.len(), 2, "CONFIG GET {name}: {pair:?}");
+    assert_eq!(pair[0], name);
+    pair[1].clone()
+}
+
+/// `CONFIG SET name value`, its reply as it came (tests assert `OK` or the error).
+pub fn config_set(conn: &mut Connection, name: &str, value: &str) -> RedisResult<Value> {
+    redis::cmd("CONFIG")
+        .arg("SET")
+        .arg(name)
+        .arg(value)
+        .query(conn)
+}
+
 /// The value of `field` in `INFO <section>`, if present.
 pub fn info_field(conn: &mut Connection, section: &str, field: &str) -> Option<String> {
     let info: String = redis::cmd("INFO")
@@ -33,6 +62,15 @@ pub fn info_field(conn: &mut Connection, section: &str, field: &str) -> Option<S
         .unwrap_or_else(|e| panic!("INFO {section}: {e}"));
     let value = fields(&info).find_map(|(name, value)| (name == field).then(|| value.to_string()));
     value
+}
+
+/// An integer field of `INFO <section>`; panics if it is missing or not an integer.
+pub fn info_int(conn: &mut Connection, section: &str, field: &str) -> i64 {
+    let value = info_field(conn, section, field)
+        .unwrap_or_else(|| panic!("INFO {section} has no field {field}"));
+    value
+        .parse()
+        .unwrap_or_else(|e| panic!("INFO {section} {field} = {value:?}: {e}"))
 }
 
 /// `name:value` lines of an `INFO` or `CLUSTER INFO` reply.
@@ -86,6 +124,29 @@ pub fn wait_for<T>(what: &str, timeout: Duration, mut cond: impl FnMut() -> Opti
         );
         thread::sleep(Duration::from_millis(5));
     }
+}
+
+/// A primary with the module and `primary_args`, and a replica of it, synced
+/// ([`wait_for_replica_sync`]) before anything is written.
+pub fn primary_and_replica(primary_args: &[&str]) -> (Server, Server) {
+    let primary = Server::start_with(primary_args);
+    let replica = Server::replica_of(&primary);
+    wait_for_replica_sync(&primary, &replica);
+    (primary, replica)
+}
+
+/// `REPLICAOF NO ONE` on `server`, which is then a primary (`role:master`, checked).
+pub fn promote(server: &Server) {
+    let mut c = server.conn();
+    redis::cmd("REPLICAOF")
+        .arg("NO")
+        .arg("ONE")
+        .query::<()>(&mut c)
+        .expect("REPLICAOF NO ONE");
+    assert_eq!(
+        info_field(&mut c, "replication", "role").as_deref(),
+        Some("master")
+    );
 }
 
 /// Wait until `replica` has a live link to `primary` and has processed everything the primary

@@ -63,8 +63,7 @@ struct Fixture {
 
 impl Fixture {
     fn new() -> Fixture {
-        let server = Server::start();
-        let mut c = server.conn();
+        let (server, mut c) = start();
         let token = must_acquire(&mut c, HELD, "alice", LONG_TTL);
         let _: () = redis::cmd("SET")
             .arg(STRING)
@@ -452,8 +451,7 @@ fn non_ascii_unknown_option_is_refused_without_crashing_the_server() {
     // gets a server of its own, so that one crash does not hide what the others do.
     let mut failures = Vec::new();
     for option in ["\u{e9}", "\u{4E00}", "\u{100}", "\u{400}"] {
-        let server = Server::start();
-        let mut c = server.conn();
+        let (server, mut c) = start();
         let pid = info_field(&mut c, "server", "process_id").unwrap();
         let token = must_acquire(&mut c, HELD, "alice", LONG_TTL);
         let reply = call(&mut c, "LOCK.ACQUIRE", &[HELD, "alice", "1000", option]);
@@ -491,8 +489,7 @@ fn non_ascii_unknown_option_is_refused_without_crashing_the_server() {
 
 #[test]
 fn lowercase_and_mixed_case_block_work_like_block() {
-    let server = Server::start();
-    let mut c = server.conn();
+    let (_server, mut c) = start();
     let token = must_acquire(&mut c, HELD, "alice", LONG_TTL);
     for spelling in ["block", "Block", "bLoCk"] {
         let started = Instant::now();

@@ -39,15 +39,6 @@ const PATIENCE: Duration = Duration::from_secs(60);
 
 // --- Helpers -------------------------------------------------------------------
 
-/// An integer field of `INFO <section>`.
-fn info_int(c: &mut Connection, section: &str, field: &str) -> i64 {
-    let value = info_field(c, section, field)
-        .unwrap_or_else(|| panic!("INFO {section} has no field {field}"));
-    value
-        .parse()
-        .unwrap_or_else(|e| panic!("INFO {section} {field} = {value:?}: {e}"))
-}
-
 fn used_memory(c: &mut Connection) -> i64 {
     info_int(c, "memory", "used_memory")
 }

@@ -272,8 +272,7 @@ fn random_command_sequences_never_crash_and_stay_consistent() {
     eprintln!("random_command_sequences: ABUSE_SEED={seed} ABUSE_OPS={ops}");
     let mut rng = StdRng::seed_from_u64(seed);
 
-    let server = Server::start();
-    let mut c = server.conn();
+    let (server, mut c) = start();
     let pid = info_field(&mut c, "server", "process_id").unwrap();
     let mut sides: Vec<Side> = WAITER_OWNERS
         .iter()

@@ -23,12 +23,7 @@ fn thousands_of_waiters_are_served_in_order_and_their_memory_comes_back() {
     let holder_token = must_acquire(&mut c, key, "holder", LONG_TTL);
 
     let baseline = used_memory(&mut c);
-    let mut streams: Vec<TcpStream> = (0..n)
-        .map(|_| TcpStream::connect(("127.0.0.1", server.port())).expect("connect waiter"))
-        .collect();
-    wait_until("every waiter connected", PATIENCE, || {
-        info_int(&mut c, "clients", "connected_clients") as usize > n
-    });
+    let mut streams = open_clients(&server, &mut c, n, "waiter");
     let connected = used_memory(&mut c);
 
     // One at a time, so that arrival order is known: waiter i is queued i-th.
@@ -124,12 +119,7 @@ fn thousands_of_waiters_are_served_in_order_and_their_memory_comes_back() {
     // For comparison, what the server itself charges for a client blocked in BLPOP (its
     // query buffer and blocking state, no module involved).
     let blpop_baseline = used_memory(&mut c);
-    let mut streams: Vec<TcpStream> = (0..n)
-        .map(|_| TcpStream::connect(("127.0.0.1", server.port())).expect("connect"))
-        .collect();
-    wait_until("every BLPOP client connected", PATIENCE, || {
-        info_int(&mut c, "clients", "connected_clients") as usize > n
-    });
+    let mut streams = open_clients(&server, &mut c, n, "BLPOP client");
     let blpop_connected = used_memory(&mut c);
     for stream in &mut streams {
         stream
@@ -152,6 +142,20 @@ fn thousands_of_waiters_are_served_in_order_and_their_memory_comes_back() {
 /// Wait until `used_memory` is within `slack` of `baseline` and has stopped falling for a
 /// second (the server shrinks its hash tables and trims its pool of module reply clients from
 /// its cron, a little at a time), or 30 s have passed; return the last reading.
+/// `n` bare connections to `server` (`what` each is, for the messages), all seen connected.
+fn open_clients(server: &Server, c: &mut Connection, n: usize, what: &str) -> Vec<TcpStream> {
+    let streams: Vec<TcpStream> = (0..n)
+        .map(|_| {
+            TcpStream::connect(("127.0.0.1", server.port()))
+                .unwrap_or_else(|e| panic!("connect {what}: {e}"))
+        })
+        .collect();
+    wait_until(&format!("every {what} connected"), PATIENCE, || {
+        info_int(c, "clients", "connected_clients") as usize > n
+    });
+    streams
+}
+
 fn settle_memory(c: &mut Connection, baseline: i64, slack: i64) -> i64 {
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut lowest = used_memory(c);
@@ -206,8 +210,7 @@ fn lock_owner(i: usize) -> String {
 #[test]
 fn many_locks_cost_and_cleanup() {
     let count = env_usize("LOCK_COUNT", 100_000);
-    let server = Server::start();
-    let mut c = server.conn();
+    let (server, mut c) = start();
     let started = Instant::now();
 
     let baseline = used_memory(&mut c);

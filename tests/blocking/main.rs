@@ -47,13 +47,6 @@ fn new_key() -> String {
     unique_key("blocking")
 }
 
-/// A server and a connection to it.
-fn start() -> (Server, Connection) {
-    let server = Server::start();
-    let c = server.conn();
-    (server, c)
-}
-
 /// A server, a connection to it, and a new key held by `holder` for `LONG_TTL`, with its token.
 fn held_key() -> (Server, Connection, String, i64) {
     let (server, mut c) = start();
@@ -196,13 +189,6 @@ fn assert_fresh_grant(c: &mut Connection, key: &str, token: i64) {
         "PTTL {key} = {left} right after the grant, expected in {}..={WAITER_TTL}",
         WAITER_TTL - PTTL_SLACK + 1
     );
-}
-
-fn config_get(c: &mut Connection, name: &str) -> String {
-    let pair: Vec<String> = redis::cmd("CONFIG").arg("GET").arg(name).query(c).unwrap();
-    assert_eq!(pair.len(), 2, "CONFIG GET {name}: {pair:?}");
-    assert_eq!(pair[0], name);
-    pair[1].clone()
 }
 
 fn ok(reply: RedisResult<Value>, what: &str) {

@@ -19,9 +19,7 @@ fn assert_same_on_replica(p: &mut Connection, r: &mut Connection, key: &str) {
 
 #[test]
 fn replica_matches_primary_after_handoffs() {
-    let primary = Server::start();
-    let replica = Server::replica_of(&primary);
-    wait_for_replica_sync(&primary, &replica);
+    let (primary, replica) = primary_and_replica(&[]);
     let mut p = primary.conn();
     let mut r = replica.conn();
     let (released, expired) = (new_key(), new_key());

@@ -132,16 +132,8 @@ fn value_text(v: &Value) -> String {
     }
 }
 
-fn int_field(conn: &mut Connection, section: &str, field: &str) -> i64 {
-    let value = nodes::info_field(conn, section, field)
-        .unwrap_or_else(|| panic!("INFO {section} has no {field}"));
-    value
-        .parse()
-        .unwrap_or_else(|e| panic!("INFO {section} {field} = {value:?}: {e}"))
-}
-
 fn blocked_clients(conn: &mut Connection) -> i64 {
-    int_field(conn, "clients", "blocked_clients")
+    nodes::info_int(conn, "clients", "blocked_clients")
 }
 
 /// Wait until the node behind `conn` has exactly `n` blocked clients.

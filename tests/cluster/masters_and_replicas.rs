@@ -113,13 +113,17 @@ fn locks_on_every_master_block_hand_off_release_and_reach_the_replicas() {
     }
     for (s, m) in masters.iter_mut().enumerate() {
         assert!(wait_one_replica(m) >= 1, "WAIT 1 1000 on master {s}");
-        assert_eq!(int_field(m, "lock", "lock_locks"), 0);
-        assert_eq!(int_field(m, "lock", "lock_waiters"), 0);
+        assert_eq!(nodes::info_int(m, "lock", "lock_locks"), 0);
+        assert_eq!(nodes::info_int(m, "lock", "lock_waiters"), 0);
         assert_eq!(
-            int_field(m, "lock", "lock_handed_off"),
+            nodes::info_int(m, "lock", "lock_handed_off"),
             keys[s].len() as i64
         );
         let mut r = cluster.replica(s);
-        assert_eq!(int_field(&mut r, "lock", "lock_locks"), 0, "replica {s}");
+        assert_eq!(
+            nodes::info_int(&mut r, "lock", "lock_locks"),
+            0,
+            "replica {s}"
+        );
     }
 }

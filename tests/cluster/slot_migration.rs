@@ -119,7 +119,7 @@ fn waiters_of_a_migrated_slot_get_an_error_and_the_lock_keeps_one_owner() {
     }
     println!("waiters after the MIGRATE: {outcomes_text:?}");
     assert_eq!(blocked_clients(&mut a), 0);
-    assert_eq!(int_field(&mut a, "lock", "lock_waiters"), 0);
+    assert_eq!(nodes::info_int(&mut a, "lock", "lock_waiters"), 0);
 
     // Mid-migration, the source answers ASK for the absent key, as for SET; the target serves
     // it after ASKING and redirects without.

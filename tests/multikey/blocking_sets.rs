@@ -115,9 +115,8 @@ fn sets_in_opposite_key_order_do_not_deadlock() {
 
 #[test]
 fn a_waiting_set_whose_key_expires_is_granted_from_the_timer_in_one_transaction() {
-    let primary = Server::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
-    let replica = Server::replica_of(&primary);
-    wait_for_replica_sync(&primary, &replica);
+    let (primary, replica) =
+        primary_and_replica(&["--appendonly", "yes", "--appendfsync", "always"]);
     let mut c = primary.conn();
     let ks = keys(2);
     must_acquire(&mut c, &ks[0], "short", 300);

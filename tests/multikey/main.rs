@@ -188,10 +188,3 @@ fn aof_commands(text: &str) -> Vec<Vec<String>> {
     }
     commands
 }
-
-/// A server with the module, and a connection to it.
-fn start() -> (Server, Connection) {
-    let server = Server::start();
-    let c = server.conn();
-    (server, c)
-}

@@ -5,9 +5,8 @@ use super::*;
 
 #[test]
 fn a_set_is_replicated_and_persisted_as_one_transaction() {
-    let mut primary = Server::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
-    let replica = Server::replica_of(&primary);
-    wait_for_replica_sync(&primary, &replica);
+    let (mut primary, replica) =
+        primary_and_replica(&["--appendonly", "yes", "--appendfsync", "always"]);
     let mut p = primary.conn();
     let mut r = replica.conn();
     let ks = keys(3);

@@ -99,26 +99,3 @@ fn lock_info(conn: &mut Connection, key: &str) -> RedisResult<Value> {
 fn bulk(s: impl AsRef<[u8]>) -> Value {
     Value::BulkString(s.as_ref().to_vec())
 }
-
-/// `CONFIG GET name` for one exact name.
-fn config_get(c: &mut Connection, name: &str) -> String {
-    let pair: Vec<String> = redis::cmd("CONFIG").arg("GET").arg(name).query(c).unwrap();
-    assert_eq!(pair.len(), 2, "CONFIG GET {name}: {pair:?}");
-    assert_eq!(pair[0], name);
-    pair[1].clone()
-}
-
-fn config_set(c: &mut Connection, name: &str, value: &str) -> RedisResult<Value> {
-    redis::cmd("CONFIG")
-        .arg("SET")
-        .arg(name)
-        .arg(value)
-        .query(c)
-}
-
-/// A server with the module, and a connection to it.
-fn start() -> (Server, Connection) {
-    let server = Server::start();
-    let c = server.conn();
-    (server, c)
-}

@@ -97,13 +97,17 @@ pub fn raw(c: &mut Connection, args: &[&str]) -> Value {
         .unwrap_or_else(|e| panic!("{args:?}: no reply: {e}"))
 }
 
-/// The `(owner, token, ttl)` of `key`'s live hold (`LOCK.INFO`), or `None` when free.
-pub fn lock_info(c: &mut Connection, key: &str) -> Option<(String, i64, i64)> {
-    let reply: Value = redis::cmd("LOCK.INFO")
+/// `LOCK.INFO key`, as it came.
+fn lock_info_reply(c: &mut Connection, key: &str) -> Value {
+    redis::cmd("LOCK.INFO")
         .arg(key)
         .query(c)
-        .unwrap_or_else(|e| panic!("LOCK.INFO {key}: {e}"));
-    parse_lock_info(&reply)
+        .unwrap_or_else(|e| panic!("LOCK.INFO {key}: {e}"))
+}
+
+/// The `(owner, token, ttl)` of `key`'s live hold (`LOCK.INFO`), or `None` when free.
+pub fn lock_info(c: &mut Connection, key: &str) -> Option<(String, i64, i64)> {
+    parse_lock_info(&lock_info_reply(c, key))
 }
 
 /// A `LOCK.INFO` reply (RESP2 flat array of field, value) as `(owner, token, ttl)`.
@@ -128,11 +132,7 @@ pub fn parse_lock_info(reply: &Value) -> Option<(String, i64, i64)> {
 /// The `(owner, token, ttl)` of every live holder of `key` (`LOCK.INFO`), shared or not;
 /// empty when free.
 pub fn lock_holders(c: &mut Connection, key: &str) -> Vec<(String, i64, i64)> {
-    let reply: Value = redis::cmd("LOCK.INFO")
-        .arg(key)
-        .query(c)
-        .unwrap_or_else(|e| panic!("LOCK.INFO {key}: {e}"));
-    parse_holders(&reply)
+    parse_holders(&lock_info_reply(c, key))
 }
 
 /// The `holders` field of a `LOCK.INFO` reply (RESP2: a list of field, value lists) as

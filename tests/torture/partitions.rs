@@ -34,12 +34,7 @@ const PATIENCE: Duration = Duration::from_secs(30);
 const MAJORITY: usize = 3;
 
 fn sentinel_primary(s: &mut Connection) -> Option<u16> {
-    let addr: Option<(String, String)> = redis::cmd("SENTINEL")
-        .arg("GET-MASTER-ADDR-BY-NAME")
-        .arg(MASTER)
-        .query(s)
-        .ok()?;
-    addr?.1.parse().ok()
+    nodes::sentinel_primary_port(s, MASTER)
 }
 
 fn sentinel_field(s: &mut Connection, field: &str) -> Option<String> {

@@ -20,19 +20,18 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::common::clock::ShiftedClock;
-use crate::common::{info_field, wait_until, Server};
+use crate::common::{info_field, promote, wait_until, Server};
 use crate::netfault::{self, Client, ClientCfg, Fenced, Log, Row, Target};
 
 const CLIENTS: usize = 4;
 
 /// A replica of `primary` whose clock is `clock`, synced.
 fn replica_of(primary: &Server, clock: &ShiftedClock, margin: &str) -> Server {
-    let port = primary.port().to_string();
-    let replica = Server::start_with_env(
-        clock.env(),
-        &["failover-token-margin-ms", margin],
-        &["--replicaof", "127.0.0.1", &port],
-    );
+    let replica = Server::builder()
+        .clock(clock)
+        .module_args(&["failover-token-margin-ms", margin])
+        .replica_of(primary.port())
+        .start();
     let mut c = replica.conn();
     wait_until("the replica's sync", Duration::from_secs(20), || {
         info_field(&mut c, "replication", "master_link_status").as_deref() == Some("up")
@@ -52,15 +51,6 @@ pub fn detach(replica: &Server) {
         .arg(port)
         .query::<()>(&mut r)
         .expect("REPLICAOF a dead port");
-}
-
-pub fn promote(server: &Server) {
-    let mut c = server.conn();
-    redis::cmd("REPLICAOF")
-        .arg("NO")
-        .arg("ONE")
-        .query::<()>(&mut c)
-        .expect("REPLICAOF NO ONE");
 }
 
 /// Run the scenario; `margin` in ms. Returns its row (violations not asserted here).

@@ -11,7 +11,7 @@ use redis::Connection;
 
 use super::{Env, Scenario};
 use crate::config::Config;
-use crate::report::{f, num, obj, ratio, s, Goal, Json};
+use crate::report::{f, max_wait, num, obj, ratio, s, Goal, Json};
 use crate::stats::{pct, sorted};
 use crate::workers::{grace, lock_block, lock_release, owner, rounds, Tally, Worker};
 
@@ -359,12 +359,7 @@ impl Scenario for ContentionScenario {
         );
         for c in &self.cont {
             let w = sorted(c.waits.clone());
-            let unfinished = c.unfinished.iter().copied().fold(0.0, f64::max);
-            let max = if unfinished > pct(&w, 100.0) {
-                format!(">= {}", f(unfinished))
-            } else {
-                f(pct(&w, 100.0))
-            };
+            let max = max_wait(&w, &c.unfinished);
             let acq = c.acquisitions() as f64;
             let _ = writeln!(
                 o,

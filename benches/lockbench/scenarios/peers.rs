@@ -15,7 +15,7 @@ use redis::Connection;
 
 use super::{Env, Scenario};
 use crate::config::Config;
-use crate::report::{f, num, obj, ratio, s, Goal, Json};
+use crate::report::{f, max_wait, num, obj, ratio, s, Goal, Json};
 use crate::server::{commandstats, info_u64, server_cpu, wait_info, Server};
 use crate::stats::{median, pct, sorted, wall_ms};
 
@@ -581,12 +581,7 @@ impl Scenario for Peers {
         );
         for r in &self.rows {
             let w = sorted(r.waits.clone());
-            let unfinished = r.unfinished.iter().copied().fold(0.0, f64::max);
-            let max = if unfinished > pct(&w, 100.0) {
-                format!(">= {}", f(unfinished))
-            } else {
-                f(pct(&w, 100.0))
-            };
+            let max = max_wait(&w, &r.unfinished);
             let acq = r.acquisitions() as f64;
             let _ = writeln!(
                 o,

@@ -6,14 +6,6 @@
 const { Lock } = require('./lock');
 const wire = require('./wire');
 
-// KEYS the locks, ARGV[1] the owner, ARGV[2] ttl-ms: how many keys were extended.
-const EXTEND_ALL_LUA = `local n = 0
-for _, key in ipairs(KEYS) do
-    n = n + redis.call('LOCK.EXTEND', key, ARGV[1], ARGV[2])
-end
-return n
-`;
-
 // KEYS the locks, ARGV their tokens: 1 if every token is live.
 const OWNED_ALL_LUA = `for i, key in ipairs(KEYS) do
     if redis.call('LOCK.FENCE', key, ARGV[i]) ~= 1 then
@@ -61,7 +53,7 @@ class MultiLock extends Lock {
   }
 
   _extendArgs() {
-    return ['EVAL', EXTEND_ALL_LUA, this.names.length, ...this.names, this.owner, this._ttl];
+    return ['EVAL', wire.EXTEND_ALL_LUA, this.names.length, ...this.names, this.owner, this._ttl];
   }
 
   _renewed(reply) {

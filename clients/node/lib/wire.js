@@ -190,6 +190,16 @@ async function checkDurable(adapter, key) {
   return check;
 }
 
+// There is no multi-key extend command: MultiLock and the Redlock drop-in extend their keys with
+// this script, one atomic step on the server. KEYS the locks, ARGV[1] the owner, ARGV[2] ttl-ms:
+// how many keys were extended.
+const EXTEND_ALL_LUA = `local n = 0
+for _, key in ipairs(KEYS) do
+    n = n + redis.call('LOCK.EXTEND', key, ARGV[1], ARGV[2])
+end
+return n
+`;
+
 module.exports = {
   newOwner,
   toMs,
@@ -201,4 +211,5 @@ module.exports = {
   checkDurable,
   versionAtLeast,
   REPLY_MARGIN_MS,
+  EXTEND_ALL_LUA,
 };

@@ -91,6 +91,16 @@ class _Common:
             encoder = self.redis.connection_pool.get_encoder()
         return encoder.encode(token)
 
+    def _acquire_options(self, token, blocking, blocking_timeout):
+        """An acquire's owner (``token`` encoded, or a new UUID), and its ``blocking`` and
+        ``blocking_timeout``, the lock's own where not given."""
+        owner = self._encode(token)
+        if blocking is None:
+            blocking = self.blocking
+        if blocking_timeout is None:
+            blocking_timeout = self.blocking_timeout
+        return owner, blocking, blocking_timeout
+
     def _native(self, cls, owner):
         if self.timeout:
             return cls(self.redis, self.name, self.timeout, owner=owner)
@@ -170,11 +180,7 @@ class RedisPyLock(_Common):
     def acquire(self, sleep=None, blocking=None, blocking_timeout=None, token=None):
         """Take the lock; True if granted. ``blocking_timeout``: seconds to wait in the
         server's queue (None: no limit). ``token``: the owner string (default: a UUID)."""
-        owner = self._encode(token)
-        if blocking is None:
-            blocking = self.blocking
-        if blocking_timeout is None:
-            blocking_timeout = self.blocking_timeout
+        owner, blocking, blocking_timeout = self._acquire_options(token, blocking, blocking_timeout)
         held = self._native(Lock, owner)
         if not held.acquire(blocking=blocking, timeout=blocking_timeout):
             return False
@@ -233,11 +239,7 @@ class AsyncRedisPyLock(_Common):
     async def acquire(self, blocking=None, blocking_timeout=None, token=None):
         """Take the lock; True if granted (as ``RedisPyLock.acquire``; redis-py's asyncio
         Lock has no ``sleep`` argument here)."""
-        owner = self._encode(token)
-        if blocking is None:
-            blocking = self.blocking
-        if blocking_timeout is None:
-            blocking_timeout = self.blocking_timeout
+        owner, blocking, blocking_timeout = self._acquire_options(token, blocking, blocking_timeout)
         held = self._native(AsyncLock, owner)
         if not await held.acquire(blocking=blocking, timeout=blocking_timeout):
             return False

@@ -69,14 +69,22 @@ def test_wrongtype_is_raised(r, key):
         Lock(r, key, 1).acquire(timeout=1)
 
 
-def test_blocking_wait_outlasts_the_socket_timeout_with_one_command(server, key):
-    # redis-py's defaults (Retry with retries) and a 1 s socket timeout: a wait of 2.5 s
-    # must still be one LOCK.ACQUIRE, kept in the queue, granted on release.
+def held_past_the_socket_timeout(server, key, hold_secs):
+    """A client with a 1 s socket timeout, its command counts reset, `key` held by one of its
+    locks and released by a thread `hold_secs` after a waiter is queued, and the waiter's
+    Lock (not acquired yet)."""
     r = server.client(socket_timeout=1)
     holder, waiter = Lock(r, key, 30), Lock(r, key, 30)
     assert holder.acquire()
     r.config_resetstat()
-    threading.Thread(target=lambda: (wait_waiters(r, key, 1), time.sleep(2.5), holder.release())).start()
+    threading.Thread(target=lambda: (wait_waiters(r, key, 1), time.sleep(hold_secs), holder.release())).start()
+    return r, waiter
+
+
+def test_blocking_wait_outlasts_the_socket_timeout_with_one_command(server, key):
+    # redis-py's defaults (Retry with retries) and a 1 s socket timeout: a wait of 2.5 s
+    # must still be one LOCK.ACQUIRE, kept in the queue, granted on release.
+    r, waiter = held_past_the_socket_timeout(server, key, 2.5)
     start = time.monotonic()
     assert waiter.acquire(timeout=20) is True
     assert time.monotonic() - start >= 2.5
@@ -89,11 +97,7 @@ def test_blocking_wait_outlasts_the_socket_timeout_with_one_command(server, key)
 
 
 def test_wait_without_limit_outlasts_the_socket_timeout(server, key):
-    r = server.client(socket_timeout=1)
-    holder, waiter = Lock(r, key, 30), Lock(r, key, 30)
-    assert holder.acquire()
-    r.config_resetstat()
-    threading.Thread(target=lambda: (wait_waiters(r, key, 1), time.sleep(1.5), holder.release())).start()
+    r, waiter = held_past_the_socket_timeout(server, key, 1.5)
     assert waiter.acquire() is True  # timeout=None: LOCK.ACQUIRE ... BLOCK 0
     assert command_calls(r, "lock.acquire") == 1
     waiter.release()

@@ -9,18 +9,12 @@ mod support;
 use std::time::{Duration, Instant};
 
 use redis_lock_client::Error;
-use support::{eventually, exists, fence, free_port, pttl, unique_key, Server};
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
+use support::{eventually, exists, fence, free_port, ms, pttl, unique_key, Server};
 
 macro_rules! shared_tests {
     () => {
         api_test! { fn guard_releases_on_drop_and_release_reports_the_outcome() {
-            let server = Server::start();
-            let client = Client::open(&server.url()).unwrap();
-            let mut conn = server.conn();
+            let (_server, client, mut conn) = crate::apis::setup!();
             let key = unique_key("drop");
             {
                 let guard = io!(client.acquire(&key, ms(10_000))).unwrap().expect("free lock");
@@ -81,9 +75,7 @@ macro_rules! shared_tests {
         } }
 
         api_test! { fn extend_moves_the_deadline_until_the_lock_is_gone() {
-            let server = Server::start();
-            let client = Client::open(&server.url()).unwrap();
-            let mut conn = server.conn();
+            let (_server, client, mut conn) = crate::apis::setup!();
             let key = unique_key("extend");
             let guard = io!(client.acquire(&key, ms(500))).unwrap().unwrap();
             assert!(pttl(&mut conn, &key) <= 500);
@@ -238,9 +230,7 @@ apis::both!(
     aio: {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_cancelled_acquire_leaves_no_grant_behind() {
-        let server = Server::start();
-        let client = Client::open(&server.url()).unwrap();
-        let mut conn = server.conn();
+        let (server, client, mut conn) = crate::apis::setup!();
         let key = unique_key("cancel");
         let holder = client.acquire(&key, ms(10_000)).await.unwrap().unwrap();
 

@@ -5,14 +5,10 @@
 mod apis;
 mod support;
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use redis_lock_client::Error;
-use support::{fence, unique_key, wait_for_replica_sync, Server};
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
+use support::{fence, ms, unique_key, wait_for_replica_sync, Server};
 
 /// A primary and its replica, in sync.
 fn pair() -> (Server, Server) {

@@ -6,14 +6,10 @@
 mod apis;
 mod support;
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use redis_lock_client::Error;
-use support::{exists, fence, pttl, unique_key, Server};
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
+use support::{exists, fence, ms, pttl, unique_key, Server};
 
 /// `n` keys with one hash tag (as a cluster would need).
 fn keys(prefix: &str, n: usize) -> Vec<String> {
@@ -24,9 +20,7 @@ fn keys(prefix: &str, n: usize) -> Vec<String> {
 macro_rules! shared_tests {
     () => {
         api_test! { fn takes_every_key_or_none_with_a_token_each() {
-            let server = Server::start();
-            let client = Client::open(&server.url()).unwrap();
-            let mut conn = server.conn();
+            let (server, client, mut conn) = crate::apis::setup!();
             let k = keys("multi", 4);
             let guard = io!(MultiLock::new(&client, &k[..3]).acquire(ms(10_000)))
                 .unwrap()
@@ -93,9 +87,7 @@ macro_rules! shared_tests {
         } }
 
         api_test! { fn a_blocked_set_is_served_in_arrival_order_with_single_key_waiters() {
-            let server = Server::start();
-            let client = Client::open(&server.url()).unwrap();
-            let mut conn = server.conn();
+            let (server, client, mut conn) = crate::apis::setup!();
             let k = keys("multi-fifo", 2);
             let clerk = io!(client.acquire(&k[1], ms(10_000))).unwrap().unwrap();
             let (tx, order) = std::sync::mpsc::channel();
@@ -148,9 +140,7 @@ macro_rules! shared_tests {
         } }
 
         api_test! { fn the_watchdog_renews_every_key_and_stops_on_drop() {
-            let server = Server::start();
-            let client = Client::open(&server.url()).unwrap();
-            let mut conn = server.conn();
+            let (server, client, mut conn) = crate::apis::setup!();
             let k = keys("multi-watchdog", 3);
             let ttl = ms(200);
             let guard = io!(MultiLock::new(&client, &k).acquire_with_watchdog(ttl))
@@ -184,9 +174,7 @@ apis::both!(
     /// A blocked set given up by the caller leaves every queue and takes nothing.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_cancelled_set_takes_nothing() {
-        let server = Server::start();
-        let client = Client::open(&server.url()).unwrap();
-        let mut conn = server.conn();
+        let (server, client, mut conn) = crate::apis::setup!();
         let k = keys("multi-cancel", 2);
         let clerk = client.acquire(&k[1], ms(10_000)).await.unwrap().unwrap();
         let lock = MultiLock::new(&client, &k);

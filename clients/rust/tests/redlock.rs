@@ -8,11 +8,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use redis_lock_client::RedlockError;
-use support::{eventually, five_servers, holders, raw_acquire, unique_key, urls, Server};
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
+use support::{eventually, five_servers, holders, ms, raw_acquire, unique_key, urls, Server};
 
 macro_rules! shared_tests {
     () => {

@@ -6,15 +6,11 @@
 mod apis;
 mod support;
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use redis::{Connection, Value};
 use redis_lock_client::Error;
-use support::{fence, unique_key, Server};
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
+use support::{fence, ms, unique_key, Server};
 
 /// `LOCK.INFO key`: its `mode`, `limit` and `holders` as (owner, token) in grant order.
 fn info(conn: &mut Connection, key: &str) -> (String, Option<i64>, Vec<(String, u64)>) {
@@ -68,9 +64,7 @@ fn server_error<T: std::fmt::Debug>(result: Result<T, Error>) -> (String, String
 macro_rules! shared_tests {
     () => {
         api_test! { fn a_semaphore_grants_limit_holders_and_refuses_another_limit() {
-            let server = Server::start();
-            let client = Client::open(&server.url()).unwrap();
-            let mut conn = server.conn();
+            let (server, client, mut conn) = crate::apis::setup!();
             let key = unique_key("semaphore");
             let semaphore = Semaphore::new(&client, &key, 2);
             let a = io!(semaphore.acquire(ms(10_000))).unwrap().expect("first permit");
@@ -156,9 +150,7 @@ macro_rules! shared_tests {
         } }
 
         api_test! { fn a_read_write_lock_shares_reads_and_queues_the_writer_ahead_of_later_readers() {
-            let server = Server::start();
-            let client = Client::open(&server.url()).unwrap();
-            let mut conn = server.conn();
+            let (server, client, mut conn) = crate::apis::setup!();
             let key = unique_key("rwlock");
             let rw = ReadWriteLock::new(&client, &key);
             let r1 = io!(rw.read(ms(10_000))).unwrap().expect("a reader");
@@ -204,9 +196,7 @@ macro_rules! shared_tests {
         } }
 
         api_test! { fn the_watchdog_renews_a_shared_hold_and_stops_on_drop() {
-            let server = Server::start();
-            let client = Client::open(&server.url()).unwrap();
-            let mut conn = server.conn();
+            let (server, client, mut conn) = crate::apis::setup!();
             let key = unique_key("semaphore-watchdog");
             let ttl = ms(200);
             let semaphore = Semaphore::new(&client, &key, 3);
@@ -243,9 +233,7 @@ apis::both!(
     /// A semaphore wait given up by the caller leaves the queue and takes no permit.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_cancelled_semaphore_wait_takes_no_permit() {
-        let server = Server::start();
-        let client = Client::open(&server.url()).unwrap();
-        let mut conn = server.conn();
+        let (server, client, mut conn) = crate::apis::setup!();
         let key = unique_key("semaphore-cancel");
         let semaphore = Semaphore::new(&client, &key, 1);
         let holder = semaphore.acquire(ms(10_000)).await.unwrap().unwrap();

@@ -11,18 +11,12 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use redis_lock_client::LossReason;
-use support::{exists, fence, pttl, unique_key, Server};
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
+use support::{exists, fence, ms, pttl, unique_key, Server};
 
 macro_rules! shared_tests {
     () => {
         api_test! { fn keeps_the_lock_alive_while_held_and_stops_on_drop() {
-            let server = Server::start();
-            let client = Client::open(&server.url()).unwrap();
-            let mut conn = server.conn();
+            let (server, client, mut conn) = crate::apis::setup!();
             let key = unique_key("alive");
             let ttl = ms(200);
             let guard = io!(client.acquire_with_watchdog(&key, ttl)).unwrap().unwrap();
@@ -49,9 +43,7 @@ macro_rules! shared_tests {
         } }
 
         api_test! { fn release_and_stop_end_the_watchdog_and_the_lock_lapses_after_a_stop() {
-            let server = Server::start();
-            let client = Client::open(&server.url()).unwrap();
-            let mut conn = server.conn();
+            let (server, client, mut conn) = crate::apis::setup!();
             let key = unique_key("stop");
             let ttl = ms(300);
             let mut guard = io!(client.acquire_with_watchdog(&key, ttl)).unwrap().unwrap();
@@ -78,9 +70,7 @@ macro_rules! shared_tests {
         } }
 
         api_test! { fn a_panicking_holder_stops_renewing() {
-            let server = Server::start();
-            let client = Client::open(&server.url()).unwrap();
-            let mut conn = server.conn();
+            let (server, client, mut conn) = crate::apis::setup!();
             let key = unique_key("panic");
             let (tx, rx) = std::sync::mpsc::channel();
             let holder = {
@@ -104,9 +94,7 @@ macro_rules! shared_tests {
         } }
 
         api_test! { fn reports_the_loss_at_once_when_the_key_is_deleted() {
-            let server = Server::start();
-            let client = Client::open(&server.url()).unwrap();
-            let mut conn = server.conn();
+            let (server, client, mut conn) = crate::apis::setup!();
             let key = unique_key("deleted");
             let ttl = ms(300);
             let guard = io!(client.acquire_with_watchdog(&key, ttl)).unwrap().unwrap();
@@ -202,9 +190,7 @@ apis::both!(
     /// The sync guard's loss channel: one message, then nothing; the remembered reason stays.
     #[test]
     fn the_loss_is_sent_once_on_the_channel() {
-        let server = Server::start();
-        let client = Client::open(&server.url()).unwrap();
-        let mut conn = server.conn();
+        let (_server, client, mut conn) = crate::apis::setup!();
         let key = unique_key("channel");
         let guard = client
             .acquire_with_watchdog(&key, ms(300))
@@ -231,9 +217,7 @@ apis::both!(
     /// `loss_watch()`: a worker task that must stop when the lock is lost is told too.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_loss_watch_tells_other_tasks() {
-        let server = Server::start();
-        let client = Client::open(&server.url()).unwrap();
-        let mut conn = server.conn();
+        let (_server, client, mut conn) = crate::apis::setup!();
         let key = unique_key("watch");
         let guard = client
             .acquire_with_watchdog(&key, ms(300))

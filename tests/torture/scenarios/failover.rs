@@ -1,6 +1,7 @@
 //! Failover: the primary killed and its replica promoted, with and without `WAIT`.
 
 use super::*;
+use crate::common::promote;
 
 /// Primaries and replicas keep an AOF (`appendfsync no`: written before each reply, which is
 /// all a SIGKILL needs) only so that every token a killed primary issued can be read back.
@@ -91,12 +92,8 @@ pub fn failovers(env: &mut Env, stop_ms: (u64, u64), survival: Survival) {
             |env| {
                 env.primary.kill9();
                 faults::signal(pid, "CONT");
+                promote(&replica);
                 let mut r = replica.conn();
-                redis::cmd("REPLICAOF")
-                    .arg("NO")
-                    .arg("ONE")
-                    .query::<()>(&mut r)
-                    .expect("REPLICAOF NO ONE");
                 wait_until(
                     "the promoted replica's role",
                     Duration::from_secs(10),

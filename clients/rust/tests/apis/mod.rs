@@ -25,6 +25,9 @@
 //! - `io!(poll(what, timeout, cond))`: polls `cond` until it holds, for up to `timeout`.
 //! - `io!(wait_lost(&guard, timeout))`: the watchdog's loss report within `timeout`, or `None`.
 //!
+//! - `setup!()`: what most tests start with, `(server, client, conn)`: a [`Server`], a `Client`
+//!   of the API under test for it, and a plain connection to look at the server's state.
+//!
 //! Each test then appears twice in `cargo test -- --list`: `sync::name` and `aio::name`.
 
 /// The sync API and its helpers (see the module docs).
@@ -183,3 +186,18 @@ macro_rules! both {
     };
 }
 pub(crate) use both;
+
+/// `(server, client, conn)` for the API in scope (see the module docs).
+///
+/// [`Server`]: crate::support::Server
+#[allow(unused_macros)]
+macro_rules! setup {
+    () => {{
+        let server = crate::support::Server::start();
+        let client = Client::open(&server.url()).unwrap();
+        let conn = server.conn();
+        (server, client, conn)
+    }};
+}
+#[allow(unused_imports)]
+pub(crate) use setup;

@@ -16,6 +16,11 @@ use redis::Connection;
 
 pub use harness::*;
 
+/// `n` milliseconds.
+pub fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
 /// Five servers, as independent Redlock masters.
 pub fn five_servers() -> Vec<Server> {
     (0..5).map(|_| Server::start()).collect()
