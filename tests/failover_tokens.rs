@@ -8,7 +8,7 @@
 //! prevents, shown so that the test can fail).
 //!
 //! The shifted clocks come from the project's LD_PRELOAD library (`make clockshift`, see
-//! `tests/common/clock.rs`).
+//! `harness/src/clock.rs`).
 
 mod common;
 
