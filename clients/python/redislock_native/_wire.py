@@ -112,6 +112,12 @@ def durable_supported(info_server):
     return parts >= DURABLE_MIN_VERSION
 
 
+def check_durable(info_server):
+    """Raise unless ``INFO server`` (a dict) names a server where ``durable`` is sound."""
+    if not durable_supported(info_server):
+        raise durable_refused(info_server)
+
+
 def durable_refused(info_server):
     return LockError(
         "durable grants need Redis 7.0.12 or later (a WAIT after a blocked grant counts it "
@@ -229,6 +235,15 @@ def _unblock(client, conn, client_id, cleanup):
     return reply is None or isinstance(reply, (int, list))
 
 
+def succeeds(fn):
+    """``fn()``; True unless it raised (the error is dropped, as in ``_quietly``)."""
+    try:
+        fn()
+        return True
+    except Exception:
+        return False
+
+
 def _quietly(fn):
     try:
         fn()
@@ -341,6 +356,15 @@ async def _aunblock(client, pool, conn, client_id, cleanup):
         await _aquietly(cleanup)
     finally:
         await pool.release(conn)
+
+
+async def asucceeds(fn):
+    """The asyncio ``succeeds``; ``fn`` is a coroutine function."""
+    try:
+        await fn()
+        return True
+    except Exception:
+        return False
 
 
 async def _aquietly(fn):

@@ -30,21 +30,13 @@ class AsyncLock(_Base):
         held_before = self._token is not None
         cleanup = _nothing if held_before else self._release_quietly
         if self.durable:
-            info = await self.client.info("server")
-            if not _wire.durable_supported(info):
-                raise _wire.durable_refused(info)
+            _wire.check_durable(await self.client.info("server"))
             reply, acked = await _wire.aacquire_blocking(
                 self.client, args, wait, cleanup, self._durable_args()
             )
             if reply is not None and acked < self.durable:
-                released = False
-                if not held_before:
-                    try:
-                        await self._release_quietly()
-                        released = True
-                    except Exception:
-                        pass
-                raise self._not_durable(acked, held_before, released)
+                # `cleanup` releases only a grant this call made (nothing if held before).
+                raise self._not_durable(acked, held_before, await _wire.asucceeds(cleanup))
         elif wait == 0:
             try:
                 reply = await self.client.execute_command(*args)

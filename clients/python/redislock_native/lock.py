@@ -206,17 +206,11 @@ class Lock(_Base):
         held_before = self._token is not None
         cleanup = (lambda: None) if held_before else self._release_quietly
         if self.durable:
-            self._check_durable()
+            _wire.check_durable(self.client.info("server"))
             reply, acked = _wire.acquire_blocking(self.client, args, wait, cleanup, self._durable_args())
             if reply is not None and acked < self.durable:
-                released = False
-                if not held_before:
-                    try:
-                        self._release_quietly()
-                        released = True
-                    except Exception:
-                        pass
-                raise self._not_durable(acked, held_before, released)
+                # `cleanup` releases only a grant this call made (nothing if held before).
+                raise self._not_durable(acked, held_before, _wire.succeeds(cleanup))
         elif wait == 0:
             try:
                 reply = self.client.execute_command(*args)
@@ -242,11 +236,6 @@ class Lock(_Base):
 
     def _release_quietly(self):
         self.client.execute_command(*self._release_args())
-
-    def _check_durable(self):
-        info = self.client.info("server")
-        if not _wire.durable_supported(info):
-            raise _wire.durable_refused(info)
 
     def extend(self, ttl=None):
         """Set the deadline to now + ``ttl`` seconds (default: the lock's ttl, which a given
