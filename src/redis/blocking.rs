@@ -47,6 +47,7 @@ use deferred::{defer, run};
 pub use multi::block_set;
 pub use sessions::{
     apply_ended, close_session, expire_sessions, session_disconnected, session_hold_exists,
+    CloseReply,
 };
 
 /// A lock key: database number and key name.
@@ -106,6 +107,8 @@ enum Outcome {
         delivered: bool,
     },
     Failed(String),
+    /// A `LOCK.SESSION CLOSE` done from a timer: the number of holds it released.
+    Closed(i64),
     /// The `BLOCK` timeout passed: the reply is nil.
     TimedOut,
 }
@@ -118,6 +121,9 @@ enum Work {
     Revoke(QueueKey, u64),
     /// A bound session's connection closed: release its holds (lock-delay applies).
     EndSession(Box<lock::Session>),
+    /// `LOCK.SESSION CLOSE` in a cluster: release the holds, then answer the blocked client
+    /// (if it could block) with how many there were (see `sessions::close_session`).
+    CloseSession(Box<lock::Session>, Option<usize>),
     /// The session expiry timer fired: end the sessions whose deadline passed.
     ExpireSessions,
     /// As `ExpireSessions`, but it came due while writes were paused (see
