@@ -158,6 +158,7 @@
 
 #[cfg(feature = "tokio")]
 pub mod aio;
+mod bound;
 mod client;
 mod command;
 mod error;
@@ -165,6 +166,7 @@ mod guard;
 mod hold;
 mod locks;
 mod redlock;
+mod session;
 pub(crate) mod watchdog;
 
 pub use client::{Client, DEFAULT_CONNECT_TIMEOUT, DEFAULT_IO_TIMEOUT};
@@ -175,6 +177,7 @@ pub use locks::{MultiLock, ReadWriteLock, Semaphore};
 pub use redlock::{
     Redlock, RedlockGuard, DEFAULT_MASTER_CONNECT_TIMEOUT, DEFAULT_MASTER_IO_TIMEOUT,
 };
+pub use session::{Session, SessionBuilder, SessionInfo};
 pub use watchdog::LossReason;
 
 #[cfg(test)]
@@ -192,6 +195,8 @@ mod tests {
         send_sync::<ReadWriteLock>();
         send_sync::<MultiLock>();
         send_sync::<Redlock>();
+        send_sync::<SessionBuilder>();
+        send::<Session>();
         send_sync::<Error>();
         send_sync::<RedlockError>();
         send_sync::<LossReason>();
@@ -209,6 +214,7 @@ mod tests {
         send_sync::<aio::ReadWriteLock>();
         send_sync::<aio::MultiLock>();
         send_sync::<aio::Redlock>();
+        send_sync::<aio::Session>();
         send_sync::<aio::Guard>();
         send_sync::<aio::RedlockGuard>();
     }
