@@ -341,6 +341,22 @@ apis::both!(
         assert!(session.wait_lost(Duration::ZERO).is_some());
     }
 
+    /// `examples/session.rs`, which the README shows, compiled into this test.
+    #[allow(dead_code)]
+    mod example {
+        include!("../examples/session.rs");
+    }
+
+    #[test]
+    fn the_readme_example_runs() {
+        let server = Server::start();
+        example::run(&server.url()).unwrap();
+        let mut conn = server.conn();
+        for key in ["{order:7}:items", "{order:7}:payment", "payments-api"] {
+            assert!(!exists(&mut conn, key), "{key} outlived the session");
+        }
+    }
+
     /// A cluster of three masters: the session opened on the node that serves its keys
     /// (`Client::for_key`), its id's hash tag served by that node, its commands sent to another
     /// node redirected there (the id is their key), and a bound session's end there lets a
