@@ -38,7 +38,11 @@ pub fn run(url: &str) -> Result<(), Error> {
         println!("no payments-api permit free");
         return Ok(());
     };
-    println!("order 7 tokens {:?}, permit {}", order.tokens(), permit.token());
+    println!(
+        "order 7 tokens {:?}, permit {}",
+        order.tokens(),
+        permit.token()
+    );
 
     for _step in 0..3 {
         // The session's loss (and each guard's: they report the same) tells the worker to stop.

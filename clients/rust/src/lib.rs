@@ -8,6 +8,11 @@
 //! is a plain thread. With the cargo feature `tokio`, `aio` has the same API for tokio
 //! (`aio::Client`, `aio::Guard`, `aio::Redlock`, `aio::Semaphore`, ...).
 //!
+//! A [`Session`] (`LOCK.SESSION`) is one lease for many holds: one keepalive for every lock taken
+//! in it ([`Client::with_session`], or `.session(&session)` on the lock types), and, opened
+//! [`bound`](SessionBuilder::bound), an end the moment this process's connection closes, so that
+//! waiters do not sit out a TTL after a crash.
+//!
 //! ```no_run
 //! use std::time::Duration;
 //! use redis_lock_client::Client;
@@ -138,8 +143,13 @@
 //!   `Acquisition` (its request, then `settle`: what the reply means and what a failure must
 //!   clean up), and `Hold` (a granted lock's keys, owner, tokens, TTL, and its release, extend
 //!   and fence commands, and its fenced writes: which key's token fences one).
-//! - `watchdog.rs`: [`LossReason`] and `Schedule` (when renewals are due, what they send, their
-//!   timeouts), then the renewal thread.
+//! - `watchdog.rs`: [`LossReason`], `Renewable` (a lock or a session), `Report` (who is told of
+//!   a loss) and `Schedule` (when renewals are due, what they send, their timeouts), then the
+//!   renewal thread.
+//! - `session.rs`: what a session is to the client (`SessionState`: its id, TTL, and the guards to
+//!   tell of its loss), [`SessionBuilder`] and [`SessionInfo`], then the sync [`Session`].
+//! - `bound.rs`: a bound session's dedicated connection and the thread that waits on it (both
+//!   APIs).
 //! - `redlock.rs`: the Redlock round (`Round`, `Vote`, `decide`: quorum and validity math,
 //!   where to release) and how tokens are combined, then the sync [`Redlock`].
 //! - `locks.rs`: [`Semaphore`], [`ReadWriteLock`] and [`MultiLock`], one type each for both
@@ -152,7 +162,7 @@
 //!   watchdog control, fenced writes) and [`fenced_call`].
 //! - `aio/` (feature `tokio`): the async client (one multiplexed connection, waiter
 //!   connections, cancel-safe acquires), guard, watchdog task, Redlock (masters asked
-//!   concurrently) and the async acquires of the lock types.
+//!   concurrently), session and the async acquires of the lock types.
 
 #![warn(missing_docs)]
 
