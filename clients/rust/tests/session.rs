@@ -155,8 +155,8 @@ macro_rules! shared_tests {
             };
             blocking(|| server.wait_blocked(1));
 
-            assert_eq!(client_kill(&mut conn, bound), 1);
             let killed = Instant::now();
+            assert_eq!(client_kill(&mut conn, bound), 1);
             let reason = io!(session_lost(&session, ms(5_000))).expect("the loss reported");
             let told = killed.elapsed();
             let (token, granted) = io!(join(waiter));
@@ -196,8 +196,8 @@ macro_rules! shared_tests {
                 })
             };
             blocking(|| server.wait_blocked(1));
-            assert_eq!(client_kill(&mut conn, bound), 1);
             let killed = Instant::now();
+            assert_eq!(client_kill(&mut conn, bound), 1);
             // While the delay runs, the key is not free and says so.
             io!(poll("LOCK.INFO to show the delay", ms(2_000), || {
                 delayed_ms(&mut conn, &key).is_some()
@@ -379,9 +379,12 @@ apis::both!(
         let session = Session::builder(&node, ms(30_000)).bound(true).open().unwrap();
         let guard = node.with_session(&session).acquire(&key, Duration::ZERO).unwrap().unwrap();
 
+        let token_on = |n: &Server| -> Option<u64> {
+            redis::cmd("LOCK.FENCE").arg(&key).query(&mut n.conn()).ok()
+        };
         let owner = nodes
             .iter()
-            .position(|n| fence(&mut n.conn(), &key) == Some(guard.token()))
+            .position(|n| token_on(n) == Some(guard.token()))
             .expect("the key's node holds it");
         assert_ne!(owner, 0);
         // The id's slot is the owner's: any other node redirects its session commands there.
@@ -405,8 +408,9 @@ apis::both!(
         };
         nodes[owner].wait_blocked(1);
         let bound = session.info().unwrap().unwrap().bound.unwrap();
-        assert_eq!(client_kill(&mut nodes[owner].conn(), bound), 1);
+        let mut owner_conn = nodes[owner].conn();
         let killed = Instant::now();
+        assert_eq!(client_kill(&mut owner_conn, bound), 1);
         let (token, granted) = waiter.join().unwrap();
         println!("cluster: waiter granted {:?} after the bound connection was killed", granted.duration_since(killed));
         assert!(token > guard.token());
