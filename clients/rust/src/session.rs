@@ -211,7 +211,7 @@ impl<C: Clone> SessionBuilder<C> {
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct SessionInfo {
-    /// `ttl`: the session's TTL, in ms.
+    /// `ttl`: the ms left until the session's deadline (a keepalive moves it to its TTL again).
     pub ttl_ms: i64,
     /// `bound`: the client id of the connection it is bound to, or `None` (not bound, or
     /// bound and waiting for an `ATTACH` after a restart or a promotion).
