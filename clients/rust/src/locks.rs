@@ -161,6 +161,7 @@ macro_rules! in_session {
         }
     };
 }
+#[cfg(feature = "tokio")]
 pub(crate) use in_session;
 
 impl Semaphore<Client> {

@@ -428,6 +428,32 @@ apis::both!(
         tokio::time::timeout(timeout, session.lost()).await.ok()
     }
 
+    /// The async `Client::for_key`: a session on the node of its key, a hold there, and its
+    /// `CLOSE` (routed by the session's own client) releasing it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn on_a_cluster_the_session_opens_on_the_node_of_its_key() {
+        let dir = support::test_dir("session-cluster-aio");
+        let nodes = blocking(|| support::cluster::start(3, 0, &dir));
+        let seed = Client::open(&nodes[0].url()).unwrap();
+        let mut seed_conn = nodes[0].conn();
+        let served_elsewhere = |k: &String| {
+            let r: redis::RedisResult<Value> = redis::cmd("LOCK.FENCE").arg(k).query(&mut seed_conn);
+            r.is_err()
+        };
+        let key = (0..).map(|i| format!("session-cluster-{i}")).find(served_elsewhere).unwrap();
+        let node = seed.for_key(&key).await.unwrap();
+        let session = Session::open(&node, ms(10_000)).await.unwrap();
+        let guard = node.with_session(&session).acquire(&key, Duration::ZERO).await.unwrap().unwrap();
+        assert!(guard.is_held().await.unwrap());
+        // The seed itself does not know the session.
+        match seed.with_session(&session).acquire(&unique_key("seed"), Duration::ZERO).await {
+            Err(Error::Server(e)) => assert!(e.to_string().contains("no such session"), "{e}"),
+            other => panic!("expected ERR no such session, got {other:?}"),
+        }
+        assert_eq!(session.close().await.unwrap(), Some(1));
+        assert!(!guard.is_held().await.unwrap());
+    }
+
     /// `loss_watch()`: other tasks are told of the session's loss too.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_loss_watch_tells_other_tasks() {
