@@ -436,21 +436,28 @@ apis::both!(
         let nodes = blocking(|| support::cluster::start(3, 0, &dir));
         let seed = Client::open(&nodes[0].url()).unwrap();
         let mut seed_conn = nodes[0].conn();
-        let served_elsewhere = |k: &String| {
+        let mut served_elsewhere = |k: &String| {
             let r: redis::RedisResult<Value> = redis::cmd("LOCK.FENCE").arg(k).query(&mut seed_conn);
             r.is_err()
         };
-        let key = (0..).map(|i| format!("session-cluster-{i}")).find(served_elsewhere).unwrap();
+        let key = (0..).map(|i| format!("session-cluster-{i}")).find(&mut served_elsewhere).unwrap();
+        let seed_key = (0..).map(|i| format!("session-seed-{i}")).find(|k| !served_elsewhere(k)).unwrap();
         let node = seed.for_key(&key).await.unwrap();
         let session = Session::open(&node, ms(10_000)).await.unwrap();
         let guard = node.with_session(&session).acquire(&key, Duration::ZERO).await.unwrap().unwrap();
         assert!(guard.is_held().await.unwrap());
         // The seed itself does not know the session.
-        match seed.with_session(&session).acquire(&unique_key("seed"), Duration::ZERO).await {
+        match seed.with_session(&session).acquire(&seed_key, Duration::ZERO).await {
             Err(Error::Server(e)) => assert!(e.to_string().contains("no such session"), "{e}"),
             other => panic!("expected ERR no such session, got {other:?}"),
         }
-        assert_eq!(session.close().await.unwrap(), Some(1));
+        // The hold's key is (almost surely) in another slot than the id's tag: the server must
+        // find it all the same. Seen failing on Redis 8.2.3, Valkey 8.1.8 and 9.1.2 clusters
+        // (INFO counted 0 holds, CLOSE answered 0 and the hold stayed, PTTL -1); passes on
+        // 7.0.15. A guess at why: those servers keep a key table per slot.
+        assert_eq!(session.info().await.unwrap().unwrap().holds, 1);
+        let closed = session.close().await;
+        assert_eq!(closed.unwrap(), Some(1), "CLOSE released no hold of another slot");
         assert!(!guard.is_held().await.unwrap());
     }
 
