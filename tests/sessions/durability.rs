@@ -181,8 +181,20 @@ fn a_replica_follows_and_a_promoted_replica_keeps_every_session() {
     promote(&replica);
     assert_kept(&mut r, &id, &keys, tokens, "promotion");
     assert!(keepalive(&mut r, &empty).is_some());
+    // ATTACH binds it on the new primary; closing that connection ends it there.
+    let mut attached = replica.conn();
+    assert_eq!(session(&mut attached, "ATTACH", &[&id]), Ok(Value::Okay));
+    assert_eq!(
+        info_of(&mut r, &id, "bound"),
+        Value::Int(client_id(&mut attached))
+    );
     assert_eq!(keepalive(&mut r, &ended), None);
-    assert_eq!(session(&mut r, "CLOSE", &[&id]), Ok(Value::Int(2)));
+    drop(attached);
+    wait_until(
+        "the attached connection's close ends the session",
+        Duration::from_secs(5),
+        || keepalive(&mut r, &id).is_none(),
+    );
     drop(holder);
 }
 
