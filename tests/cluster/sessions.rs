@@ -47,10 +47,14 @@ fn a_session_lives_on_its_node_and_its_holds_keep_a_deadline_when_migrated() {
                 .is_ok()
         );
     }
-    assert_eq!(
-        reply_text(run(&mut a, &["LOCK.SESSION", "INFO", &id])).contains("holds"),
-        true
-    );
+    let Ok(Value::Array(info)) = run(&mut a, &["LOCK.SESSION", "INFO", &id]) else {
+        panic!("LOCK.SESSION INFO")
+    };
+    let holds = info
+        .chunks(2)
+        .find(|kv| kv[0] == Value::BulkString(b"holds".to_vec()))
+        .map(|kv| kv[1].clone());
+    assert_eq!(holds, Some(Value::Int(2)));
     assert_eq!(
         reply_text(run(&mut a, &["LOCK.SESSION", "CLOSE", &id])),
         "2"
