@@ -105,6 +105,8 @@ scenarios![
     semaphore_failover_wait,
     client_pause,
     client_pause_replica,
+    sessions_bound,
+    sessions_lock_delay,
 ];
 
 /// Not a test: the body of a holder process, the test binary re-executed by the
@@ -113,4 +115,13 @@ scenarios![
 #[ignore = "runs only as a holder process started by the sigstop_holders scenario"]
 fn holder_process() {
     workload::holder_process_main();
+}
+
+/// Not a test: the body of a session holder process, the test binary re-executed by the
+/// `sessions_*` scenarios with `TORTURE_SESSION_HOLDER` set (see
+/// `scenarios::session_holder_main`).
+#[test]
+#[ignore = "runs only as a session holder process started by the sessions_* scenarios"]
+fn session_holder_process() {
+    scenarios::session_holder_main();
 }

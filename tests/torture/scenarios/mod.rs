@@ -3,7 +3,8 @@
 //! `checker.rs` apply to every scenario.
 //!
 //! One file per family of faults: `client_faults.rs`, `restarts.rs`, `keyspace.rs`,
-//! `failover.rs`, `memory.rs`, `acl.rs`; below, the helpers they share and the scenarios
+//! `failover.rs`, `memory.rs`, `acl.rs`, `sessions.rs` (with its holder process in
+//! `sessions/holder.rs`); below, the helpers they share and the scenarios
 //! without server faults.
 
 use std::thread;
@@ -25,6 +26,7 @@ mod failover;
 mod keyspace;
 mod memory;
 mod restarts;
+mod sessions;
 
 pub use acl::*;
 pub use client_faults::*;
@@ -32,6 +34,7 @@ pub use failover::*;
 pub use keyspace::*;
 pub use memory::*;
 pub use restarts::*;
+pub use sessions::*;
 
 // The scenarios with shared holders live in their own file; the test list finds them here.
 pub use crate::pause::{client_pause, client_pause_replica};
