@@ -315,19 +315,31 @@ pub fn slot_tag(slot: u16) -> String {
 
 /// The hash slot of a key, as the server computes it (CRC16/XMODEM of the hash tag or key).
 pub mod session_tags {
-    pub fn crc16(data: &[u8]) -> u16 {
-        let mut crc: u16 = 0;
-        for byte in data {
-            crc ^= (*byte as u16) << 8;
-            for _ in 0..8 {
+    /// CRC16/XMODEM's table, one entry per byte value, built at compile time.
+    const TABLE: [u16; 256] = {
+        let mut table = [0u16; 256];
+        let mut i = 0;
+        while i < 256 {
+            let mut crc = (i as u16) << 8;
+            let mut bit = 0;
+            while bit < 8 {
                 crc = if crc & 0x8000 != 0 {
                     (crc << 1) ^ 0x1021
                 } else {
                     crc << 1
                 };
+                bit += 1;
             }
+            table[i] = crc;
+            i += 1;
         }
-        crc
+        table
+    };
+
+    pub fn crc16(data: &[u8]) -> u16 {
+        data.iter().fold(0u16, |crc, byte| {
+            (crc << 8) ^ TABLE[(((crc >> 8) as u8) ^ byte) as usize]
+        })
     }
 
     pub fn slot_of(tag: &[u8]) -> u16 {
