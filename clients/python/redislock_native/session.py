@@ -140,10 +140,14 @@ class _SessionBase:
             return self.keepalive_period
         return self._ttl_ms / 3000
 
-    def _usable_id(self):
-        """The id for an acquire's ``SESSION id``; LockError if the session cannot take holds."""
+    def _opened_id(self):
         if self._id is None:
             raise LockError("the session is not open: call open() or use it in a with block")
+        return self._id
+
+    def _usable_id(self):
+        """The id for an acquire's ``SESSION id``; LockError if the session cannot take holds."""
+        self._opened_id()
         if self._closed:
             raise LockError("the session is closed")
         if self._lost_reason is not None:
@@ -274,7 +278,7 @@ class Session(_SessionBase):
     def info(self):
         """``LOCK.SESSION INFO``: a dict (``ttl`` ms left, ``bound``, ``lockdelay``, ``holds``), or
         None if the server has no such session."""
-        return _fields(self._command("LOCK.SESSION", "INFO", self._usable_id()))
+        return _fields(self._command("LOCK.SESSION", "INFO", self._opened_id()))
 
     def __enter__(self):
         if self._id is None:
@@ -421,7 +425,7 @@ class AsyncSession(_SessionBase):
 
     async def info(self):
         """``LOCK.SESSION INFO`` as a dict, or None."""
-        return _fields(await self.client.execute_command("LOCK.SESSION", "INFO", self._usable_id()))
+        return _fields(await self.client.execute_command("LOCK.SESSION", "INFO", self._opened_id()))
 
     async def __aenter__(self):
         if self._id is None:

@@ -110,6 +110,14 @@ def server():
     s.stop()
 
 
+@pytest.fixture(scope="session")
+def cluster():
+    """A 3-master cluster (no replicas), started on first use and shared."""
+    c = Cluster(masters=3, replicas=0)
+    yield c
+    c.stop()
+
+
 @pytest.fixture
 def r(server):
     """A plain client of the shared server (redis-py's defaults: timeouts and retries)."""
