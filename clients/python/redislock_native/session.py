@@ -326,10 +326,12 @@ class Session(_SessionBase):
             return
         if self._conn is not None:
             self._conn.disconnect()  # the server ends a bound session it still had
-        if self.on_lost is not None:
-            self.on_lost(self)
-        for lock in holds:
-            lock._report_lost(f"session lost: {reason}")
+        try:
+            if self.on_lost is not None:
+                self.on_lost(self)
+        finally:  # each hold hears of it even if the session's callback raised
+            for lock in holds:
+                lock._report_lost(f"session lost: {reason}")
 
     def _keepalive(self):
         """One keepalive within the period: the remaining ms, or None if the session is gone."""
@@ -469,12 +471,14 @@ class AsyncSession(_SessionBase):
             return
         if self._conn is not None:
             await self._conn.disconnect()
-        if self.on_lost is not None:
-            result = self.on_lost(self)
-            if inspect.isawaitable(result):
-                await result
-        for lock in holds:
-            await lock._report_lost(f"session lost: {reason}")
+        try:
+            if self.on_lost is not None:
+                result = self.on_lost(self)
+                if inspect.isawaitable(result):
+                    await result
+        finally:
+            for lock in holds:
+                await lock._report_lost(f"session lost: {reason}")
 
     async def _keepalive(self):
         if self._cluster:
