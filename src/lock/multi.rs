@@ -16,7 +16,7 @@
 //! granted at once.
 
 use super::value::{decide_acquire, Acquire, Conflict, Lock, Mode};
-use super::Millis;
+use super::{Millis, Serial};
 
 /// What to do on one key of a multi-key grant.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,16 +48,20 @@ pub struct KeyState<'a> {
 
 /// Decide an exclusive acquire of every key in `keys` by `owner`: a grant only if each key is
 /// free or already held by `owner`, and nobody is queued ahead of the caller on any of them.
-/// A key `owner` holds SHARED is an error (no upgrade), reported with the key's index.
+/// A key `owner` holds SHARED is an error (no upgrade), and so is one it holds in another
+/// `session`, reported with the key's index.
 pub fn decide_macquire(
     keys: &[KeyState],
     owner: &[u8],
+    session: Serial,
     now: Millis,
 ) -> Result<MultiAcquire, (usize, Conflict)> {
     let mut grants = Vec::with_capacity(keys.len());
     let mut busy = false;
     for (i, key) in keys.iter().enumerate() {
-        match decide_acquire(key.lock, owner, Mode::Exclusive, now, false).map_err(|c| (i, c))? {
+        match decide_acquire(key.lock, owner, Mode::Exclusive, session, now, false)
+            .map_err(|c| (i, c))?
+        {
             Acquire::Retry { token } => grants.push(KeyGrant::Retry { token }),
             Acquire::Grant | Acquire::ServeQueue => grants.push(KeyGrant::New),
             Acquire::Busy => busy = true,
@@ -93,6 +97,8 @@ mod tests {
                 token,
                 deadline,
                 granted_at: 0,
+                session: 0,
+                delay: 0,
             },
         )
     }
@@ -114,7 +120,7 @@ mod tests {
     #[test]
     fn free_keys_are_all_granted_in_key_order() {
         assert_eq!(
-            decide_macquire(&[free(), free(), free()], b"me", T0),
+            decide_macquire(&[free(), free(), free()], b"me", 0, T0),
             Ok(MultiAcquire::Grant(vec![KeyGrant::New; 3]))
         );
     }
@@ -126,7 +132,7 @@ mod tests {
             let mut keys = [free(), free(), free()];
             keys[busy_at] = on(&other);
             assert_eq!(
-                decide_macquire(&keys, b"me", T0),
+                decide_macquire(&keys, b"me", 0, T0),
                 Ok(MultiAcquire::Busy),
                 "busy key at {busy_at}"
             );
@@ -137,7 +143,7 @@ mod tests {
     fn an_expired_holder_does_not_count() {
         let gone = held("other", 7, T0);
         assert_eq!(
-            decide_macquire(&[on(&gone), free()], b"me", T0),
+            decide_macquire(&[on(&gone), free()], b"me", 0, T0),
             Ok(MultiAcquire::Grant(vec![KeyGrant::New; 2]))
         );
     }
@@ -147,10 +153,10 @@ mod tests {
         // The head-of-every-queue rule: free keys are not enough.
         let mut keys = [free(), free(), free()];
         keys[2].ahead = true;
-        assert_eq!(decide_macquire(&keys, b"me", T0), Ok(MultiAcquire::Busy));
+        assert_eq!(decide_macquire(&keys, b"me", 0, T0), Ok(MultiAcquire::Busy));
         keys[2].ahead = false;
         assert!(matches!(
-            decide_macquire(&keys, b"me", T0),
+            decide_macquire(&keys, b"me", 0, T0),
             Ok(MultiAcquire::Grant(_))
         ));
     }
@@ -159,7 +165,7 @@ mod tests {
     fn a_partly_held_set_is_an_idempotent_retry() {
         let mine = held("me", 42, T0 + 100);
         assert_eq!(
-            decide_macquire(&[free(), on(&mine), free()], b"me", T0),
+            decide_macquire(&[free(), on(&mine), free()], b"me", 0, T0),
             Ok(MultiAcquire::Grant(vec![
                 KeyGrant::New,
                 KeyGrant::Retry { token: 42 },
@@ -169,7 +175,7 @@ mod tests {
         // ... but only as a whole: another owner on one key still refuses it.
         let other = held("other", 7, T0 + 100);
         assert_eq!(
-            decide_macquire(&[on(&other), on(&mine)], b"me", T0),
+            decide_macquire(&[on(&other), on(&mine)], b"me", 0, T0),
             Ok(MultiAcquire::Busy)
         );
     }
@@ -183,10 +189,12 @@ mod tests {
                 token: 3,
                 deadline: T0 + 100,
                 granted_at: 0,
+                session: 0,
+                delay: 0,
             },
         );
         assert_eq!(
-            decide_macquire(&[free(), on(&shared)], b"me", T0),
+            decide_macquire(&[free(), on(&shared)], b"me", 0, T0),
             Err((
                 1,
                 Conflict::OtherMode {
@@ -254,7 +262,7 @@ mod tests {
                             })
                             .collect();
                         if let Ok(MultiAcquire::Grant(_)) =
-                            decide_macquire(&states, owner.as_bytes(), T0)
+                            decide_macquire(&states, owner.as_bytes(), 0, T0)
                         {
                             for &k in &waiters[w] {
                                 assert!(locks[k].is_none(), "two holders on key {k}");

@@ -14,12 +14,14 @@ use std::time::Instant;
 use redis_module::{raw, Context, RedisString};
 
 use super::{
-    arm_deadline_timer, block_client, defer, drop_queue_if_empty, has_waiters, pop_front, unblock,
-    waiters, Outcome, Queue, QueueKey, Waiter, Wants, Work, CLIENTS, DETACHED, QUEUED_KEYS, QUEUES,
+    arm_deadline_timer, block_client, defer, drop_queue_if_empty, has_waiters, hold_deadline,
+    pop_front, unblock, waiters, Outcome, Queue, QueueKey, Waiter, Wants, Work, CLIENTS, DETACHED,
+    QUEUED_KEYS, QUEUES,
 };
 use crate::error::{self, Error, Result};
 use crate::lock::{self, Hold, KeyGrant, KeyState, Millis, Mode, MultiAcquire};
 use crate::redis::key::{self, LockKey};
+use crate::redis::session;
 use crate::{state, stats};
 
 /// Block the calling client in the queue of every one of `keys` (distinct, in argument order)
@@ -54,6 +56,8 @@ pub fn block_set(
                 owner: wants.owner.to_vec(),
                 mode: Mode::Exclusive,
                 ttl: wants.ttl,
+                session: wants.session,
+                delay: wants.delay,
                 queued,
                 set: Some(set.clone()),
             };
@@ -136,11 +140,26 @@ pub(super) fn serve_set(
     let head = QUEUES.with(|q| {
         let queues = q.borrow();
         let w = queues.get(qk)?.waiters.iter().next()?;
-        Some((w.id, w.set.clone()?, w.owner.clone(), w.ttl, w.queued))
+        Some((
+            w.id,
+            w.set.clone()?,
+            w.owner.clone(),
+            w.ttl,
+            w.queued,
+            w.session,
+            w.delay,
+        ))
     });
-    let Some((id, set, owner, ttl, queued)) = head else {
+    let Some((id, set, owner, ttl, queued, serial, delay)) = head else {
         return Ok(SetStep::Wait);
     };
+    if !session::alive(serial) {
+        if let Some(waiter) = pop_front(ctx, qk) {
+            let msg = error::session_ended_while_waiting().to_string();
+            unblock(waiter.bc, Outcome::Failed(msg));
+        }
+        return Ok(SetStep::Failed);
+    }
     if !at_head_everywhere(qk.0, &set, id) {
         return Ok(SetStep::Wait);
     }
@@ -168,7 +187,7 @@ pub(super) fn serve_set(
                 })
             })
             .collect();
-        states.map(|states| lock::decide_macquire(&states, &owner, now))
+        states.map(|states| lock::decide_macquire(&states, &owner, serial, now))
     };
     let grants = match decision {
         Ok(Ok(MultiAcquire::Grant(grants))) => grants,
@@ -193,9 +212,9 @@ pub(super) fn serve_set(
         }
     };
     // The ttl was checked when the waiter queued (see `serve`).
-    let deadline = lock::deadline_after(now, ttl).unwrap_or(lock::MAX_DEADLINE);
+    let deadline = hold_deadline(now, ttl, serial);
     let mut tokens = Vec::with_capacity(grants.len());
-    for (other, grant) in others.iter_mut().zip(grants) {
+    for (i, (other, grant)) in others.iter_mut().zip(grants).enumerate() {
         let k: &mut LockKey = match other {
             Some(k) => k,
             None => &mut *lock_key,
@@ -209,7 +228,10 @@ pub(super) fn serve_set(
                     token,
                     deadline,
                     granted_at: now,
+                    session: serial,
+                    delay,
                 };
+                session::track(serial, qk.0, &set[i], &owner);
                 k.grant(Mode::Exclusive, hold, Some(now)).map(|_| token)
             }
         };
