@@ -30,8 +30,9 @@ survived: a promoted replica or an AOF restart can miss the newest grants. Open 
 
 In a Redis Cluster a session belongs to one node: ``key=`` names a key the session will lock,
 and ``OPEN`` goes to that key's node (``target_nodes``). The id carries a hash tag of a slot
-that node serves, and ``KEEPALIVE``, ``CLOSE`` and ``INFO`` declare the id as their key, so the
-cluster client routes them by it. Every lock in the session must be on that node.
+that node serves, and ``KEEPALIVE``, ``CLOSE`` and ``INFO`` declare the id as their key; they
+are sent to the node that serves the id's slot (see ``_route``). Every lock in the session must
+be on that node.
 """
 
 import asyncio
@@ -167,6 +168,15 @@ class _SessionBase:
     def _keepalive_args(self):
         return ("LOCK.SESSION", "KEEPALIVE", self._id)
 
+    def _route(self):
+        """Keyword arguments that send a command about this session to its node.
+
+        In a cluster: the node that serves the id's hash tag, from the client's slot table.
+        redis-py would find it by itself (``LOCK.SESSION`` declares the id as its key), but
+        only by asking a node ``COMMAND GETKEYS`` first, once or twice per command (seen with
+        redis-py 5.0 and 8.1): this saves those round trips."""
+        return {"target_nodes": self.client.get_node_from_key(self._id)} if self._cluster else {}
+
     def _opened(self, reply):
         if reply is None:
             raise LockError("LOCK.SESSION OPEN answered nil")
@@ -294,8 +304,8 @@ class Session(_SessionBase):
         return self.client.get_node_from_key(self.key)
 
     def _command(self, *args):
-        """A command about this session, through the client (a cluster client routes by the id)."""
-        return self.client.execute_command(*args)
+        """A command about this session, through the client, to the session's node."""
+        return self.client.execute_command(*args, **self._route())
 
     def _connect(self):
         """The dedicated connection of a bound session, made like the client's own."""
@@ -336,7 +346,7 @@ class Session(_SessionBase):
     def _keepalive(self):
         """One keepalive within the period: the remaining ms, or None if the session is gone."""
         if self._cluster:
-            return self.client.execute_command(*self._keepalive_args())
+            return self._command(*self._keepalive_args())
         return _wire.call_timed(self.client, self._keepalive_args(), self._period())
 
     def _keep_unbound(self):
@@ -406,6 +416,7 @@ class AsyncSession(_SessionBase):
                 self._conn = None
                 raise
         elif self._cluster:
+            await self.client.initialize()  # its slot table, for _node(); once per client
             self._opened(await self.client.execute_command(*self._open_args(), target_nodes=self._node()))
         else:
             self._opened(await self.client.execute_command(*self._open_args()))
@@ -418,7 +429,7 @@ class AsyncSession(_SessionBase):
             return None
         await self._stop()
         try:
-            reply = await self.client.execute_command("LOCK.SESSION", "CLOSE", self._id)
+            reply = await self._command("LOCK.SESSION", "CLOSE", self._id)
         finally:
             self._let_go()
             if self._conn is not None:
@@ -427,7 +438,7 @@ class AsyncSession(_SessionBase):
 
     async def info(self):
         """``LOCK.SESSION INFO`` as a dict, or None."""
-        return _fields(await self.client.execute_command("LOCK.SESSION", "INFO", self._opened_id()))
+        return _fields(await self._command("LOCK.SESSION", "INFO", self._opened_id()))
 
     async def __aenter__(self):
         if self._id is None:
@@ -442,8 +453,12 @@ class AsyncSession(_SessionBase):
     def _node(self):
         return self.client.get_node_from_key(self.key)
 
+    async def _command(self, *args):
+        return await self.client.execute_command(*args, **self._route())
+
     async def _connect(self):
         if self._cluster:
+            await self.client.initialize()
             node = self._node()
             conn = node.connection_class(**_dedicated_kwargs(node.connection_kwargs))
         else:
@@ -483,7 +498,7 @@ class AsyncSession(_SessionBase):
     async def _keepalive(self):
         if self._cluster:
             try:
-                return await asyncio.wait_for(self.client.execute_command(*self._keepalive_args()), self._period())
+                return await asyncio.wait_for(self._command(*self._keepalive_args()), self._period())
             except asyncio.TimeoutError:
                 raise TimeoutError(f"no reply within {self._period():.3f} s") from None
         return await _wire.acall_timed(self.client, self._keepalive_args(), self._period())

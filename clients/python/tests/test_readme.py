@@ -32,9 +32,9 @@ PRELUDE = "import redis\nfrom redislock_native import Lock\nr = redis.Redis()\n"
 @pytest.mark.parametrize("index", range(len(snippets("clients/python/README.md"))))
 def test_package_readme_snippets(server, index, capsys, request):
     code = snippets("clients/python/README.md")[index]
-    if "RedisCluster(port=7000)" in code:
+    if "port=7000)" in code:
         cluster = request.getfixturevalue("cluster")
-        code = code.replace("RedisCluster(port=7000)", f"RedisCluster(port={cluster.ports[0]})")
+        code = code.replace("port=7000)", f"port={cluster.ports[0]})")
         run(server, code + "rc.close()\n", PRELUDE.replace("redis.Redis()", f"redis.Redis(port={server.port})"))
         return
     if "lock.fenced(" in code and "Lock(r" not in code:
