@@ -345,9 +345,10 @@ class Session(_SessionBase):
 
     def _keepalive(self):
         """One keepalive within the period: the remaining ms, or None if the session is gone."""
-        if self._cluster:
-            return self._command(*self._keepalive_args())
-        return _wire.call_timed(self.client, self._keepalive_args(), self._period())
+        client = self.client
+        if self._cluster:  # the pool of the id's node: the cluster client's reads may have no limit
+            client = client.get_redis_connection(client.get_node_from_key(self._id))
+        return _wire.call_timed(client, self._keepalive_args(), self._period())
 
     def _keep_unbound(self):
         """Keep the session alive until stopped; the reason it was lost, or None if stopped."""

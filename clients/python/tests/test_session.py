@@ -206,6 +206,28 @@ def test_bound_session_keeps_its_connection_out_of_the_pool(r, key):
     assert s.closed and not s.lost
 
 
+def test_bound_keepalives_outlast_the_servers_idle_timeout(server, key):
+    # `timeout 1`: the server closes connections idle for over 1 s. A bound session's
+    # keepalives (every 0.4 s, on its own connection) keep it alive for 2.5 s; one with a
+    # keepalive every 20 s is ended by the server's timeout and reported lost.
+    r = no_retry_client(server)
+    r.config_set("timeout", 1)
+    try:
+        lost = Losses()
+        busy = Session(r, 30, bound=True, keepalive_period=0.4).open()
+        idle = Session(r, 30, bound=True, keepalive_period=20, on_lost=lost).open()
+        start = time.monotonic()
+        while time.monotonic() - start < 2.5:
+            assert not busy.lost
+            time.sleep(0.05)
+        wait_until("the idle session's loss reported", lambda: lost.calls == [idle], timeout=10)
+        assert idle.lost_reason.startswith("connection lost: "), idle.lost_reason
+        assert busy.info()["bound"] is not None and not busy.lost
+        assert busy.close() == 0
+    finally:
+        r.config_set("timeout", 0)
+
+
 HOLDER = Path(__file__).with_name("session_holder.py")
 
 
