@@ -40,13 +40,17 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let holders: Vec<RedisValue> = lock
         .live(now)
         .map(|h| {
-            map(vec![
+            let mut fields = vec![
                 ("owner", RedisValue::StringBuffer(h.owner.clone())),
                 ("token", RedisValue::Integer(h.token as i64)),
                 ("ttl", RedisValue::Integer(ttl_of(h.deadline, now))),
-                // Whether it belongs to a session; never which (the id is a secret).
-                ("session", RedisValue::Integer((h.session != 0) as i64)),
-            ])
+            ];
+            // Only on session holds, so that replies without sessions are as they always
+            // were. It says that the hold is in a session, never which (the id is a secret).
+            if h.session != 0 {
+                fields.push(("session", RedisValue::Integer(1)));
+            }
+            map(fields)
         })
         .collect();
     let queue: Vec<RedisValue> = blocking::queue_view(db, args[1].as_slice())
@@ -84,11 +88,12 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         ("limit", limit),
         ("holders", RedisValue::Array(holders)),
         ("queue", RedisValue::Array(queue)),
-        (
-            "delayed",
-            RedisValue::Integer(lock.delayed_until(now).map_or(0, |until| until - now)),
-        ),
     ]);
+    // Only while a lock-delay runs (as above, replies without one are unchanged): the ms
+    // until the last delay on this key ends.
+    if let Some(until) = lock.delayed_until(now) {
+        fields.push(("delayed", RedisValue::Integer(until - now)));
+    }
     raw::reply_with_map(ctx.ctx, fields.len() as _);
     for (name, value) in fields {
         ctx.reply_with_key(RedisValueKey::String(name.to_string()));

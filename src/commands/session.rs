@@ -61,8 +61,11 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
             }
         }
         Sub::Close { id } => match session::find(ctx, id)? {
-            Some(serial) => Ok(blocking::close_session(ctx, serial)
-                .map_or(RedisValue::Null, |n| RedisValue::Integer(n as i64))),
+            Some(serial) => Ok(match blocking::close_session(ctx, serial) {
+                None => RedisValue::Null,
+                Some(blocking::CloseReply::Now(n)) => RedisValue::Integer(n as i64),
+                Some(blocking::CloseReply::Later) => RedisValue::NoReply,
+            }),
             None => Ok(RedisValue::Null),
         },
         Sub::Attach { id } => {
@@ -162,10 +165,17 @@ fn info(ctx: &Context, serial: u64) -> RedisValue {
     }) else {
         return RedisValue::Null;
     };
-    let live = holds
-        .iter()
-        .filter(|h| blocking::session_hold_exists(ctx, serial, h))
-        .count();
+    // In a cluster the keys cannot be looked at from this command (see
+    // `blocking::close_session`): there it is the number of holds on record, which may still
+    // count a shared hold that expired on its own until its key is touched.
+    let live = if key::context_flags(ctx.ctx) & raw::REDISMODULE_CTX_FLAGS_CLUSTER != 0 {
+        holds.len()
+    } else {
+        holds
+            .iter()
+            .filter(|h| blocking::session_hold_exists(ctx, serial, h))
+            .count()
+    };
     let pairs = vec![
         ("ttl", RedisValue::Integer(ttl)),
         (

@@ -47,6 +47,7 @@ use deferred::{defer, run};
 pub use multi::block_set;
 pub use sessions::{
     apply_ended, close_session, expire_sessions, session_disconnected, session_hold_exists,
+    CloseReply,
 };
 
 /// A lock key: database number and key name.
@@ -106,6 +107,8 @@ enum Outcome {
         delivered: bool,
     },
     Failed(String),
+    /// A `LOCK.SESSION CLOSE` done from a timer: the number of holds it released.
+    Closed(i64),
     /// The `BLOCK` timeout passed: the reply is nil.
     TimedOut,
 }
@@ -116,8 +119,13 @@ enum Work {
     Settle(QueueKey),
     /// A grant that was never delivered: free the lock again if that hold is still there.
     Revoke(QueueKey, u64),
+    /// A loaded key's expiry must follow its holders (see `orphans_loaded`).
+    SyncExpiry(QueueKey),
     /// A bound session's connection closed: release its holds (lock-delay applies).
     EndSession(Box<lock::Session>),
+    /// `LOCK.SESSION CLOSE` in a cluster: release the holds, then answer the blocked client
+    /// (if it could block) with how many there were (see `sessions::close_session`).
+    CloseSession(Box<lock::Session>, Option<usize>),
     /// The session expiry timer fired: end the sessions whose deadline passed.
     ExpireSessions,
     /// As `ExpireSessions`, but it came due while writes were paused (see
@@ -735,6 +743,35 @@ pub fn key_unlinked(db: i32, key: &[u8]) {
         let ctx = DETACHED.with(Cell::get);
         if !ctx.is_null() {
             defer(ctx, Work::Settle(qk));
+        }
+    }
+}
+
+/// A key was loaded (`RESTORE`, the end of a `MIGRATE`) with session holds of a session this
+/// server does not have: they became plain holds with a deadline (see `datatype`), and the
+/// key's Redis expiry must follow, which a load cannot set. Done after the command.
+pub fn orphans_loaded(db: i32, key: &[u8]) {
+    let ctx = DETACHED.with(Cell::get);
+    if !ctx.is_null() {
+        defer(ctx, Work::SyncExpiry((db, key.to_vec())));
+    }
+}
+
+/// Give `qk`'s key the Redis expiry of its holders, and replicas its holders as they are now.
+fn sync_expiry(ctx: *mut raw::RedisModuleCtx, qk: &QueueKey) {
+    if key::context_flags(ctx) & raw::REDISMODULE_CTX_FLAGS_SLAVE != 0 || !key::select_db(ctx, qk.0)
+    {
+        return;
+    }
+    let name = RedisString::create_from_slice(ctx, &qk.1);
+    let mut lock_key = LockKey::open_raw(ctx, name.inner, raw::KeyMode::READ | raw::KeyMode::WRITE);
+    let owners: Vec<Vec<u8>> = match lock_key.lock() {
+        Ok(Some(lock)) => lock.holders.iter().map(|h| h.owner.clone()).collect(),
+        _ => return,
+    };
+    if lock_key.delete_if_empty().is_ok() {
+        for owner in owners {
+            lock_key.replicate_holder(&owner, key::now());
         }
     }
 }

@@ -182,6 +182,7 @@ fn link_sessions(rdb: *mut raw::RedisModuleIO, mut lock: Lock) -> Lock {
         true => &[][..],
         false => redis_module::RedisString::string_as_slice(name),
     };
+    let mut orphaned = false;
     for hold in lock.holders.iter_mut() {
         let session_deadline = -hold.granted_at;
         hold.granted_at = 0;
@@ -191,7 +192,11 @@ fn link_sessions(rdb: *mut raw::RedisModuleIO, mut lock: Lock) -> Lock {
         if name.is_empty() || !session::track(hold.session, db, name, &hold.owner) {
             hold.deadline = hold.deadline.min(session_deadline);
             hold.session = 0;
+            orphaned = true;
         }
+    }
+    if orphaned && !name.is_empty() {
+        blocking::orphans_loaded(db, name);
     }
     lock
 }

@@ -143,9 +143,11 @@ pub fn open(ctx: &Context, ttl: Millis, bound: bool, lock_delay: Millis) -> Resu
     if count() >= max {
         return Err(error::too_many_sessions(max));
     }
+    // The tag first: the first one of a process computes the tag table, which takes a moment
+    // that must not come out of the session's ttl.
+    let tag = new_session_tag(ctx);
     let now = key::now();
     let deadline = crate::lock::deadline_after(now, ttl).ok_or_else(error::ttl_too_large)?;
-    let tag = new_session_tag(ctx);
     let mut rng = rand::rngs::OsRng;
     let (id, serial) = loop {
         let secret = (u128::from(rng.next_u64()) << 64) | u128::from(rng.next_u64());
@@ -338,22 +340,26 @@ pub mod session_tags {
         const ALPHABET: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
         let mut tags = vec![String::new(); 16384];
         let mut missing = 16384;
-        let mut candidates: Vec<Vec<u8>> = vec![vec![]];
-        while missing > 0 {
-            let mut next = Vec::with_capacity(candidates.len() * ALPHABET.len());
-            for prefix in &candidates {
-                for c in ALPHABET {
-                    let mut tag = prefix.clone();
-                    tag.push(*c);
-                    let slot = slot_of(&tag) as usize;
-                    if tags[slot].is_empty() {
-                        tags[slot] = String::from_utf8(tag.clone()).unwrap_or_default();
-                        missing -= 1;
+        // Tags of length 1, 2, 3, 4 in order, as base-62 numbers: no allocation per candidate.
+        for len in 1..=4u32 {
+            let count = (ALPHABET.len() as u64).pow(len);
+            let mut tag = [0u8; 4];
+            for n in 0..count {
+                let mut rest = n;
+                for i in (0..len as usize).rev() {
+                    tag[i] = ALPHABET[(rest % ALPHABET.len() as u64) as usize];
+                    rest /= ALPHABET.len() as u64;
+                }
+                let tag = &tag[..len as usize];
+                let slot = slot_of(tag) as usize;
+                if tags[slot].is_empty() {
+                    tags[slot] = String::from_utf8_lossy(tag).into_owned();
+                    missing -= 1;
+                    if missing == 0 {
+                        return tags;
                     }
-                    next.push(tag);
                 }
             }
-            candidates = next;
         }
         tags
     }

@@ -49,15 +49,52 @@ pub(super) fn end_lost(ctx: *mut raw::RedisModuleCtx, ended: Session) {
     }
 }
 
-/// `LOCK.SESSION CLOSE`: the session `serial` ends cleanly now; returns how many holds it had,
-/// or `None` if there is no such session.
-pub fn close_session(ctx: &Context, serial: lock::Serial) -> Option<usize> {
+/// `LOCK.SESSION CLOSE`: the session `serial` ends cleanly now. `Some(n)`: it is done and
+/// released `n` holds; `None`: there is no such session.
+///
+/// In a cluster the releases cannot be done inside the command: servers that keep one key
+/// table per slot (Redis 7.4+, Valkey 8+) look every key of a command up in the slot of the
+/// command's own key (here the session id's tag), so the session's keys in other slots would
+/// not be found. There the client is blocked and answered from a zero-delay timer, after the
+/// releases; where it cannot block (`MULTI`, scripts) the releases follow in that timer and
+/// the reply counts the holds the session had on record.
+pub fn close_session(ctx: &Context, serial: lock::Serial) -> Option<CloseReply> {
     let ended = session::with(|s| s.remove(serial))?;
     stats::SESSIONS_CLOSED.incr();
+    if key::context_flags(ctx.ctx) & raw::REDISMODULE_CTX_FLAGS_CLUSTER != 0 {
+        if may_block(ctx) {
+            if let Ok((bc, _, _)) = block_client(ctx, 0) {
+                defer(
+                    ctx.ctx,
+                    Work::CloseSession(Box::new(ended), Some(bc as usize)),
+                );
+                return Some(CloseReply::Later);
+            }
+        }
+        let recorded = ended.holds.len();
+        defer(ctx.ctx, Work::CloseSession(Box::new(ended), None));
+        return Some(CloseReply::Now(recorded));
+    }
     let db = key::selected_db(ctx.ctx);
     let released = end(ctx.ctx, ended, true, key::now());
     key::select_db(ctx.ctx, db);
-    Some(released)
+    Some(CloseReply::Now(released))
+}
+
+/// What `LOCK.SESSION CLOSE` answers: now, or from the timer that does the releases.
+pub enum CloseReply {
+    Now(usize),
+    Later,
+}
+
+pub(super) fn end_closed(ctx: *mut raw::RedisModuleCtx, ended: Session, bc: Option<usize>) {
+    let released = end(ctx, ended, true, key::now());
+    if let Some(bc) = bc {
+        unblock(
+            bc as *mut raw::RedisModuleBlockedClient,
+            Outcome::Closed(released as i64),
+        );
+    }
 }
 
 /// End `ended` at `now` on this primary: replicate the end, release its holds, serve their
