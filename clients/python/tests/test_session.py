@@ -506,9 +506,7 @@ def test_cluster_session_lives_on_its_keys_node(cluster):
         for key in keys:
             node = rc.get_node_from_key(key)
             reset_stats(cluster)
-            # ttl 1 s, not 0.3: a node's first OPEN takes 136-291 ms here (debug build), counted
-            # against the session's ttl (see the report); this test is about routing.
-            with Session(rc, 1, key=key, keepalive_period=0.1) as s:
+            with Session(rc, 0.3, key=key) as s:  # a keepalive every 0.1 s
                 assert ID.fullmatch(s.id)
                 assert rc.get_node_from_key(s.id) == node  # the id's tag: a slot of that node
                 lock = Lock(rc, key, 0, session=s)
@@ -565,7 +563,7 @@ def test_async_cluster_session(cluster):
         rc = cluster.aclient()
         try:
             key = "{c}async"
-            async with AsyncSession(rc, 1, key=key, keepalive_period=0.1) as s:
+            async with AsyncSession(rc, 0.3, key=key) as s:
                 assert rc.get_node_from_key(s.id) == rc.get_node_from_key(key)
                 lock = AsyncLock(rc, key, 0, session=s)
                 assert await lock.acquire(blocking=False)
