@@ -123,7 +123,8 @@ class _SessionBase:
 
     @property
     def lost(self):
-        """True once the session was found gone or unreachable (see ``lost_reason``)."""
+        """True once the session was found gone or unreachable (see ``lost_reason``); set just
+        before the loss is reported (``on_lost``)."""
         return self._lost_reason is not None
 
     @property
