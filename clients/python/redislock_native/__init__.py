@@ -7,6 +7,9 @@
   classes (``r.lock(name, timeout=10, lock_class=RedisPyLock)``).
 - :class:`Semaphore` / :class:`ReadWriteLock` (and their ``Async`` twins): shared holders
   on the same queue (``LOCK.ACQUIRE ... SHARED [LIMIT n]``).
+- :class:`Session` / :class:`AsyncSession`: one lease for many holds (``LOCK.SESSION``) with one
+  keepalive; ``bound=True`` ends it the moment its holder's connection closes. Locks of every
+  kind take ``session=``.
 - :class:`Redlock` / :class:`AsyncRedlock`: one lock over several independent masters,
   granted by a majority.
 - :mod:`redislock_native.fence`: writes that happen only while a token is live.
@@ -20,6 +23,7 @@ from .fence import FENCE_CHECK_LUA, FENCED_CALL_LUA, StaleTokenError, afenced_ca
 from .lock import Lock, LockLostError, NotDurableError
 from .multi import AsyncMultiLock, MultiLock
 from .redlock import AsyncRedlock, Redlock, RedlockError
+from .session import AsyncSession, Session
 from .shared import AsyncReadLock, AsyncReadWriteLock, AsyncSemaphore, ReadLock, ReadWriteLock, Semaphore
 
 __all__ = [
@@ -35,6 +39,8 @@ __all__ = [
     "AsyncReadWriteLock",
     "ReadLock",
     "AsyncReadLock",
+    "Session",
+    "AsyncSession",
     "Redlock",
     "AsyncRedlock",
     "RedlockError",

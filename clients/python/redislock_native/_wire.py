@@ -98,6 +98,19 @@ def read_timeout(conn, wait_s):
     return wait_s + margin
 
 
+def node_client(client, key):
+    """The client whose connection pool a timed or blocking call borrows from: the client
+    itself, or for a sync ``RedisCluster`` its client of the node that serves ``key``."""
+    if hasattr(client, "connection_pool"):
+        return client
+    if hasattr(client, "get_redis_connection"):
+        return client.get_redis_connection(client.get_node_from_key(key))
+    raise TypeError(
+        f"{type(client).__name__} has no connection pool to wait on: with redis.asyncio's "
+        "RedisCluster only blocking=False acquires (and sessions) are offered"
+    )
+
+
 # --- durable grants ------------------------------------------------------------------
 
 #: The first server whose ``WAIT`` after a blocked command counts the grant another client's

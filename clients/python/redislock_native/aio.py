@@ -32,7 +32,7 @@ class AsyncLock(_Base):
         if self.durable:
             _wire.check_durable(await self.client.info("server"))
             reply, acked = await _wire.aacquire_blocking(
-                self.client, args, wait, cleanup, self._durable_args()
+                self._pooled(), args, wait, cleanup, self._durable_args()
             )
             if reply is not None and acked < self.durable:
                 # `cleanup` releases only a grant this call made (nothing if held before).
@@ -44,9 +44,11 @@ class AsyncLock(_Base):
                 await _wire._aquietly(cleanup)
                 raise
         else:
-            reply = await _wire.aacquire_blocking(self.client, args, wait, cleanup)
+            reply = await _wire.aacquire_blocking(self._pooled(), args, wait, cleanup)
         if not self._granted(reply):
             return False
+        if self._in_session():
+            await self._report_lost(f"session lost: {self.session.lost_reason}")
         if self.watchdog and (self._dog is None or self._dog.done()):
             self._dog = asyncio.ensure_future(self._watch())
         return True
@@ -54,7 +56,7 @@ class AsyncLock(_Base):
     async def release(self):
         """Give the lock back; True if this owner held it, False if it was already lost."""
         await self._stop_watchdog()
-        self._token = None
+        self._let_go()
         return await self.client.execute_command(*self._release_args()) == 1
 
     async def _release_quietly(self):
@@ -115,7 +117,7 @@ class AsyncLock(_Base):
         while True:
             await asyncio.sleep(self._period())
             try:
-                reply = await _wire.acall_timed(self.client, self._extend_args(None), self._period())
+                reply = await _wire.acall_timed(self._pooled(), self._extend_args(None), self._period())
             except (asyncio.CancelledError, KeyboardInterrupt, SystemExit):
                 raise
             except Exception as e:  # no answer within the period: fail safe, count it lost

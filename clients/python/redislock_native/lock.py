@@ -54,10 +54,22 @@ class _Base:
         on_lost=None,
         durable=0,
         durable_timeout=1.0,
+        session=None,
+        lock_delay=None,
     ):
         self.client = client
         self.name = name
-        self._ttl_ms = _wire.to_ms(ttl, "ttl")
+        self.session = session
+        if session is not None:
+            if watchdog:
+                raise ValueError("a lock in a session runs no watchdog: the session's keepalive covers it")
+            if lock_delay is not None:
+                raise ValueError("a hold in a session has its session's lock_delay")
+        # In a session a ttl of 0 means no deadline of the hold's own.
+        self._ttl_ms = _wire.to_ms(ttl, "ttl", allow_zero=session is not None)
+        self._delay_ms = None
+        if lock_delay is not None:
+            self._delay_ms = _wire.to_ms(lock_delay, "lock_delay", allow_zero=True)
         self.owner = owner if owner is not None else _wire.new_owner()
         if isinstance(self.owner, (str, bytes)) and len(self.owner) == 0:
             raise ValueError("owner must not be empty")
@@ -92,14 +104,14 @@ class _Base:
 
     @property
     def lost(self):
-        """True once the watchdog found the lock gone (see ``lost_reason``)."""
+        """True once the watchdog or the session found the lock gone (see ``lost_reason``)."""
         return self._lost_reason is not None
 
     @property
     def lost_reason(self):
         """Why the watchdog stopped: ``"not held"`` (LOCK.EXTEND answered 0: expired,
-        deleted or taken) or ``"extend failed: <error>"`` (no answer within its period).
-        None while not lost."""
+        deleted or taken), ``"extend failed: <error>"`` (no answer within its period) or
+        ``"session lost: <the session's lost_reason>"``. None while not lost."""
         return self._lost_reason
 
     def _period(self):
@@ -112,6 +124,10 @@ class _Base:
     def _acquire_args(self, blocking, timeout):
         """The LOCK.ACQUIRE arguments and the wait in seconds (None: no limit, 0: no wait)."""
         args = ("LOCK.ACQUIRE", self.name, self.owner, self._ttl_ms) + self._mode_args
+        if self.session is not None:
+            args += ("SESSION", self.session._usable_id())
+        if self._delay_ms is not None:
+            args += ("LOCKDELAY", self._delay_ms)
         if not blocking:
             return args, 0
         if timeout is None:
@@ -126,7 +142,7 @@ class _Base:
 
     def _extend_args(self, ttl):
         if ttl is not None:
-            self._ttl_ms = _wire.to_ms(ttl, "ttl")
+            self._ttl_ms = _wire.to_ms(ttl, "ttl", allow_zero=self.session is not None)
         return ("LOCK.EXTEND", self.name, self.owner, self._ttl_ms)
 
     def _renewed(self, reply):
@@ -161,6 +177,19 @@ class _Base:
         self._lost_reason = None
         return True
 
+    def _in_session(self):
+        """After a grant: the session reports this hold's loss. True if it was lost already."""
+        return self.session is not None and self.session._hold(self)
+
+    def _pooled(self):
+        return _wire.node_client(self.client, self.name)
+
+    def _let_go(self):
+        """Before a release: not held any more, and not the session's to report."""
+        self._token = None
+        if self.session is not None:
+            self.session._forget(self)
+
     def __repr__(self):
         state = f"token={self._token}" if self._token is not None else "not held"
         return f"<{type(self).__name__} {self.name!r} owner={self.owner!r} {state}>"
@@ -183,6 +212,12 @@ class Lock(_Base):
     - ``durable``: a grant counts only once that many replicas acknowledged it (``WAIT n``
       on the same connection, up to ``durable_timeout`` seconds, default 1); otherwise
       ``acquire()`` gives the grant back and raises ``NotDurableError``. Needs Redis 7.0.12+.
+    - ``session``: a ``Session`` (``redislock_native.session``) the hold belongs to
+      (``SESSION id``): it ends when the session ends, and ``ttl`` may be 0 (no deadline of its
+      own). No watchdog: the session's one keepalive covers every hold; a session's loss is
+      reported on each hold (``lost_reason`` ``"session lost: ..."``, ``on_lost(lock)``).
+    - ``lock_delay``: seconds nobody is granted the lock after this hold expired (``LOCKDELAY
+      ms``); not with ``session`` (a session hold has its session's delay).
 
     A blocking ``acquire()`` is one ``LOCK.ACQUIRE ... BLOCK`` command, however long the
     wait and whatever the client's socket timeout or retry policy: it keeps its place in
@@ -207,7 +242,7 @@ class Lock(_Base):
         cleanup = (lambda: None) if held_before else self._release_quietly
         if self.durable:
             _wire.check_durable(self.client.info("server"))
-            reply, acked = _wire.acquire_blocking(self.client, args, wait, cleanup, self._durable_args())
+            reply, acked = _wire.acquire_blocking(self._pooled(), args, wait, cleanup, self._durable_args())
             if reply is not None and acked < self.durable:
                 # `cleanup` releases only a grant this call made (nothing if held before).
                 raise self._not_durable(acked, held_before, _wire.succeeds(cleanup))
@@ -218,9 +253,11 @@ class Lock(_Base):
                 _wire._quietly(cleanup)
                 raise
         else:
-            reply = _wire.acquire_blocking(self.client, args, wait, cleanup)
+            reply = _wire.acquire_blocking(self._pooled(), args, wait, cleanup)
         if not self._granted(reply):
             return False
+        if self._in_session():
+            self._report_lost(f"session lost: {self.session.lost_reason}")
         if self.watchdog:
             self._start_watchdog()
         return True
@@ -231,7 +268,7 @@ class Lock(_Base):
         Stops the watchdog first (and waits for a renewal in flight), then sends LOCK.RELEASE.
         """
         self._stop_watchdog()
-        self._token = None
+        self._let_go()
         return self.client.execute_command(*self._release_args()) == 1
 
     def _release_quietly(self):
@@ -286,7 +323,7 @@ class Lock(_Base):
 
     def _renew(self):
         """One renewal within the period; True if still held."""
-        return self._renewed(_wire.call_timed(self.client, self._extend_args(None), self._period()))
+        return self._renewed(_wire.call_timed(self._pooled(), self._extend_args(None), self._period()))
 
     def _report_lost(self, reason):
         self._lost_reason = reason

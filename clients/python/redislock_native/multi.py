@@ -62,6 +62,10 @@ class _Multi:
         super()._extend_args(ttl)
         return ("EVAL", _EXTEND_ALL_LUA, len(self.names), *self.names, self.owner, self._ttl_ms)
 
+    def _let_go(self):
+        super()._let_go()
+        self.tokens = None
+
     def _granted(self, reply):
         if reply is None:
             return False
@@ -94,7 +98,7 @@ class MultiLock(_Multi, Lock):
 
     def release(self):
         self._stop_watchdog()
-        self._token = self.tokens = None
+        self._let_go()
         return self.client.execute_command(*self._release_args()) == len(self.names)
 
     def extend(self, ttl=None):
@@ -119,7 +123,7 @@ class AsyncMultiLock(_Multi, AsyncLock):
 
     async def release(self):
         await self._stop_watchdog()
-        self._token = self.tokens = None
+        self._let_go()
         return await self.client.execute_command(*self._release_args()) == len(self.names)
 
     async def extend(self, ttl=None):

@@ -78,11 +78,44 @@ class Server:
         self._harness.wait(timeout=60)
 
 
+class Cluster:
+    """A Redis Cluster with the module on every node (``harness cluster``); ``ports`` of its nodes."""
+
+    def __init__(self, masters=3, replicas=0):
+        self._harness = subprocess.Popen(
+            [harness_program(), "cluster", "--masters", str(masters), "--replicas", str(replicas)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        line = self._harness.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the harness did not start a cluster (exit status {self._harness.wait()})")
+        self.ports = [node["port"] for node in json.loads(line)["nodes"]]
+
+    def client(self, **kwargs):
+        return redis.RedisCluster(host="127.0.0.1", port=self.ports[0], **kwargs)
+
+    def aclient(self, **kwargs):
+        import redis.asyncio.cluster
+
+        return redis.asyncio.cluster.RedisCluster(host="127.0.0.1", port=self.ports[0], **kwargs)
+
+    def stop(self):
+        self._harness.stdin.close()
+        self._harness.wait(timeout=60)
+
+
 @pytest.fixture(scope="session")
 def server():
     s = Server()
     yield s
     s.stop()
+
+
+@pytest.fixture(scope="session")
+def cluster():
+    """A 3-master cluster (no replicas), started on first use and shared."""
+    c = Cluster(masters=3, replicas=0)
+    yield c
+    c.stop()
 
 
 @pytest.fixture

@@ -30,8 +30,13 @@ PRELUDE = "import redis\nfrom redislock_native import Lock\nr = redis.Redis()\n"
 
 
 @pytest.mark.parametrize("index", range(len(snippets("clients/python/README.md"))))
-def test_package_readme_snippets(server, index, capsys):
+def test_package_readme_snippets(server, index, capsys, request):
     code = snippets("clients/python/README.md")[index]
+    if "port=7000)" in code:
+        cluster = request.getfixturevalue("cluster")
+        code = code.replace("port=7000)", f"port={cluster.ports[0]})")
+        run(server, code + "rc.close()\n", PRELUDE.replace("redis.Redis()", f"redis.Redis(port={server.port})"))
+        return
     if "lock.fenced(" in code and "Lock(r" not in code:
         # The fencing snippet continues from a held lock.
         prelude = PRELUDE + "lock = Lock(r, 'invoice:42', ttl=30)\nassert lock.acquire()\n"
@@ -54,3 +59,7 @@ def test_package_readme_snippets(server, index, capsys):
         return
     prelude = "" if "import redis" in code else PRELUDE
     run(server, code, prelude.replace("redis.Redis()", f"redis.Redis(port={server.port})"))
+    if "on_lost=on_session_lost" in code:  # the session ran to its end, never lost
+        assert re.fullmatch(r"held with fencing token \d+\n", capsys.readouterr().out)
+    if "LOCKDELAY" in code:
+        assert capsys.readouterr().out == "1\n"

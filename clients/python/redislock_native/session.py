@@ -1,0 +1,543 @@
+"""Sessions: one lease for many holds (``LOCK.SESSION``), with one keepalive.
+
+A ``Session`` opens ``LOCK.SESSION OPEN ttl-ms [BOUND] [LOCKDELAY ms]`` and keeps it alive with
+``LOCK.SESSION KEEPALIVE id`` every ``keepalive_period`` (default ttl/3) from one daemon thread
+(an asyncio task for ``AsyncSession``), however many locks it holds. A lock, semaphore,
+read/write lock or multi-key lock made with ``session=`` acquires with ``SESSION id`` and runs no
+watchdog: its hold ends when the session ends (or at its own deadline; a ttl of 0 means none).
+
+How a session is lost, and how that is reported (once, from the keepalive thread or task):
+
+- ``"ended"``: ``KEEPALIVE`` answered nil: the server has no such session any more (it expired,
+  was closed from elsewhere, or its bound connection closed). Every hold it had is gone.
+- ``"keepalive failed: <error>"``: no answer within the period. Fail-safe, as the watchdog: the
+  holder can no longer count on its holds.
+- ``"connection lost: <error>"`` (``bound=True``): the dedicated connection closed. The server
+  ends a bound session the moment it sees that connection close.
+
+Then ``lost`` is True, ``lost_reason`` says why, ``on_lost(session)`` is called, and every hold
+of the session is reported as each lock reports a loss today: its ``lost_reason`` becomes
+``"session lost: <reason>"`` and its own ``on_lost(lock)`` is called.
+
+``bound=True``: the session is opened on a dedicated connection, made like the client's own
+(same address, credentials and database) but not in its pool, with no retries and no health
+check (either could silently replace it with a new connection the session is not bound to). It
+stays open for the session's life and carries nothing but the session's ``KEEPALIVE``; between
+keepalives the thread (task) waits on it, so a close by the server is seen at once. No
+re-``ATTACH``: after that connection drops the session is lost, even when the server still has
+it (a restart, a promotion). A session found again would not prove that each of its holds
+survived: a promoted replica or an AOF restart can miss the newest grants. Open a new session.
+
+In a Redis Cluster a session belongs to one node: ``key=`` names a key the session will lock,
+and ``OPEN`` goes to that key's node (``target_nodes``). The id carries a hash tag of a slot
+that node serves, and ``KEEPALIVE``, ``CLOSE`` and ``INFO`` declare the id as their key; they
+are sent to the node that serves the id's slot (see ``_route``). Every lock in the session must
+be on that node.
+"""
+
+import asyncio
+import inspect
+import select
+import socket
+import threading
+import time
+
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError, LockError, ResponseError, TimeoutError
+from redis.retry import Retry
+
+from . import _wire
+
+#: ``LOCK.SESSION OPEN ... LOCKDELAY ms``: the server refuses more than this.
+MAX_LOCK_DELAY = 60.0
+
+
+def is_cluster(client):
+    """A redis-py cluster client (sync or asyncio): it routes by key and has no one pool."""
+    return hasattr(client, "get_node_from_key") and not hasattr(client, "connection_pool")
+
+
+def _text(value):
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _fields(reply):
+    """A map reply (RESP3 dict or RESP2 flat list) as a dict with str keys."""
+    if reply is None:
+        return None
+    if isinstance(reply, list):
+        reply = dict(zip(reply[::2], reply[1::2]))
+    return {_text(k): v for k, v in reply.items()}
+
+
+def _dedicated_kwargs(kwargs):
+    """A connection's arguments with nothing that could replace its socket behind our back."""
+    return dict(kwargs, retry=Retry(NoBackoff(), 0), health_check_interval=0)
+
+
+class _SessionBase:
+    """What ``Session`` and ``AsyncSession`` share: arguments, state, commands, decisions."""
+
+    def __init__(self, client, ttl, *, bound=False, lock_delay=None, key=None, on_lost=None, keepalive_period=None):
+        self.client = client
+        self._ttl_ms = _wire.to_ms(ttl, "ttl")
+        self.bound = bool(bound)
+        self._delay_ms = None
+        if lock_delay is not None:
+            if not isinstance(lock_delay, bool) and isinstance(lock_delay, (int, float)) and lock_delay > MAX_LOCK_DELAY:
+                raise ValueError(f"lock_delay must be at most {MAX_LOCK_DELAY:g} s, got {lock_delay!r}")
+            self._delay_ms = _wire.to_ms(lock_delay, "lock_delay", allow_zero=True)
+        self._cluster = is_cluster(client)
+        if self._cluster and key is None:
+            raise ValueError("a session in a cluster belongs to one node: name a key it will lock (key=...)")
+        self.key = key
+        self.on_lost = on_lost
+        if keepalive_period is not None:
+            if _wire.to_ms(keepalive_period, "keepalive_period") >= self._ttl_ms:
+                raise ValueError("keepalive_period must be shorter than the ttl")
+        self.keepalive_period = keepalive_period
+        self._id = None
+        self._closed = False
+        self._lost_reason = None
+        self._holds = set()  # the lock objects holding in this session now
+        self._mutex = threading.Lock()
+
+    # --- state ---
+
+    @property
+    def id(self):
+        """The session id (a str, ``{tag}`` + 32 hex digits), or None before ``open()``. A secret:
+        whoever knows it can keep the session alive or close it."""
+        return self._id
+
+    @property
+    def ttl(self):
+        """The session's ttl in seconds: it ends this long after its last keepalive."""
+        return self._ttl_ms / 1000
+
+    @property
+    def lock_delay(self):
+        """Seconds nobody is granted what a hold of this session had, after it was lost
+        uncleanly (None: the server's default, 0)."""
+        return None if self._delay_ms is None else self._delay_ms / 1000
+
+    @property
+    def lost(self):
+        """True once the session was found gone or unreachable (see ``lost_reason``); set just
+        before the loss is reported (``on_lost``)."""
+        return self._lost_reason is not None
+
+    @property
+    def lost_reason(self):
+        """``"ended"``, ``"keepalive failed: ..."`` or ``"connection lost: ..."``; None while not lost."""
+        return self._lost_reason
+
+    @property
+    def closed(self):
+        """True once ``close()`` was called."""
+        return self._closed
+
+    def _period(self):
+        if self.keepalive_period is not None:
+            return self.keepalive_period
+        return self._ttl_ms / 3000
+
+    def _opened_id(self):
+        if self._id is None:
+            raise LockError("the session is not open: call open() or use it in a with block")
+        return self._id
+
+    def _usable_id(self):
+        """The id for an acquire's ``SESSION id``; LockError if the session cannot take holds."""
+        self._opened_id()
+        if self._closed:
+            raise LockError("the session is closed")
+        if self._lost_reason is not None:
+            raise LockError(f"the session was lost ({self._lost_reason}): open a new one")
+        return self._id
+
+    # --- commands ---
+
+    def _open_args(self):
+        args = ("LOCK.SESSION", "OPEN", self._ttl_ms)
+        if self.bound:
+            args += ("BOUND",)
+        if self._delay_ms is not None:
+            args += ("LOCKDELAY", self._delay_ms)
+        return args
+
+    def _keepalive_args(self):
+        return ("LOCK.SESSION", "KEEPALIVE", self._id)
+
+    def _route(self):
+        """Keyword arguments that send a command about this session to its node.
+
+        In a cluster: the node that serves the id's hash tag, from the client's slot table.
+        redis-py would find it by itself (``LOCK.SESSION`` declares the id as its key), but
+        only by asking a node ``COMMAND GETKEYS`` first, once or twice per command (seen with
+        redis-py 5.0 and 8.1): this saves those round trips."""
+        return {"target_nodes": self.client.get_node_from_key(self._id)} if self._cluster else {}
+
+    def _opened(self, reply):
+        if reply is None:
+            raise LockError("LOCK.SESSION OPEN answered nil")
+        self._id = _text(reply)
+        return self
+
+    def _check_not_open(self):
+        if self._id is not None:
+            raise LockError("this session object was opened already; make a new one")
+
+    # --- holds ---
+
+    def _hold(self, lock):
+        """A lock of this session was granted: it is reported lost with the session.
+
+        True if the session was lost already (the caller reports that hold's loss now)."""
+        with self._mutex:
+            self._holds.add(lock)
+            return self._lost_reason is not None
+
+    def _forget(self, lock):
+        with self._mutex:
+            self._holds.discard(lock)
+
+    def _lose(self, reason):
+        """Mark the session lost; the holds to report, or None if it was lost or closed already."""
+        with self._mutex:
+            if self._lost_reason is not None or self._closed:
+                return None
+            self._lost_reason = reason
+            holds, self._holds = list(self._holds), set()
+            return holds
+
+    def _let_go(self):
+        """``close()``: the server released every hold cleanly; they are simply not held now."""
+        with self._mutex:
+            self._closed = True
+            holds, self._holds = list(self._holds), set()
+        for lock in holds:
+            lock._token = None
+            if hasattr(lock, "tokens"):
+                lock.tokens = None
+
+    def __repr__(self):
+        state = "lost" if self.lost else "closed" if self._closed else "open" if self._id else "not open"
+        return f"<{type(self).__name__} {state} ttl={self.ttl} bound={self.bound}>"
+
+
+class Session(_SessionBase):
+    """A session on the redis-lock module, through a ``redis.Redis`` (or ``RedisCluster``) client.
+
+    ``Session(client, ttl)`` opens nothing yet; ``open()`` (or ``with``) does. ``ttl`` is in
+    seconds: the session ends that long after its last keepalive. Keyword arguments:
+
+    - ``bound``: the session also ends the moment its dedicated connection closes (the holder
+      exits, crashes, is killed, or the connection drops).
+    - ``lock_delay``: seconds (0 to 60) nobody is granted what a hold of this session had after
+      the session was lost uncleanly (expired, or its bound connection closed); ``close()`` has
+      no delay.
+    - ``key``: with a cluster client, a key the session will lock (its node opens the session).
+    - ``on_lost(session)``: called once, from the keepalive thread, when the session is lost.
+    - ``keepalive_period``: seconds between keepalives (default ttl/3).
+    """
+
+    def __init__(self, client, ttl, **kwargs):
+        super().__init__(client, ttl, **kwargs)
+        self._conn = None
+        self._thread = None
+        self._stopping = threading.Event()
+        self._wake = None
+
+    def open(self):
+        """Open the session (``LOCK.SESSION OPEN``) and start its keepalive; returns self."""
+        self._check_not_open()
+        if self.bound:
+            self._conn = self._connect()
+            try:
+                self._conn.send_command(*self._open_args())
+                self._opened(self._conn.read_response())
+            except BaseException:
+                self._conn.disconnect()
+                self._conn = None
+                raise
+            self._wake = socket.socketpair()
+        elif self._cluster:
+            self._opened(self.client.execute_command(*self._open_args(), target_nodes=self._node()))
+        else:
+            self._opened(self.client.execute_command(*self._open_args()))
+        self._thread = threading.Thread(target=self._keep, name=f"redislock-session:{self._id[:8]}", daemon=True)
+        self._thread.start()
+        return self
+
+    def close(self):
+        """End the session (``LOCK.SESSION CLOSE``): every hold is released, with no lock delay.
+
+        Returns the number of holds released, or None if the server had no such session (it
+        was lost). Stops the keepalive first (and waits for one in flight)."""
+        if self._id is None or self._closed:
+            return None
+        self._stop()
+        try:
+            reply = self._command("LOCK.SESSION", "CLOSE", self._id)
+        finally:
+            self._let_go()
+            if self._conn is not None:
+                self._conn.disconnect()
+        return reply
+
+    def info(self):
+        """``LOCK.SESSION INFO``: a dict (``ttl`` ms left, ``bound``, ``lockdelay``, ``holds``), or
+        None if the server has no such session."""
+        return _fields(self._command("LOCK.SESSION", "INFO", self._opened_id()))
+
+    def __enter__(self):
+        if self._id is None:
+            self.open()
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        self.close()
+
+    # --- internals ---
+
+    def _node(self):
+        return self.client.get_node_from_key(self.key)
+
+    def _command(self, *args):
+        """A command about this session, through the client, to the session's node."""
+        return self.client.execute_command(*args, **self._route())
+
+    def _connect(self):
+        """The dedicated connection of a bound session, made like the client's own."""
+        client = self.client.get_redis_connection(self._node()) if self._cluster else self.client
+        pool = client.connection_pool
+        conn = pool.connection_class(**_dedicated_kwargs(pool.connection_kwargs))
+        conn.connect()
+        return conn
+
+    def _stop(self):
+        self._stopping.set()
+        if self._wake is not None:
+            self._wake[1].send(b"x")
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+        if self._wake is not None:
+            for s in self._wake:
+                s.close()
+            self._wake = None
+
+    def _keep(self):
+        reason = self._keep_bound() if self.bound else self._keep_unbound()
+        if reason is None or self._stopping.is_set():
+            return
+        holds = self._lose(reason)
+        if holds is None:
+            return
+        if self._conn is not None:
+            self._conn.disconnect()  # the server ends a bound session it still had
+        try:
+            if self.on_lost is not None:
+                self.on_lost(self)
+        finally:  # each hold hears of it even if the session's callback raised
+            for lock in holds:
+                lock._report_lost(f"session lost: {reason}")
+
+    def _keepalive(self):
+        """One keepalive within the period: the remaining ms, or None if the session is gone."""
+        client = self.client
+        if self._cluster:  # the pool of the id's node: the cluster client's reads may have no limit
+            client = client.get_redis_connection(client.get_node_from_key(self._id))
+        return _wire.call_timed(client, self._keepalive_args(), self._period())
+
+    def _keep_unbound(self):
+        """Keep the session alive until stopped; the reason it was lost, or None if stopped."""
+        while not self._stopping.wait(self._period()):
+            try:
+                remaining = self._keepalive()
+            except Exception as e:
+                return f"keepalive failed: {e!r}"
+            if remaining is None:
+                return "ended"
+        return None
+
+    def _keep_bound(self):
+        """The same on the dedicated connection, watching it between keepalives."""
+        conn = self._conn
+        wake = self._wake[0]
+        while True:
+            due = time.monotonic() + self._period()
+            while (left := due - time.monotonic()) > 0:
+                sock = _wire._socket(conn)
+                if sock is None:
+                    return "connection lost: closed"
+                readable, _, _ = select.select([sock, wake], [], [], left)
+                if self._stopping.is_set():
+                    return None
+                if sock in readable:
+                    try:
+                        if conn.can_read(timeout=0):
+                            return "connection lost: an unexpected reply on the idle connection"
+                    except (ConnectionError, OSError) as e:
+                        return f"connection lost: {e}"
+                    # Readable without a reply (e.g. a TLS record): keep waiting.
+            try:
+                conn.send_command(*self._keepalive_args())
+                remaining = _wire._read(conn, self._period())
+            except ResponseError as e:
+                return f"keepalive failed: {e!r}"
+            except (ConnectionError, OSError) as e:
+                return f"connection lost: {e}"
+            except TimeoutError as e:
+                return f"keepalive failed: {e!r}"
+            if remaining is None:
+                return "ended"
+
+
+class AsyncSession(_SessionBase):
+    """``Session`` for ``redis.asyncio.Redis`` (or its ``RedisCluster``): the same arguments,
+    awaitable ``open()``, ``close()`` and ``info()``, ``async with``, and a keepalive task.
+    ``on_lost`` may be a plain function or a coroutine function; it runs in that task."""
+
+    def __init__(self, client, ttl, **kwargs):
+        super().__init__(client, ttl, **kwargs)
+        self._conn = None
+        self._task = None
+
+    async def open(self):
+        """Open the session and start its keepalive task; returns self."""
+        self._check_not_open()
+        if self.bound:
+            self._conn = await self._connect()
+            try:
+                await self._conn.send_command(*self._open_args())
+                self._opened(await self._conn.read_response())
+            except BaseException:
+                await self._conn.disconnect()
+                self._conn = None
+                raise
+        elif self._cluster:
+            await self.client.initialize()  # its slot table, for _node(); once per client
+            self._opened(await self.client.execute_command(*self._open_args(), target_nodes=self._node()))
+        else:
+            self._opened(await self.client.execute_command(*self._open_args()))
+        self._task = asyncio.ensure_future(self._keep())
+        return self
+
+    async def close(self):
+        """End the session; the number of holds released, or None. Same rules as ``Session.close``."""
+        if self._id is None or self._closed:
+            return None
+        await self._stop()
+        try:
+            reply = await self._command("LOCK.SESSION", "CLOSE", self._id)
+        finally:
+            self._let_go()
+            if self._conn is not None:
+                await self._conn.disconnect()
+        return reply
+
+    async def info(self):
+        """``LOCK.SESSION INFO`` as a dict, or None."""
+        return _fields(await self._command("LOCK.SESSION", "INFO", self._opened_id()))
+
+    async def __aenter__(self):
+        if self._id is None:
+            await self.open()
+        return self
+
+    async def __aexit__(self, exc_type, exc, tb):
+        await self.close()
+
+    # --- internals ---
+
+    def _node(self):
+        return self.client.get_node_from_key(self.key)
+
+    async def _command(self, *args):
+        return await self.client.execute_command(*args, **self._route())
+
+    async def _connect(self):
+        if self._cluster:
+            await self.client.initialize()
+            node = self._node()
+            conn = node.connection_class(**_dedicated_kwargs(node.connection_kwargs))
+        else:
+            pool = self.client.connection_pool
+            conn = pool.connection_class(**_dedicated_kwargs(pool.connection_kwargs))
+        await conn.connect()
+        return conn
+
+    async def _stop(self):
+        task, self._task = self._task, None
+        if task is None or task is asyncio.current_task():
+            return
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and getattr(current, "cancelling", lambda: 0)():
+                raise
+
+    async def _keep(self):
+        reason = await (self._keep_bound() if self.bound else self._keep_unbound())
+        holds = self._lose(reason)
+        if holds is None:
+            return
+        if self._conn is not None:
+            await self._conn.disconnect()
+        try:
+            if self.on_lost is not None:
+                result = self.on_lost(self)
+                if inspect.isawaitable(result):
+                    await result
+        finally:
+            for lock in holds:
+                await lock._report_lost(f"session lost: {reason}")
+
+    async def _keepalive(self):
+        if self._cluster:
+            try:
+                return await asyncio.wait_for(self._command(*self._keepalive_args()), self._period())
+            except asyncio.TimeoutError:
+                raise TimeoutError(f"no reply within {self._period():.3f} s") from None
+        return await _wire.acall_timed(self.client, self._keepalive_args(), self._period())
+
+    async def _keep_unbound(self):
+        """Keep the session alive until cancelled; the reason it was lost."""
+        while True:
+            await asyncio.sleep(self._period())
+            try:
+                remaining = await self._keepalive()
+            except (asyncio.CancelledError, KeyboardInterrupt, SystemExit):
+                raise
+            except Exception as e:
+                return f"keepalive failed: {e!r}"
+            if remaining is None:
+                return "ended"
+
+    async def _keep_bound(self):
+        """The same on the dedicated connection, reading it between keepalives: a read that
+        times out means nothing arrived (redis-py answers None and leaves the connection as it
+        was), a closed connection raises at once."""
+        conn = self._conn
+        while True:
+            try:
+                unexpected = await conn.read_response(timeout=self._period(), disconnect_on_error=False)
+            except (ConnectionError, OSError) as e:
+                return f"connection lost: {e}"
+            if unexpected is not None:
+                return "connection lost: an unexpected reply on the idle connection"
+            try:
+                await conn.send_command(*self._keepalive_args())
+                remaining = await _wire._aread(conn, self._period())
+            except (asyncio.CancelledError, KeyboardInterrupt, SystemExit):
+                raise
+            except (ConnectionError, OSError) as e:
+                return f"connection lost: {e}"
+            except Exception as e:
+                return f"keepalive failed: {e!r}"
+            if remaining is None:
+                return "ended"
