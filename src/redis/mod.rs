@@ -20,3 +20,4 @@ pub mod key;
 pub mod pause;
 pub mod role;
 pub mod session;
+pub mod slots;
