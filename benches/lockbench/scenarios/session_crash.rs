@@ -4,13 +4,14 @@
 //! `BOUND` session (the server ends the session when it sees the holder's connection close).
 
 use std::fmt::Write as _;
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use redis::Connection;
 
+use super::session_end::{renice, PRIORITY};
 use super::{Env, Scenario};
 use crate::config::Config;
 use crate::report::{f, num, obj, s, Goal, Json};
@@ -22,39 +23,17 @@ const TTL_MS: u64 = 30_000;
 /// The plain lock's ttl in a `QUICK=1` run (the waiter sits it out).
 const QUICK_PLAIN_TTL_MS: u64 = 1_000;
 
-/// The holder process: a raw RESP client (no library), so that nothing of the holder but its
-/// socket and the kernel's teardown of a killed process is on the timed path. Arguments: port,
-/// key, ttl, `bound` or `plain`. It prints the lock's token once held, then waits on stdin
-/// until it is killed.
-const HOLDER: &str = r#"
-import socket, sys
-port, key, ttl, mode = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
-s = socket.create_connection(("127.0.0.1", port))
-f = s.makefile("rb")
-def cmd(*args):
-    out = [b"*%d\r\n" % len(args)]
-    for a in args:
-        out.append(b"$%d\r\n%s\r\n" % (len(a.encode()), a.encode()))
-    s.sendall(b"".join(out))
-    line = f.readline()
-    if line[:1] == b"$" and line[1:2] != b"-":
-        return f.read(int(line[1:]) + 2)[:-2].decode()
-    if line[:1] == b":":
-        return line[1:].strip().decode()
-    sys.exit("holder: %r answered %r" % (args[0], line))
-args = [key, "holder", ttl]
-if mode == "bound":
-    args += ["SESSION", cmd("LOCK.SESSION", "OPEN", ttl, "BOUND")]
-print(cmd("LOCK.ACQUIRE", *args), flush=True)
-sys.stdin.read()
-"#;
-
 pub fn new() -> Box<dyn Scenario> {
-    Box::new(SessionCrash { rows: Vec::new() })
+    Box::new(SessionCrash {
+        rows: Vec::new(),
+        reniced: false,
+    })
 }
 
 pub struct SessionCrash {
     rows: Vec<Row>,
+    /// The server's main thread and the waiter ran at nice [`PRIORITY`].
+    reniced: bool,
 }
 
 struct Row {
@@ -62,6 +41,8 @@ struct Row {
     ttl_ms: u64,
     /// Per run: ms from the holder's SIGKILL to the waiter's grant reply (client clock).
     kill_to_grant: Vec<f64>,
+    /// Per run: ms from the SIGKILL to `waitpid` returning (the kernel's part).
+    kill_to_reap: Vec<f64>,
     /// Per run: the lock's `PTTL` just before the kill (ms).
     pttl_at_kill: Vec<f64>,
 }
@@ -82,35 +63,50 @@ impl Row {
     }
 }
 
-/// The holder child, started and holding: its process and its lock's token.
+/// The holder child, started and holding: `redis-cli` fed through a pipe (a small C
+/// process, so that its teardown after the kill is short), its process and its lock's token.
 fn spawn_holder(srv: &Server, key: &str, ttl: u64, bound: bool) -> (Child, i64) {
-    let mut child = Command::new("python3")
-        .args(["-c", HOLDER, &srv.port.to_string(), key, &ttl.to_string()])
-        .arg(if bound { "bound" } else { "plain" })
+    let mut child = Command::new("redis-cli")
+        .args(["-h", "127.0.0.1", "-p", &srv.port.to_string()])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
-        .expect("cannot start python3 for the holder process");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().expect("holder stdout"))
-        .read_line(&mut line)
-        .expect("holder stdout");
-    let token = line.trim().parse().unwrap_or_else(|_| {
+        .expect("cannot start redis-cli for the holder process");
+    let mut out = BufReader::new(child.stdout.take().expect("holder stdout"));
+    let mut ask = |child: &mut Child, line: String| -> String {
+        let stdin = child.stdin.as_mut().expect("holder stdin");
+        writeln!(stdin, "{line}").expect("write to the holder");
+        stdin.flush().expect("write to the holder");
+        let mut reply = String::new();
+        out.read_line(&mut reply).expect("holder stdout");
+        reply.trim().to_string()
+    };
+    let mut acquire = format!("LOCK.ACQUIRE {key} holder {ttl}");
+    if bound {
+        let sid = ask(&mut child, format!("LOCK.SESSION OPEN {ttl} BOUND"));
+        acquire.push_str(&format!(" SESSION {sid}"));
+    }
+    let reply = ask(&mut child, acquire);
+    let token = reply.parse().unwrap_or_else(|_| {
         let _ = child.kill();
-        panic!("the holder process did not print a token: {line:?}")
+        panic!("the holder's LOCK.ACQUIRE answered {reply:?}")
     });
     (child, token)
 }
 
 /// One run: the holder holds, the waiter queues (seen in `blocked_clients`), the holder is
-/// killed; returns (ms from the kill to the grant, the lock's PTTL just before the kill).
-fn one(srv: &Server, ctl: &mut Connection, key: &str, ttl: u64, bound: bool) -> (f64, f64) {
+/// killed; returns ms from the kill to the grant and to the holder reaped, and the lock's PTTL
+/// just before the kill.
+fn one(srv: &Server, ctl: &mut Connection, key: &str, ttl: u64, bound: bool) -> (f64, f64, f64) {
     let (mut holder, _token) = spawn_holder(srv, key, ttl, bound);
+    // Its exit (closing its socket) is on the timed path too.
+    renice(holder.id(), PRIORITY);
     let blocked = info_u64(ctl, "clients", "blocked_clients");
     let mut waiter = srv.connect();
     let block_ms = ttl + 30_000;
     let key_w = key.to_string();
     let granted = thread::spawn(move || {
+        renice(0, PRIORITY);
         let token: Option<i64> = redis::cmd("LOCK.ACQUIRE")
             .arg(&key_w)
             .arg("waiter")
@@ -142,12 +138,16 @@ fn one(srv: &Server, ctl: &mut Connection, key: &str, ttl: u64, bound: bool) -> 
     let pttl: i64 = redis::cmd("PTTL").arg(key).query(ctl).expect("PTTL");
     let killed = Instant::now();
     holder.kill().expect("SIGKILL of the holder process");
+    // When the kernel has torn the holder down (its socket is closed by then at the latest).
+    let reaper = thread::spawn(move || {
+        renice(0, PRIORITY);
+        let _ = holder.wait();
+        Instant::now()
+    });
     let (at, _token) = granted.join().expect("the waiter thread panicked");
-    let _ = holder.wait();
-    (
-        at.saturating_duration_since(killed).as_secs_f64() * 1000.0,
-        pttl as f64,
-    )
+    let reaped = reaper.join().expect("the reaper thread panicked");
+    let ms = |t: Instant| t.saturating_duration_since(killed).as_secs_f64() * 1000.0;
+    (ms(at), ms(reaped), pttl as f64)
 }
 
 impl Scenario for SessionCrash {
@@ -155,6 +155,10 @@ impl Scenario for SessionCrash {
         let quick = env.cfg.quick;
         let (plain_runs, bound_runs) = if quick { (1, 5) } else { (1, 20) };
         let plain_ttl = if quick { QUICK_PLAIN_TTL_MS } else { TTL_MS };
+        // As in the session_end scenario: the server's main thread and the waiter at nice
+        // PRIORITY, so that other work on the shared cores is not timed as the module's.
+        let pid = info_u64(env.ctl, "server", "process_id") as u32;
+        self.reniced = env.cfg.existing_port.is_none() && renice(pid, PRIORITY);
         eprintln!(
             "[s1] session crash: holder process kill -9, {plain_runs} plain ({plain_ttl} ms ttl) \
              and {bound_runs} BOUND session runs ({TTL_MS} ms)"
@@ -164,12 +168,14 @@ impl Scenario for SessionCrash {
                 bound: false,
                 ttl_ms: plain_ttl,
                 kill_to_grant: Vec::new(),
+                kill_to_reap: Vec::new(),
                 pttl_at_kill: Vec::new(),
             },
             Row {
                 bound: true,
                 ttl_ms: TTL_MS,
                 kill_to_grant: Vec::new(),
+                kill_to_reap: Vec::new(),
                 pttl_at_kill: Vec::new(),
             },
         ];
@@ -180,25 +186,32 @@ impl Scenario for SessionCrash {
         for (rep, bound) in plan.into_iter().enumerate() {
             let row = &mut rows[usize::from(bound)];
             let key = format!("bench:session_crash:{rep}");
-            let (ms, pttl) = one(env.srv, env.ctl, &key, row.ttl_ms, bound);
+            let (ms, reaped, pttl) = one(env.srv, env.ctl, &key, row.ttl_ms, bound);
             row.kill_to_grant.push(ms);
+            row.kill_to_reap.push(reaped);
             row.pttl_at_kill.push(pttl);
         }
         let sessions = info_u64(env.ctl, "lock", "lock_sessions");
         assert_eq!(sessions, 0, "a killed holder's session is still open");
+        if self.reniced {
+            renice(pid, 0);
+        }
         self.rows = rows;
     }
     fn intro(&self, o: &mut String, cfg: &Config) {
         let _ = writeln!(
             o,
-            "A holder *process* (a raw RESP client in `python3`, started afresh each run) takes \
-             a lock; a `LOCK.ACQUIRE key waiter 10000 BLOCK ...` on another connection is seen \
+            "A holder *process* (`redis-cli` fed through a pipe, started afresh each run) \
+             takes a lock; a `LOCK.ACQUIRE key waiter 10000 BLOCK ...` on another connection is seen \
              queued in `INFO clients` `blocked_clients`; then the holder gets `SIGKILL` \
              (`kill -9`). Timed: from just before the kill to the waiter's grant reply, on the \
-             benchmark's clock (so it includes the kernel's teardown of the process and its \
-             socket). A plain lock waits out its ttl (the *PTTL at the kill* column); a `BOUND` \
+             benchmark's clock, so it includes the kernel's teardown of the process and its \
+             socket: the *reaped* column is the kill to `waitpid` returning, the part of the \
+             figure that is the kernel's and not the server's. A plain lock waits out its ttl (the *PTTL at the kill* column); a `BOUND` \
              session ends when the server sees the holder's connection close, and its holds are \
-             released as `LOCK.RELEASE` would.{}\n",
+             released as `LOCK.RELEASE` would. The server's main thread, the holder process and \
+             the waiter's thread run at nice {PRIORITY} when the benchmark may set it (the cores are shared with \
+             other work), as in the session-end scenario.{}\n",
             if cfg.quick {
                 format!(
                     " This `QUICK=1` run gives the plain lock a {QUICK_PLAIN_TTL_MS} ms ttl \
@@ -210,19 +223,29 @@ impl Scenario for SessionCrash {
         );
     }
     fn markdown(&self, o: &mut String) {
+        if !self.reniced {
+            let _ = writeln!(
+                o,
+                "The benchmark could not set the server's nice value: everything ran at its \
+                 default priority.\n"
+            );
+        }
         let _ = writeln!(
             o,
-            "| holder's lock | runs | kill to grant, median ms | worst ms | lock's PTTL at the kill, ms |\n|---|---|---|---|---|"
+            "| holder's lock | runs | kill to grant, median ms | worst ms | kill to the holder reaped (`waitpid`), median / worst ms | lock's PTTL at the kill, ms |\n|---|---|---|---|---|---|"
         );
         for r in &self.rows {
             let k = sorted(r.kill_to_grant.clone());
+            let reap = sorted(r.kill_to_reap.clone());
             let _ = writeln!(
                 o,
-                "| {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} / {} | {} |",
                 r.label(),
                 k.len(),
                 f(median(&k)),
                 f(pct(&k, 100.0)),
+                f(median(&reap)),
+                f(pct(&reap, 100.0)),
                 f(median(&r.pttl_at_kill))
             );
         }
@@ -270,6 +293,10 @@ impl Scenario for SessionCrash {
                         ),
                         ("median_ms", num(median(&r.kill_to_grant))),
                         ("worst_ms", num(r.worst())),
+                        (
+                            "kill_to_reap_ms",
+                            Json::Arr(r.kill_to_reap.iter().map(|x| num(*x)).collect()),
+                        ),
                         (
                             "pttl_at_kill_ms",
                             Json::Arr(r.pttl_at_kill.iter().map(|x| num(*x)).collect()),

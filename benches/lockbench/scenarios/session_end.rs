@@ -95,10 +95,10 @@ struct Row {
 /// The nice value of the server's main thread and of the pinger during the runs (when the
 /// benchmark may set it): on 2 cores shared with other work, a pinger or server thread that
 /// the kernel leaves waiting for a core shows as a stall as long as any the module causes.
-const PRIORITY: i32 = -10;
+pub(super) const PRIORITY: i32 = -10;
 
 /// Set the nice value of thread `tid` (0: the calling thread); false when not allowed.
-fn renice(tid: u32, nice: i32) -> bool {
+pub(super) fn renice(tid: u32, nice: i32) -> bool {
     // SAFETY: setpriority reads its arguments only.
     unsafe { libc::setpriority(libc::PRIO_PROCESS, tid, nice) == 0 }
 }

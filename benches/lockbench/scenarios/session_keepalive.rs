@@ -11,6 +11,21 @@ use std::process::Command;
 use super::{Env, Scenario};
 use crate::config::Config;
 use crate::report::{f, num, obj, ratio, s, Goal, Json};
+use crate::server::Server;
+
+/// `redis` or `valkey`, from `Redis 7.0.15`: the script adds the version.
+fn product(name: &str) -> String {
+    name.split(' ').next().unwrap_or("server").to_lowercase()
+}
+
+/// A count as the tables write it: `1`, `100`, `10,000`.
+fn count(n: u64) -> String {
+    if n >= 1000 {
+        f(n as f64)
+    } else {
+        n.to_string()
+    }
+}
 
 pub fn new() -> Box<dyn Scenario> {
     Box::new(SessionKeepalive {
@@ -52,7 +67,10 @@ impl SessionKeepalive {
         let script = root.join("benches/instructions/instructions_sessions.py");
         let out = Command::new("python3")
             .arg(&script)
-            .env("REDIS_SERVERS", format!("first={}", env.cfg.server_bin))
+            .env(
+                "REDIS_SERVERS",
+                format!("{}={}", product(&Server::name(env.ctl)), env.cfg.server_bin),
+            )
             .env("REDIS_LOCK_MODULE", &env.cfg.module)
             .env("QUICK", if env.cfg.quick { "1" } else { "" })
             .env("OUT_DIR", &env.cfg.out.dir)
@@ -106,7 +124,9 @@ impl Scenario for SessionKeepalive {
              Server instructions per call, counted by `valgrind --tool=callgrind` with the \
              machinery of `make bench-instructions`: \
              `python3 benches/instructions/instructions_sessions.py` (its docstring has the \
-             details) on the first server, `appendonly yes` + `appendfsync everysec`. Instruction \
+             details) on the first server's binary, started afresh under callgrind with `appendonly yes` + \
+             `appendfsync everysec` (so the *bare* in the heading below is only where the \
+             scenario ran, not the measured server's setting). Instruction \
              counts repeat to within about 1%; CPU time here does not.\n"
         );
     }
@@ -138,18 +158,19 @@ impl Scenario for SessionKeepalive {
             .fold(f64::MAX, f64::min);
         vec![Goal {
             goal: format!(
-                "`LOCK.SESSION KEEPALIVE` instructions flat from {} to {} holds (most / fewest <= 1.10)",
-                f(lo.holds as f64),
-                f(hi.holds as f64)
+                "`LOCK.SESSION KEEPALIVE` server instructions flat from {} to {} holds (most / fewest <= 1.10; callgrind, {})",
+                count(lo.holds),
+                count(hi.holds),
+                lo.setting
             ),
             measured: format!(
                 "{} ({} at {} holds, {} at {}); {} `LOCK.EXTEND`s instead: {} ({} the keepalive)",
                 ratio(most / fewest),
                 f(hi.keepalive),
-                f(hi.holds as f64),
+                count(hi.holds),
                 f(lo.keepalive),
-                f(lo.holds as f64),
-                f(hi.holds as f64),
+                count(lo.holds),
+                count(hi.holds),
                 f(hi.extend),
                 ratio(hi.extend / hi.keepalive)
             ),
