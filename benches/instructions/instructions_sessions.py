@@ -24,10 +24,10 @@ subset). Callgrind files and per-function profiles stay under target/bench-instr
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
-import shutil
 import time
 from pathlib import Path
 

@@ -58,6 +58,15 @@ impl Row {
             format!("plain lock (`LOCK.ACQUIRE key owner {}`)", self.ttl_ms)
         }
     }
+    /// Per run: ms from the holder reaped to the grant (negative when the server had seen
+    /// the socket close and granted before `waitpid` returned).
+    fn after_reap(&self) -> Vec<f64> {
+        self.kill_to_grant
+            .iter()
+            .zip(&self.kill_to_reap)
+            .map(|(g, r)| g - r)
+            .collect()
+    }
     fn worst(&self) -> f64 {
         self.kill_to_grant.iter().copied().fold(f64::NAN, f64::max)
     }
@@ -207,7 +216,8 @@ impl Scenario for SessionCrash {
              (`kill -9`). Timed: from just before the kill to the waiter's grant reply, on the \
              benchmark's clock, so it includes the kernel's teardown of the process and its \
              socket: the *reaped* column is the kill to `waitpid` returning, the part of the \
-             figure that is the kernel's and not the server's. A plain lock waits out its ttl (the *PTTL at the kill* column); a `BOUND` \
+             figure that is the kernel's and not the server's, and *grant after the reap* the \
+             rest (negative when the grant came first). A plain lock waits out its ttl (the *PTTL at the kill* column); a `BOUND` \
              session ends when the server sees the holder's connection close, and its holds are \
              released as `LOCK.RELEASE` would. The server's main thread, the holder process and \
              the waiter's thread run at nice {PRIORITY} when the benchmark may set it (the cores are shared with \
@@ -232,20 +242,23 @@ impl Scenario for SessionCrash {
         }
         let _ = writeln!(
             o,
-            "| holder's lock | runs | kill to grant, median ms | worst ms | kill to the holder reaped (`waitpid`), median / worst ms | lock's PTTL at the kill, ms |\n|---|---|---|---|---|---|"
+            "| holder's lock | runs | kill to grant, median ms | worst ms | kill to the holder reaped (`waitpid`), median / worst ms | grant after the reap, median / worst ms | lock's PTTL at the kill, ms |\n|---|---|---|---|---|---|---|"
         );
         for r in &self.rows {
             let k = sorted(r.kill_to_grant.clone());
             let reap = sorted(r.kill_to_reap.clone());
+            let after = sorted(r.after_reap());
             let _ = writeln!(
                 o,
-                "| {} | {} | {} | {} | {} / {} | {} |",
+                "| {} | {} | {} | {} | {} / {} | {} / {} | {} |",
                 r.label(),
                 k.len(),
                 f(median(&k)),
                 f(pct(&k, 100.0)),
                 f(median(&reap)),
                 f(pct(&reap, 100.0)),
+                f(median(&after)),
+                f(pct(&after, 100.0)),
                 f(median(&r.pttl_at_kill))
             );
         }
@@ -269,9 +282,10 @@ impl Scenario for SessionCrash {
                 bound.kill_to_grant.len()
             ),
             measured: format!(
-                "worst {} ms, median {} ms; plain lock with a {} ms ttl: {} ms ({} the BOUND median)",
+                "worst {} ms, median {} ms (kill to `waitpid`, the kernel's part: worst {} ms); plain lock with a {} ms ttl: {} ms ({} the BOUND median)",
                 f(worst),
                 f(median(&bound.kill_to_grant)),
+                f(bound.kill_to_reap.iter().copied().fold(f64::NAN, f64::max)),
                 plain.ttl_ms,
                 f(median(&plain.kill_to_grant)),
                 crate::report::ratio(median(&plain.kill_to_grant) / median(&bound.kill_to_grant))
@@ -296,6 +310,10 @@ impl Scenario for SessionCrash {
                         (
                             "kill_to_reap_ms",
                             Json::Arr(r.kill_to_reap.iter().map(|x| num(*x)).collect()),
+                        ),
+                        (
+                            "grant_after_reap_ms",
+                            Json::Arr(r.after_reap().iter().map(|x| num(*x)).collect()),
                         ),
                         (
                             "pttl_at_kill_ms",
