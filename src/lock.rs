@@ -9,7 +9,10 @@ use std::collections::VecDeque;
 
 mod multi;
 mod value;
-pub use multi::{decide_macquire, first_duplicate, KeyGrant, KeyState, MultiAcquire};
+pub use multi::{
+    busy_for, decide_macquire, decide_queued_set, first_duplicate, Ahead, KeyGrant, KeyState,
+    MultiAcquire, MAX_OVERTAKES,
+};
 pub use value::{decide_acquire, held_by, Acquire, Conflict, Lock, Mode};
 
 /// Milliseconds since the Unix epoch, as Redis keeps its own expiries.
