@@ -114,6 +114,10 @@ pub fn conflict(c: crate::lock::Conflict) -> Error {
         Conflict::Limit { limit: None } => {
             err("this lock is held SHARED without a limit; acquire it with SHARED and no LIMIT")
         }
+        Conflict::OtherSession => err(
+            "owner holds this lock in another session (or outside any); release it before \
+             acquiring it with another SESSION",
+        ),
     }
 }
 
@@ -154,5 +158,71 @@ pub fn internal_only() -> Error {
 pub fn internal(what: &str) -> Error {
     err(format!(
         "internal error in redis-lock: {what} (see the server log)"
+    ))
+}
+
+pub fn no_such_session() -> Error {
+    err("no such session on this server (closed, expired, its connection closed, or opened on another node)")
+}
+
+pub fn session_of_other_user() -> Error {
+    Error::Reply("NOPERM this session was opened by another ACL user".into())
+}
+
+pub fn session_ttl_too_large(max: i64) -> Error {
+    err(format!(
+        "ttl-ms is larger than lock.max-session-ttl-ms ({max})"
+    ))
+}
+
+pub fn lock_delay_invalid() -> Error {
+    err(format!(
+        "LOCKDELAY must be an integer from 0 to {}",
+        crate::lock::session::MAX_LOCK_DELAY
+    ))
+}
+
+pub fn lock_delay_with_session() -> Error {
+    err("syntax error: a hold in a SESSION takes the session's LOCKDELAY; give it to LOCK.SESSION OPEN")
+}
+
+/// The same words as before sessions existed, so that a plain 0 gets the reply it always got
+/// (`docs/commands.md` says 0 is for session holds).
+pub fn zero_ttl_needs_session() -> Error {
+    ttl_not_positive()
+}
+
+pub fn too_many_sessions(max: usize) -> Error {
+    err(format!("too many sessions (lock.max-sessions is {max})"))
+}
+
+pub fn too_many_session_holds(max: usize) -> Error {
+    err(format!(
+        "the session has too many holds (lock.max-session-holds is {max})"
+    ))
+}
+
+pub fn session_ended_while_waiting() -> &'static str {
+    "ERR the session ended while the client waited; it was not granted"
+}
+
+pub fn not_from_script(what: &str) -> Error {
+    err(format!(
+        "{what} cannot be used from a script or function (its client never disconnects)"
+    ))
+}
+
+pub fn attach_not_bound() -> Error {
+    err("the session was opened without BOUND; only a BOUND session can be attached")
+}
+
+pub fn attach_bound_elsewhere() -> Error {
+    err("the session is bound to another connection that is still open")
+}
+
+pub fn session_subcommand(arg: &[u8]) -> Error {
+    err(format!(
+        "unknown LOCK.SESSION subcommand '{}' (OPEN, KEEPALIVE, CLOSE, ATTACH, INFO)",
+        printable(arg)
     ))
 }

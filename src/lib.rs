@@ -30,7 +30,10 @@ mod fuzz_tests;
 mod module {
     use redis_module::{raw, redis_module, Context, InfoContext, RedisResult, RedisString, Status};
 
-    use crate::commands::{acquire, extend, fence, info, load, macquire, mrelease, release};
+    use crate::commands::{
+        acquire, extend, fence, info, load, macquire, mrelease, release, session,
+    };
+    use crate::redis::session as sessions;
     use crate::redis::{acl, blocking, config, datatype::LOCK_TYPE, docs, guard, role};
 
     fn init(ctx: &Context, args: &[RedisString]) -> Status {
@@ -67,10 +70,13 @@ mod module {
                 ));
             }
         }
+        if !docs::set_with_keys(ctx, &session::DOC, docs::Keys::SecondArg) {
+            ctx.log_notice("redis-lock: no COMMAND DOCS for lock.session (needs Redis 7.0+)");
+        }
         for doc in [&macquire::DOC, &mrelease::DOC] {
             // Without key specs the server cannot find these commands' keys (cluster routing,
             // ACL checks): refuse to load rather than run them unchecked.
-            if !docs::set_with_keys(ctx, doc, docs::Keys::NumKeys) {
+            if !docs::set_with_keys(ctx, doc, docs::Keys::Counted) {
                 ctx.log_warning(&format!(
                     "redis-lock: could not set the key specs of {}; the module is not loaded",
                     doc.name.to_string_lossy()
@@ -89,7 +95,7 @@ mod module {
             ),
             acl::Outcome::WithOwn => {}
         }
-        if !blocking::subscribe(ctx) || !role::subscribe(ctx) {
+        if !blocking::subscribe(ctx) || !role::subscribe(ctx) || !sessions::subscribe(ctx) {
             ctx.log_warning("redis-lock: could not subscribe to keyspace and server events");
             return Status::Err;
         }
@@ -128,6 +134,9 @@ mod module {
     fn lock_mrelease(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         guard::command(ctx, args, mrelease::run)
     }
+    fn lock_session(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+        guard::command(ctx, args, session::run)
+    }
 
     // Unit tests run outside Redis, where the Redis allocator does not exist.
     #[cfg(not(test))]
@@ -155,9 +164,13 @@ mod module {
             ["lock.info", lock_info, "readonly fast", 1, 1, 1, ""],
             ["lock.load", lock_load, "write", 1, 1, 1, ""],
             // Key positions 0, 0, 0: the keys follow numkeys. The key specs set in `init`
-            // (docs::Keys::NumKeys) and the getkeys-api callback tell the server where.
+            // (docs::Keys::Counted) and the getkeys-api callback tell the server where.
             ["lock.macquire", lock_macquire, "write deny-oom getkeys-api", 0, 0, 0, ""],
             ["lock.mrelease", lock_mrelease, "write getkeys-api", 0, 0, 0, ""],
+            // Not deny-oom: a keepalive refused under memory pressure would end the session
+            // and every hold in it. no-monitor and no-slowlog: the id is a secret. The id (at
+            // 2, when there is one) is found by the getkeys callback.
+            ["lock.session", lock_session, "write no-monitor no-slowlog getkeys-api", 0, 0, 0, ""],
         ],
     }
 }

@@ -8,11 +8,13 @@
 use std::collections::VecDeque;
 
 mod multi;
+pub mod session;
 mod value;
 pub use multi::{
     busy_for, decide_macquire, decide_queued_set, first_duplicate, Ahead, KeyGrant, KeyState,
     MultiAcquire, MAX_OVERTAKES,
 };
+pub use session::{Serial, Session, Sessions};
 pub use value::{decide_acquire, held_by, Acquire, Conflict, Lock, Mode};
 
 /// Milliseconds since the Unix epoch, as Redis keeps its own expiries.
@@ -34,13 +36,38 @@ pub struct Hold {
     /// When this server granted it, for the hold-time statistic only; 0 when the hold came
     /// from a load or from replication. Not persisted.
     pub granted_at: Millis,
+    /// The session the hold belongs to ([`Session::serial`], never the secret id); 0 for none.
+    pub session: Serial,
+    /// Lock-delay: after the deadline passes (an expiry, or the session's unclean end, which
+    /// moves the deadline to that moment), nobody else gets what this hold had for this long.
+    /// A clean release removes the hold, and with it the delay.
+    pub delay: Millis,
 }
+
+/// The deadline of a session hold granted with `ttl-ms` 0: none of its own (the key gets no
+/// Redis TTL); it ends with its session.
+pub const NO_DEADLINE: Millis = MAX_DEADLINE;
 
 impl Hold {
     /// A hold is live strictly before its deadline: at the deadline it is already free, so a
     /// waiter woken by a timer at exactly that millisecond gets the lock.
     pub fn is_live(&self, now: Millis) -> bool {
         now < self.deadline
+    }
+
+    /// When what this hold had is free for someone else: its deadline, plus its lock-delay.
+    pub fn frees_at(&self) -> Millis {
+        self.deadline.saturating_add(self.delay).min(MAX_DEADLINE)
+    }
+
+    /// Live, or lost and still in its lock-delay: either way nobody else may take its place.
+    pub fn occupies(&self, now: Millis) -> bool {
+        now < self.frees_at()
+    }
+
+    /// Lost (deadline passed) but inside its lock-delay.
+    pub fn is_delayed(&self, now: Millis) -> bool {
+        !self.is_live(now) && self.occupies(now)
     }
 }
 

@@ -7,15 +7,66 @@
 use crate::error::{self, Error, Result};
 use crate::lock::{Millis, Mode};
 
-/// `LOCK.ACQUIRE key owner ttl-ms [SHARED] [LIMIT n] [BLOCK timeout-ms]`
+/// `LOCK.ACQUIRE key owner ttl-ms [SHARED] [LIMIT n] [BLOCK timeout-ms] [SESSION id]
+/// [LOCKDELAY ms]`
 #[derive(Debug, PartialEq, Eq)]
 pub struct Acquire<'a> {
     pub owner: &'a [u8],
+    /// 0 only with `session`: the hold has no deadline of its own.
     pub ttl: Millis,
     /// Exclusive without `SHARED`; `LIMIT n` makes a shared acquire take one of `n` permits.
     pub mode: Mode,
     /// `None` without `BLOCK`; `Some(0)` waits without limit.
     pub block: Option<Millis>,
+    /// The session id the hold belongs to.
+    pub session: Option<&'a [u8]>,
+    /// Lock-delay of a plain hold (a session hold takes its session's).
+    pub lock_delay: Millis,
+}
+
+/// `LOCK.SESSION subcommand ...`
+#[derive(Debug, PartialEq, Eq)]
+pub enum Session<'a> {
+    Open {
+        ttl: Millis,
+        bound: bool,
+        lock_delay: Millis,
+    },
+    KeepAlive {
+        id: &'a [u8],
+        ttl: Option<Millis>,
+    },
+    Close {
+        id: &'a [u8],
+    },
+    Attach {
+        id: &'a [u8],
+    },
+    Info {
+        id: &'a [u8],
+    },
+    /// Internal (replication and AOF): a session as the primary has it.
+    Restore {
+        id: &'a [u8],
+        serial: u64,
+        ttl: Millis,
+        deadline: Millis,
+        lock_delay: Millis,
+        bound: bool,
+        user: &'a [u8],
+    },
+    /// Internal: a keepalive's effect.
+    Renew {
+        serial: u64,
+        ttl: Millis,
+        deadline: Millis,
+    },
+    /// Internal: the session ended at `at` (primary's clock), cleanly or not.
+    Ended {
+        serial: u64,
+        at: Millis,
+        clean: bool,
+    },
 }
 
 /// `LOCK.RELEASE key owner`
@@ -48,9 +99,13 @@ pub struct Load<'a> {
     /// The primary's clock when it granted: it dropped every holder that had expired by then,
     /// and a replica drops the same ones (never by its own clock, which may differ).
     pub prune: Option<Millis>,
+    /// The session's serial (0: none).
+    pub session: u64,
+    /// The hold's lock-delay.
+    pub delay: Millis,
 }
 
-/// `LOCK.MACQUIRE numkeys key [key ...] owner ttl-ms [BLOCK timeout-ms]`
+/// `LOCK.MACQUIRE numkeys key [key ...] owner ttl-ms [BLOCK timeout-ms] [SESSION id]`
 #[derive(Debug, PartialEq, Eq)]
 pub struct MAcquire<'a> {
     /// The keys, in argument order (arguments `2..2 + keys.len()`); no duplicates.
@@ -59,6 +114,7 @@ pub struct MAcquire<'a> {
     pub ttl: Millis,
     /// As for `LOCK.ACQUIRE`.
     pub block: Option<Millis>,
+    pub session: Option<&'a [u8]>,
 }
 
 /// `LOCK.MRELEASE numkeys key [key ...] owner`
@@ -77,13 +133,25 @@ pub fn acquire<'a>(args: &[&'a [u8]], max_owner: usize) -> Result<Acquire<'a>> {
         return Err(Error::WrongArity);
     }
     let owner = owner(args[2], max_owner)?;
-    let ttl = ttl(args[3])?;
+    let ttl = ttl_or_zero(args[3])?;
     let mut block = None;
     let mut shared = false;
     let mut limit = None;
+    let mut session = None;
+    let mut lock_delay = None;
     let mut rest = args[4..].iter();
     while let Some(opt) = rest.next() {
-        if opt.eq_ignore_ascii_case(b"BLOCK") {
+        if opt.eq_ignore_ascii_case(b"SESSION") {
+            session = Some(session_option(session, rest.next())?);
+        } else if opt.eq_ignore_ascii_case(b"LOCKDELAY") {
+            if lock_delay.is_some() {
+                return Err(error::option_repeated("LOCKDELAY"));
+            }
+            let value = rest
+                .next()
+                .ok_or_else(|| error::option_needs_value("LOCKDELAY", "milliseconds"))?;
+            lock_delay = Some(lock_delay_value(value)?);
+        } else if opt.eq_ignore_ascii_case(b"BLOCK") {
             if block.is_some() {
                 return Err(error::option_repeated("BLOCK"));
             }
@@ -113,22 +181,155 @@ pub fn acquire<'a>(args: &[&'a [u8]], max_owner: usize) -> Result<Acquire<'a>> {
         (false, None) => Mode::Exclusive,
         (true, limit) => Mode::Shared { limit },
     };
+    if ttl == 0 && session.is_none() {
+        return Err(error::zero_ttl_needs_session());
+    }
+    if session.is_some() && lock_delay.is_some() {
+        return Err(error::lock_delay_with_session());
+    }
     Ok(Acquire {
         owner,
         ttl,
         mode,
         block,
+        session,
+        lock_delay: lock_delay.unwrap_or(0),
     })
+}
+
+/// `SESSION id`, given at most once.
+fn session_option<'a>(seen: Option<&'a [u8]>, value: Option<&&'a [u8]>) -> Result<&'a [u8]> {
+    if seen.is_some() {
+        return Err(error::option_repeated("SESSION"));
+    }
+    value
+        .copied()
+        .filter(|v| !v.is_empty())
+        .ok_or_else(|| error::option_needs_value("SESSION", "a session id"))
+}
+
+fn lock_delay_value(arg: &[u8]) -> Result<Millis> {
+    integer(arg)
+        .filter(|d| (0..=crate::lock::session::MAX_LOCK_DELAY).contains(d))
+        .ok_or_else(error::lock_delay_invalid)
+}
+
+/// `LOCK.SESSION ...`. The internal forms (`RESTORE`, `RENEW`, `ENDED`) parse here too; the
+/// command refuses them from ordinary clients.
+pub fn session<'a>(args: &[&'a [u8]]) -> Result<Session<'a>> {
+    let Some(sub) = args.get(1) else {
+        return Err(Error::WrongArity);
+    };
+    let is = |name: &[u8]| sub.eq_ignore_ascii_case(name);
+    let rest = &args[2..];
+    let id = || match rest {
+        [id] => Ok(*id),
+        _ => Err(Error::WrongArity),
+    };
+    if is(b"OPEN") {
+        let Some((ttl_arg, options)) = rest.split_first() else {
+            return Err(Error::WrongArity);
+        };
+        let ttl = ttl(ttl_arg)?;
+        let (mut bound, mut lock_delay) = (false, None);
+        let mut options = options.iter();
+        while let Some(opt) = options.next() {
+            if opt.eq_ignore_ascii_case(b"BOUND") {
+                if bound {
+                    return Err(error::option_repeated("BOUND"));
+                }
+                bound = true;
+            } else if opt.eq_ignore_ascii_case(b"LOCKDELAY") {
+                if lock_delay.is_some() {
+                    return Err(error::option_repeated("LOCKDELAY"));
+                }
+                let value = options
+                    .next()
+                    .ok_or_else(|| error::option_needs_value("LOCKDELAY", "milliseconds"))?;
+                lock_delay = Some(lock_delay_value(value)?);
+            } else {
+                return Err(error::unexpected_argument(opt));
+            }
+        }
+        Ok(Session::Open {
+            ttl,
+            bound,
+            lock_delay: lock_delay.unwrap_or(0),
+        })
+    } else if is(b"KEEPALIVE") {
+        match rest {
+            [id] => Ok(Session::KeepAlive { id, ttl: None }),
+            [id, t] => Ok(Session::KeepAlive {
+                id,
+                ttl: Some(ttl(t)?),
+            }),
+            _ => Err(Error::WrongArity),
+        }
+    } else if is(b"CLOSE") {
+        Ok(Session::Close { id: id()? })
+    } else if is(b"ATTACH") {
+        Ok(Session::Attach { id: id()? })
+    } else if is(b"INFO") {
+        Ok(Session::Info { id: id()? })
+    } else if is(b"RESTORE") {
+        let [id, serial, ttl, deadline, lock_delay, bound, user] = rest else {
+            return Err(Error::WrongArity);
+        };
+        let number = |a: &[u8]| {
+            integer(a)
+                .filter(|v| *v >= 0)
+                .ok_or_else(error::deadline_invalid)
+        };
+        Ok(Session::Restore {
+            id,
+            serial: positive(serial).ok_or_else(error::token_invalid)?,
+            ttl: number(ttl)?,
+            deadline: number(deadline)?,
+            lock_delay: number(lock_delay)?,
+            bound: number(bound)? != 0,
+            user,
+        })
+    } else if is(b"RENEW") {
+        let [serial, ttl, deadline] = rest else {
+            return Err(Error::WrongArity);
+        };
+        let number = |a: &[u8]| {
+            integer(a)
+                .filter(|v| *v >= 0)
+                .ok_or_else(error::deadline_invalid)
+        };
+        Ok(Session::Renew {
+            serial: positive(serial).ok_or_else(error::token_invalid)?,
+            ttl: number(ttl)?,
+            deadline: number(deadline)?,
+        })
+    } else if is(b"ENDED") {
+        let [serial, at, how] = rest else {
+            return Err(Error::WrongArity);
+        };
+        Ok(Session::Ended {
+            serial: positive(serial).ok_or_else(error::token_invalid)?,
+            at: integer(at)
+                .filter(|v| *v >= 0)
+                .ok_or_else(error::deadline_invalid)?,
+            clean: how.eq_ignore_ascii_case(b"CLOSED"),
+        })
+    } else {
+        Err(error::session_subcommand(sub))
+    }
 }
 
 pub fn macquire<'a>(args: &[&'a [u8]], max_owner: usize, max_keys: usize) -> Result<MAcquire<'a>> {
     let (keys, rest) = numkeys_and_keys(args, 2, max_keys)?;
     let owner = owner(rest[0], max_owner)?;
-    let ttl = ttl(rest[1])?;
+    let ttl = ttl_or_zero(rest[1])?;
     let mut block = None;
+    let mut session = None;
     let mut options = rest[2..].iter();
     while let Some(opt) = options.next() {
-        if opt.eq_ignore_ascii_case(b"BLOCK") {
+        if opt.eq_ignore_ascii_case(b"SESSION") {
+            session = Some(session_option(session, options.next())?);
+        } else if opt.eq_ignore_ascii_case(b"BLOCK") {
             if block.is_some() {
                 return Err(error::option_repeated("BLOCK"));
             }
@@ -140,11 +341,15 @@ pub fn macquire<'a>(args: &[&'a [u8]], max_owner: usize, max_keys: usize) -> Res
             return Err(error::unexpected_argument(opt));
         }
     }
+    if ttl == 0 && session.is_none() {
+        return Err(error::zero_ttl_needs_session());
+    }
     Ok(MAcquire {
         keys,
         owner,
         ttl,
         block,
+        session,
     })
 }
 
@@ -204,7 +409,7 @@ pub fn extend<'a>(args: &[&'a [u8]], max_owner: usize) -> Result<Extend<'a>> {
     }
     Ok(Extend {
         owner: owner(args[2], max_owner)?,
-        ttl: ttl(args[3])?,
+        ttl: ttl_or_zero(args[3])?,
     })
 }
 
@@ -234,6 +439,7 @@ pub fn load<'a>(args: &[&'a [u8]]) -> Result<Load<'a>> {
         .ok_or_else(error::deadline_invalid)?;
     let mut mode = Mode::Exclusive;
     let mut prune = None;
+    let (mut session, mut delay) = (0, 0);
     let mut rest = args[5..].iter();
     while let Some(opt) = rest.next() {
         let mut value = || rest.next().copied().and_then(integer).filter(|v| *v >= 0);
@@ -248,6 +454,10 @@ pub fn load<'a>(args: &[&'a [u8]]) -> Result<Load<'a>> {
             };
         } else if opt.eq_ignore_ascii_case(b"PRUNE") {
             prune = Some(value().ok_or_else(error::deadline_invalid)?);
+        } else if opt.eq_ignore_ascii_case(b"SESSION") {
+            session = value().ok_or_else(error::token_invalid)? as u64;
+        } else if opt.eq_ignore_ascii_case(b"DELAY") {
+            delay = value().ok_or_else(error::lock_delay_invalid)?;
         } else {
             return Err(error::unexpected_argument(opt));
         }
@@ -258,6 +468,8 @@ pub fn load<'a>(args: &[&'a [u8]]) -> Result<Load<'a>> {
         deadline,
         mode,
         prune,
+        session,
+        delay,
     })
 }
 
@@ -269,6 +481,20 @@ fn owner(arg: &[u8], max: usize) -> Result<&[u8]> {
     } else {
         Ok(arg)
     }
+}
+
+/// A ttl that may be 0 (a session hold with no deadline of its own); the caller checks that a
+/// session was named.
+fn ttl_or_zero(arg: &[u8]) -> Result<Millis> {
+    match integer(arg) {
+        Some(0) => Ok(0),
+        _ => ttl(arg),
+    }
+}
+
+/// `LOCK.EXTEND`'s ttl: 0 is accepted here, and the command allows it on session holds only.
+pub fn extend_ttl(arg: &[u8]) -> Result<Millis> {
+    ttl_or_zero(arg)
 }
 
 fn ttl(arg: &[u8]) -> Result<Millis> {
@@ -333,7 +559,8 @@ mod tests {
                     keys: vec![b"a", b"b"],
                     owner: b"me",
                     ttl: 1000,
-                    block: None
+                    block: None,
+                    session: None,
                 }
             )
         });
@@ -425,7 +652,9 @@ mod tests {
                     owner: b"me",
                     ttl: 1000,
                     mode: Mode::Exclusive,
-                    block: None
+                    block: None,
+                    session: None,
+                    lock_delay: 0,
                 }
             )
         });
@@ -567,7 +796,11 @@ mod tests {
         with(&["E", "k", "me", "5"], |a| {
             assert_eq!(extend(a, 8).unwrap().ttl, 5)
         });
+        // 0 parses: the command allows it on a session hold only (see commands::extend).
         with(&["E", "k", "me", "0"], |a| {
+            assert_eq!(extend(a, 8).unwrap().ttl, 0)
+        });
+        with(&["E", "k", "me", "-1"], |a| {
             assert_eq!(
                 extend(a, 8).map_err(msg),
                 Err("ERR ttl-ms must be a positive integer".into())
@@ -597,9 +830,18 @@ mod tests {
                     deadline: 100,
                     mode: Mode::Exclusive,
                     prune: None,
+                    session: 0,
+                    delay: 0,
                 }
             )
         });
+        with(
+            &["L", "k", "me", "9", "100", "SESSION", "77", "DELAY", "500"],
+            |a| {
+                let l = load(a).unwrap();
+                assert_eq!((l.session, l.delay), (77, 500));
+            },
+        );
         with(
             &[
                 "L", "k", "me", "9", "100", "SHARED", "LIMIT", "3", "PRUNE", "50",
@@ -625,5 +867,101 @@ mod tests {
     fn binary_owners_are_kept_as_bytes() {
         let args: Vec<&[u8]> = vec![b"A", b"k", b"\x00\xff", b"10"];
         assert_eq!(acquire(&args, 8).unwrap().owner, b"\x00\xff");
+    }
+
+    #[test]
+    fn acquire_session_and_lock_delay() {
+        with(&["A", "k", "me", "0", "SESSION", "{a}x"], |a| {
+            let cmd = acquire(a, 1024).unwrap();
+            assert_eq!(
+                (cmd.ttl, cmd.session, cmd.lock_delay),
+                (0, Some(&b"{a}x"[..]), 0)
+            );
+        });
+        with(&["A", "k", "me", "10", "LOCKDELAY", "60000"], |a| {
+            assert_eq!(acquire(a, 1024).unwrap().lock_delay, 60_000)
+        });
+        let bad = [
+            (&["A", "k", "me", "0"][..], "ERR ttl-ms must be a positive integer"),
+            (&["A", "k", "me", "10", "LOCKDELAY", "60001"], "ERR LOCKDELAY must be an integer from 0 to 60000"),
+            (&["A", "k", "me", "10", "LOCKDELAY", "-1"], "ERR LOCKDELAY must be an integer from 0 to 60000"),
+            (&["A", "k", "me", "10", "LOCKDELAY"], "ERR syntax error: LOCKDELAY needs milliseconds"),
+            (&["A", "k", "me", "10", "SESSION"], "ERR syntax error: SESSION needs a session id"),
+            (&["A", "k", "me", "10", "SESSION", "a", "SESSION", "b"], "ERR syntax error: SESSION given more than once"),
+            (&["A", "k", "me", "10", "SESSION", "a", "LOCKDELAY", "5"], "ERR syntax error: a hold in a SESSION takes the session's LOCKDELAY; give it to LOCK.SESSION OPEN"),
+        ];
+        for (args, want) in bad {
+            with(args, |a| {
+                assert_eq!(acquire(a, 1024).unwrap_err().reply_text(), want, "{args:?}")
+            });
+        }
+        with(&["M", "1", "k", "me", "0"], |a| {
+            assert!(macquire(a, 1024, 64).is_err())
+        });
+        with(&["M", "1", "k", "me", "0", "SESSION", "s"], |a| {
+            assert_eq!(macquire(a, 1024, 64).unwrap().session, Some(&b"s"[..]))
+        });
+        with(&["E", "k", "me", "0"], |a| {
+            assert_eq!(extend(a, 1024).unwrap().ttl, 0)
+        });
+    }
+
+    #[test]
+    fn session_subcommands() {
+        with(&["S", "open", "1000", "BOUND", "LOCKDELAY", "250"], |a| {
+            assert_eq!(
+                session(a).unwrap(),
+                Session::Open {
+                    ttl: 1000,
+                    bound: true,
+                    lock_delay: 250
+                }
+            )
+        });
+        with(&["S", "KEEPALIVE", "id", "500"], |a| {
+            assert_eq!(
+                session(a).unwrap(),
+                Session::KeepAlive {
+                    id: b"id",
+                    ttl: Some(500)
+                }
+            )
+        });
+        with(&["S", "close", "id"], |a| {
+            assert_eq!(session(a).unwrap(), Session::Close { id: b"id" })
+        });
+        with(&["S", "ENDED", "5", "100", "LOST"], |a| {
+            assert_eq!(
+                session(a).unwrap(),
+                Session::Ended {
+                    serial: 5,
+                    at: 100,
+                    clean: false
+                }
+            )
+        });
+        let bad: [(&[&str], &str); 7] = [
+            (&["S"], "ERR wrong number of arguments"),
+            (&["S", "OPEN"], "ERR wrong number of arguments"),
+            (&["S", "OPEN", "0"], "ERR ttl-ms must be a positive integer"),
+            (
+                &["S", "OPEN", "10", "BOUND", "BOUND"],
+                "ERR syntax error: BOUND given more than once",
+            ),
+            (
+                &["S", "OPEN", "10", "LOCKDELAY", "70000"],
+                "ERR LOCKDELAY must be an integer from 0 to 60000",
+            ),
+            (&["S", "INFO"], "ERR wrong number of arguments"),
+            (
+                &["S", "NOPE", "x"],
+                "ERR unknown LOCK.SESSION subcommand 'NOPE' (OPEN, KEEPALIVE, CLOSE, ATTACH, INFO)",
+            ),
+        ];
+        for (args, want) in bad {
+            with(args, |a| {
+                assert_eq!(session(a).unwrap_err().reply_text(), want, "{args:?}")
+            });
+        }
     }
 }

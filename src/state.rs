@@ -34,6 +34,32 @@ pub const DEFAULT_MAX_WAITERS: i64 = 10_000;
 pub static MAX_MULTI_KEYS: AtomicI64 = AtomicI64::new(DEFAULT_MAX_MULTI_KEYS);
 pub const DEFAULT_MAX_MULTI_KEYS: i64 = 64;
 
+/// `lock.max-session-ttl-ms`: the longest session ttl a client may ask for (one day by
+/// default: a session is renewed by its keepalive, so its ttl is the time to notice a dead
+/// holder that did not disconnect, not the length of the work).
+pub static MAX_SESSION_TTL_MS: AtomicI64 = AtomicI64::new(DEFAULT_MAX_SESSION_TTL_MS);
+pub const DEFAULT_MAX_SESSION_TTL_MS: i64 = 86_400_000;
+
+/// `lock.max-sessions`: open sessions on this server at once.
+pub static MAX_SESSIONS: AtomicI64 = AtomicI64::new(DEFAULT_MAX_SESSIONS);
+pub const DEFAULT_MAX_SESSIONS: i64 = 100_000;
+
+/// `lock.max-session-holds`: holds one session may have at once.
+pub static MAX_SESSION_HOLDS: AtomicI64 = AtomicI64::new(DEFAULT_MAX_SESSION_HOLDS);
+pub const DEFAULT_MAX_SESSION_HOLDS: i64 = 100_000;
+
+pub fn max_session_ttl_ms() -> Millis {
+    MAX_SESSION_TTL_MS.load(Ordering::Relaxed).max(1)
+}
+
+pub fn max_sessions() -> usize {
+    MAX_SESSIONS.load(Ordering::Relaxed).max(0) as usize
+}
+
+pub fn max_session_holds() -> usize {
+    MAX_SESSION_HOLDS.load(Ordering::Relaxed).max(1) as usize
+}
+
 pub fn max_multi_keys() -> usize {
     MAX_MULTI_KEYS.load(Ordering::Relaxed).max(1) as usize
 }

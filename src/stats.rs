@@ -44,6 +44,16 @@ pub static EXPIRED: Counter = Counter::new();
 pub static HANDED_OFF: Counter = Counter::new();
 /// Waiters whose `BLOCK` timeout passed (or that `CLIENT UNBLOCK` answered like one).
 pub static TIMED_OUT: Counter = Counter::new();
+/// Sessions opened (`LOCK.SESSION OPEN`).
+pub static SESSIONS_OPENED: Counter = Counter::new();
+/// Sessions ended by `LOCK.SESSION CLOSE`.
+pub static SESSIONS_CLOSED: Counter = Counter::new();
+/// Sessions ended because their deadline passed without a keepalive.
+pub static SESSIONS_EXPIRED: Counter = Counter::new();
+/// Bound sessions ended because their connection closed.
+pub static SESSIONS_DISCONNECTED: Counter = Counter::new();
+/// Holds that ended because their session did.
+pub static SESSION_HOLDS_RELEASED: Counter = Counter::new();
 /// Lock values in the dataset (created minus freed), expired ones not yet removed included.
 pub static LOCK_VALUES: AtomicI64 = AtomicI64::new(0);
 /// Time from `LOCK.ACQUIRE ... BLOCK` queueing to the grant, in microseconds.

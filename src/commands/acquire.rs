@@ -1,4 +1,5 @@
-//! `LOCK.ACQUIRE key owner ttl-ms [SHARED] [LIMIT n] [BLOCK timeout-ms]` -> token | nil
+//! `LOCK.ACQUIRE key owner ttl-ms [SHARED] [LIMIT n] [BLOCK timeout-ms] [SESSION id]
+//! [LOCKDELAY ms]` -> token | nil
 
 use redis_module::{raw, Context, RedisResult, RedisString, RedisValue};
 
@@ -6,19 +7,24 @@ use crate::error;
 use crate::lock::{self, Acquire, Hold};
 use crate::parse;
 use crate::redis::key::{self, LockKey};
-use crate::redis::{blocking, docs};
+use crate::redis::{blocking, docs, session};
 use crate::{state, stats};
 
 pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let raw = super::bytes(&args);
     let cmd = parse::acquire(&raw, state::max_owner_bytes())?;
     let now = key::now();
-    let deadline = lock::deadline_after(now, cmd.ttl).ok_or_else(error::ttl_too_large)?;
+    let (serial, delay) = match cmd.session {
+        Some(id) => session::resolve(ctx, id)?,
+        None => (0, cmd.lock_delay),
+    };
+    lock::deadline_after(now, cmd.ttl).ok_or_else(error::ttl_too_large)?;
+    let deadline = blocking::hold_deadline(now, cmd.ttl, serial);
     let name = &args[1];
     let db = key::selected_db(ctx.ctx);
     let mut lock_key = LockKey::open(ctx, name);
     let decide = |lock_key: &LockKey, queued| {
-        lock::decide_acquire(lock_key.lock()?, cmd.owner, cmd.mode, now, queued)
+        lock::decide_acquire(lock_key.lock()?, cmd.owner, cmd.mode, serial, now, queued)
             .map_err(error::conflict)
     };
     let mut decision = decide(&lock_key, blocking::has_waiters(db, name.as_slice()))?;
@@ -45,8 +51,11 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
                 token,
                 deadline,
                 granted_at: now,
+                session: serial,
+                delay,
             };
             lock_key.grant(cmd.mode, hold, Some(now))?;
+            session::track(serial, db, name.as_slice(), cmd.owner);
             lock_key.replicate_holder(cmd.owner, now);
             lock_key.notify(c"lock.acquired");
             stats::ACQUIRED.incr();
@@ -69,6 +78,8 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
                             owner: cmd.owner,
                             mode: cmd.mode,
                             ttl: cmd.ttl,
+                            session: serial,
+                            delay,
                         },
                         timeout,
                         next_expiry.unwrap_or(now),
@@ -101,6 +112,13 @@ pub const DOC: docs::Doc = docs::Doc {
             name: c"timeout-ms",
             kind: docs::INTEGER,
             token: Some(c"BLOCK"),
+            optional: true,
+        },
+        docs::SESSION_ARG,
+        docs::Arg {
+            name: c"lockdelay-ms",
+            kind: docs::INTEGER,
+            token: Some(c"LOCKDELAY"),
             optional: true,
         },
     ],

@@ -1,4 +1,4 @@
-//! `LOCK.EXTEND key owner ttl-ms` -> 1 | 0
+//! `LOCK.EXTEND key owner ttl-ms` -> 1 | 0 (ttl-ms 0: a session hold with no deadline of its own)
 
 use redis_module::{raw, Context, RedisResult, RedisString, RedisValue};
 
@@ -13,12 +13,19 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let raw = super::bytes(&args);
     let cmd = parse::extend(&raw, state::max_owner_bytes())?;
     let now = key::now();
-    let deadline = lock::deadline_after(now, cmd.ttl).ok_or_else(error::ttl_too_large)?;
+    lock::deadline_after(now, cmd.ttl).ok_or_else(error::ttl_too_large)?;
     let name = &args[1];
     let mut lock_key = LockKey::open(ctx, name);
-    if !lock::held_by(lock_key.lock()?, cmd.owner, now) {
-        return Ok(RedisValue::Integer(0));
+    let held = lock_key.lock()?.and_then(|l| l.holder(cmd.owner, now));
+    // A hold in a session may drop its own deadline again (0); anything else keeps the reply
+    // a 0 always had.
+    if cmd.ttl == 0 && held.is_none_or(|h| h.session == 0) {
+        return Err(error::zero_ttl_needs_session().into());
     }
+    let Some(held) = held else {
+        return Ok(RedisValue::Integer(0));
+    };
+    let deadline = blocking::hold_deadline(now, cmd.ttl, held.session);
     lock_key.set_deadline(cmd.owner, deadline, now)?;
     lock_key.replicate_holder(cmd.owner, now);
     lock_key.notify(c"lock.extended");

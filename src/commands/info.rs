@@ -10,7 +10,7 @@ use redis_module::{
 };
 
 use crate::error::Error;
-use crate::lock::Mode;
+use crate::lock::{Millis, Mode};
 use crate::redis::key::{self, LockKey};
 use crate::redis::{blocking, docs};
 use crate::stats::{self, Summary};
@@ -21,7 +21,11 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     }
     let now = key::now();
     let lock_key = LockKey::open_read(ctx, &args[1]);
-    let Some(lock) = lock_key.lock()?.filter(|l| l.live(now).next().is_some()) else {
+    // A key in its lock-delay is shown (with no holder): it never looks free.
+    let Some(lock) = lock_key
+        .lock()?
+        .filter(|l| l.occupying(now).next().is_some())
+    else {
         return Ok(RedisValue::Null);
     };
     let db = key::selected_db(ctx.ctx);
@@ -36,11 +40,17 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let holders: Vec<RedisValue> = lock
         .live(now)
         .map(|h| {
-            map(vec![
+            let mut fields = vec![
                 ("owner", RedisValue::StringBuffer(h.owner.clone())),
                 ("token", RedisValue::Integer(h.token as i64)),
-                ("ttl", RedisValue::Integer(h.deadline - now)),
-            ])
+                ("ttl", RedisValue::Integer(ttl_of(h.deadline, now))),
+            ];
+            // Only on session holds, so that replies without sessions are as they always
+            // were. It says that the hold is in a session, never which (the id is a secret).
+            if h.session != 0 {
+                fields.push(("session", RedisValue::Integer(1)));
+            }
+            map(fields)
         })
         .collect();
     let queue: Vec<RedisValue> = blocking::queue_view(db, args[1].as_slice())
@@ -72,19 +82,33 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
             "token",
             RedisValue::Integer(lock.max_token(now).unwrap_or(0) as i64),
         ),
-        ("ttl", RedisValue::Integer(last_deadline - now)),
+        ("ttl", RedisValue::Integer(ttl_of(last_deadline, now))),
         ("waiters", RedisValue::Integer(queue.len() as i64)),
         ("mode", mode_name(lock.mode)),
         ("limit", limit),
         ("holders", RedisValue::Array(holders)),
         ("queue", RedisValue::Array(queue)),
     ]);
+    // Only while a lock-delay runs (as above, replies without one are unchanged): the ms
+    // until the last delay on this key ends.
+    if let Some(until) = lock.delayed_until(now) {
+        fields.push(("delayed", RedisValue::Integer(until - now)));
+    }
     raw::reply_with_map(ctx.ctx, fields.len() as _);
     for (name, value) in fields {
         ctx.reply_with_key(RedisValueKey::String(name.to_string()));
         ctx.reply(Ok(value));
     }
     Ok(RedisValue::NoReply)
+}
+
+/// Remaining ms, or -1 for a session hold with no deadline of its own (as `PTTL` shows it).
+fn ttl_of(deadline: Millis, now: Millis) -> i64 {
+    if deadline >= crate::lock::NO_DEADLINE {
+        -1
+    } else {
+        deadline - now
+    }
 }
 
 fn mode_name(mode: Mode) -> RedisValue {
@@ -98,7 +122,7 @@ fn mode_name(mode: Mode) -> RedisValue {
 /// The `INFO lock` section: fields are printed as `lock_<name>`.
 #[allow(deprecated)] // the builder API cannot name a section after the module alone
 pub fn info_section(ctx: &InfoContext) -> Status {
-    let counters: [(&str, i64); 11] = [
+    let counters: [(&str, i64); 18] = [
         ("locks", stats::LOCK_VALUES.load(Relaxed).max(0)),
         ("waiters", blocking::total_waiters() as i64),
         ("waiting_keys", blocking::waiting_keys() as i64),
@@ -110,6 +134,22 @@ pub fn info_section(ctx: &InfoContext) -> Status {
         ("expired", stats::EXPIRED.get() as i64),
         ("timed_out", stats::TIMED_OUT.get() as i64),
         ("token_high_water", crate::state::token_high_water() as i64),
+        ("sessions", crate::redis::session::count() as i64),
+        ("sessions_opened", stats::SESSIONS_OPENED.get() as i64),
+        ("sessions_closed", stats::SESSIONS_CLOSED.get() as i64),
+        ("sessions_expired", stats::SESSIONS_EXPIRED.get() as i64),
+        (
+            "sessions_disconnected",
+            stats::SESSIONS_DISCONNECTED.get() as i64,
+        ),
+        (
+            "session_holds_released",
+            stats::SESSION_HOLDS_RELEASED.get() as i64,
+        ),
+        (
+            "keys_in_lock_delay",
+            crate::redis::session::keys_in_delay() as i64,
+        ),
     ];
     if ctx.add_info_section(None) == Status::Err {
         return Status::Err;

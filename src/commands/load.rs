@@ -1,4 +1,5 @@
-//! `LOCK.LOAD key owner token deadline-ms [SHARED [LIMIT n]] [PRUNE ms]` -> OK
+//! `LOCK.LOAD key owner token deadline-ms [SHARED [LIMIT n]] [PRUNE ms] [SESSION serial]
+//! [DELAY ms]` -> OK
 //!
 //! The deterministic effect of a grant, retry, extend or handoff, as the primary replicates it
 //! and as a rewritten AOF stores it: absolute deadline, explicit token. Ordinary clients may
@@ -9,8 +10,8 @@ use redis_module::{raw, Context, RedisResult, RedisString, RedisValue};
 use crate::error;
 use crate::lock::Hold;
 use crate::parse;
-use crate::redis::docs;
 use crate::redis::key::{self, LockKey};
+use crate::redis::{docs, session};
 use crate::state;
 
 pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
@@ -21,13 +22,25 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let cmd = parse::load(&raw)?;
     state::observe_token(cmd.token);
     let mut lock_key = LockKey::open(ctx, &args[1]);
+    // A hold of a session this server does not know (which the stream's order rules out) is
+    // kept as a plain hold, with a deadline so that it cannot outlive everything.
+    let db = key::selected_db(ctx.ctx);
+    let linked = session::track(cmd.session, db, args[1].as_slice(), cmd.owner);
+    let deadline = match linked || cmd.session == 0 {
+        true => cmd.deadline,
+        false => cmd
+            .deadline
+            .min(key::now().saturating_add(state::max_session_ttl_ms())),
+    };
     let hold = Hold {
         owner: cmd.owner.to_vec(),
         token: cmd.token,
-        deadline: cmd.deadline,
+        deadline,
         granted_at: 0,
+        session: if linked { cmd.session } else { 0 },
+        delay: cmd.delay,
     };
-    if cmd.deadline > key::now() {
+    if hold.frees_at() > key::now() {
         lock_key.grant(cmd.mode, hold, cmd.prune)?;
     } else if cmd.mode.is_shared() {
         // Already over here (replication lag, or an old AOF), but its token was issued, which
@@ -59,6 +72,18 @@ pub const DOC: docs::Doc = docs::Doc {
             name: c"prune-ms",
             kind: docs::INTEGER,
             token: Some(c"PRUNE"),
+            optional: true,
+        },
+        docs::Arg {
+            name: c"session-serial",
+            kind: docs::INTEGER,
+            token: Some(c"SESSION"),
+            optional: true,
+        },
+        docs::Arg {
+            name: c"delay-ms",
+            kind: docs::INTEGER,
+            token: Some(c"DELAY"),
             optional: true,
         },
     ],

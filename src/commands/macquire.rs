@@ -1,4 +1,5 @@
-//! `LOCK.MACQUIRE numkeys key [key ...] owner ttl-ms [BLOCK timeout-ms]` -> [token ...] | nil
+//! `LOCK.MACQUIRE numkeys key [key ...] owner ttl-ms [BLOCK timeout-ms] [SESSION id]`
+//! -> [token ...] | nil
 //!
 //! Exclusive locks on every key at once, or on none: each key is free (or already held by this
 //! owner, which keeps its token) and has nobody queued, or nothing changes. With `BLOCK`, the
@@ -11,7 +12,7 @@ use crate::error;
 use crate::lock::{self, Hold, KeyGrant, KeyState, Mode, MultiAcquire};
 use crate::parse;
 use crate::redis::key::{self, LockKey};
-use crate::redis::{blocking, docs};
+use crate::redis::{blocking, docs, session};
 use crate::{state, stats};
 
 pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
@@ -21,7 +22,12 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let raw = super::bytes(&args);
     let cmd = parse::macquire(&raw, state::max_owner_bytes(), state::max_multi_keys())?;
     let now = key::now();
-    let deadline = lock::deadline_after(now, cmd.ttl).ok_or_else(error::ttl_too_large)?;
+    let (serial, delay) = match cmd.session {
+        Some(id) => session::resolve(ctx, id)?,
+        None => (0, 0),
+    };
+    lock::deadline_after(now, cmd.ttl).ok_or_else(error::ttl_too_large)?;
+    let deadline = blocking::hold_deadline(now, cmd.ttl, serial);
     let names = &args[2..2 + cmd.keys.len()];
     let db = key::selected_db(ctx.ctx);
     // Every key must be ours (or empty) before anything changes.
@@ -46,7 +52,8 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
                 ahead: blocking::has_waiters(db, name.as_slice()),
             });
         }
-        lock::decide_macquire(&states, cmd.owner, now).map_err(|(_, c)| error::conflict(c))?
+        lock::decide_macquire(&states, cmd.owner, serial, now)
+            .map_err(|(_, c)| error::conflict(c))?
     };
     match decision {
         MultiAcquire::Grant(grants) => {
@@ -67,8 +74,11 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
                             token,
                             deadline,
                             granted_at: now,
+                            session: serial,
+                            delay,
                         };
                         lock_key.grant(Mode::Exclusive, hold, Some(now))?;
+                        session::track(serial, db, name.as_slice(), cmd.owner);
                         lock_key.notify(c"lock.acquired");
                         stats::ACQUIRED.incr();
                         token
@@ -97,6 +107,8 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
                             owner: cmd.owner,
                             mode: Mode::Exclusive,
                             ttl: cmd.ttl,
+                            session: serial,
+                            delay,
                         },
                         timeout,
                         &next_expiry
@@ -133,5 +145,6 @@ pub const DOC: docs::Doc = docs::Doc {
             token: Some(c"BLOCK"),
             optional: true,
         },
+        docs::SESSION_ARG,
     ],
 };

@@ -9,6 +9,7 @@ pub mod load;
 pub mod macquire;
 pub mod mrelease;
 pub mod release;
+pub mod session;
 
 use redis_module::{Context, RedisError, RedisString};
 

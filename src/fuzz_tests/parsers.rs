@@ -114,10 +114,10 @@ fn extend_parser_matches_the_reference() {
             return;
         }
         let owner = ref_owner(&args[2], max);
-        let ttl = ref_ttl(&args[3]);
+        let ttl = ref_extend_ttl(&args[3]);
         match got {
             Ok(cmd) => {
-                assert!(!cmd.owner.is_empty() && cmd.owner.len() <= max && cmd.ttl > 0);
+                assert!(!cmd.owner.is_empty() && cmd.owner.len() <= max && cmd.ttl >= 0);
                 assert!(
                     owner.is_ok(),
                     "args {:?}: accepted a bad owner",

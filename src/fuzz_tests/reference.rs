@@ -52,6 +52,14 @@ pub(super) fn ref_ttl(arg: &[u8]) -> Result<Millis, Error> {
     }
 }
 
+/// `LOCK.EXTEND`'s ttl: as [`ref_ttl`], and 0 (which the command allows on session holds).
+pub(super) fn ref_extend_ttl(arg: &[u8]) -> Result<Millis, Error> {
+    match ref_integer(arg) {
+        Some(0) => Ok(0),
+        _ => ref_ttl(arg),
+    }
+}
+
 /// `BLOCK timeout-ms`: 0..=MAX_BLOCK_MS; larger positive numbers (even beyond `i64`) are "too
 /// large"; negative and malformed ones are "must be a non-negative integer".
 pub(super) fn ref_block(arg: &[u8]) -> Result<Millis, Error> {

@@ -101,6 +101,7 @@ fn check_key(real: &RealKey, model: &ModelKey, tokens: &[u64], now: Millis) {
                 real.lock().as_ref(),
                 owner,
                 Mode::Exclusive,
+                0,
                 now,
                 !real.queue.is_empty()
             ),
@@ -145,6 +146,8 @@ impl Minted {
             token,
             deadline,
             granted_at: now,
+            session: 0,
+            delay: 0,
         }
     }
 
@@ -192,7 +195,8 @@ fn apply(
             };
             assert_eq!(Some(deadline), now.checked_add(ttl));
             let queued = !r.queue.is_empty();
-            let decision = decide_acquire(r.lock().as_ref(), &owner, Mode::Exclusive, now, queued);
+            let decision =
+                decide_acquire(r.lock().as_ref(), &owner, Mode::Exclusive, 0, now, queued);
             match decision.expect("exclusive acquires never conflict") {
                 Acquire::Retry { token } => {
                     // Idempotent retry: same token; the deadline moves, either way.

@@ -27,7 +27,7 @@
 //! on the keys of its set that free up stay free for it, as under strict order.
 
 use super::value::{decide_acquire, Acquire, Conflict, Lock, Mode};
-use super::Millis;
+use super::{Millis, Serial};
 
 /// What to do on one key of a multi-key grant.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -59,16 +59,20 @@ pub struct KeyState<'a> {
 
 /// Decide an exclusive acquire of every key in `keys` by `owner`: a grant only if each key is
 /// free or already held by `owner`, and nobody is queued ahead of the caller on any of them.
-/// A key `owner` holds SHARED is an error (no upgrade), reported with the key's index.
+/// A key `owner` holds SHARED is an error (no upgrade), and so is one it holds in another
+/// `session`, reported with the key's index.
 pub fn decide_macquire(
     keys: &[KeyState],
     owner: &[u8],
+    session: Serial,
     now: Millis,
 ) -> Result<MultiAcquire, (usize, Conflict)> {
     let mut grants = Vec::with_capacity(keys.len());
     let mut busy = false;
     for (i, key) in keys.iter().enumerate() {
-        match decide_acquire(key.lock, owner, Mode::Exclusive, now, false).map_err(|c| (i, c))? {
+        match decide_acquire(key.lock, owner, Mode::Exclusive, session, now, false)
+            .map_err(|c| (i, c))?
+        {
             Acquire::Retry { token } => grants.push(KeyGrant::Retry { token }),
             Acquire::Grant | Acquire::ServeQueue => grants.push(KeyGrant::New),
             Acquire::Busy => busy = true,
@@ -115,10 +119,11 @@ impl Ahead {
 pub fn decide_queued_set(
     keys: &[KeyState],
     owner: &[u8],
+    session: Serial,
     now: Millis,
     ahead: &[Ahead],
 ) -> Result<MultiAcquire, (usize, Conflict)> {
-    Ok(match decide_macquire(keys, owner, now)? {
+    Ok(match decide_macquire(keys, owner, session, now)? {
         MultiAcquire::Grant(grants) if ahead.iter().all(Ahead::overtakable) => {
             MultiAcquire::Grant(grants)
         }
@@ -126,10 +131,10 @@ pub fn decide_queued_set(
     })
 }
 
-/// True when a live holder other than `owner` holds `lock`: a waiting set with such a key
-/// waits on a busy key.
+/// True when a holder other than `owner` occupies `lock` (live, or lost and inside its
+/// lock-delay): a waiting set with such a key waits on a busy key.
 pub fn busy_for(lock: Option<&Lock>, owner: &[u8], now: Millis) -> bool {
-    lock.is_some_and(|l| l.live(now).any(|h| h.owner != owner))
+    lock.is_some_and(|l| l.occupying(now).any(|h| h.owner != owner))
 }
 
 /// The first key that appears twice in `keys`, if any.
@@ -154,6 +159,8 @@ mod tests {
                 token,
                 deadline,
                 granted_at: 0,
+                session: 0,
+                delay: 0,
             },
         )
     }
@@ -175,7 +182,7 @@ mod tests {
     #[test]
     fn free_keys_are_all_granted_in_key_order() {
         assert_eq!(
-            decide_macquire(&[free(), free(), free()], b"me", T0),
+            decide_macquire(&[free(), free(), free()], b"me", 0, T0),
             Ok(MultiAcquire::Grant(vec![KeyGrant::New; 3]))
         );
     }
@@ -187,7 +194,7 @@ mod tests {
             let mut keys = [free(), free(), free()];
             keys[busy_at] = on(&other);
             assert_eq!(
-                decide_macquire(&keys, b"me", T0),
+                decide_macquire(&keys, b"me", 0, T0),
                 Ok(MultiAcquire::Busy),
                 "busy key at {busy_at}"
             );
@@ -198,7 +205,7 @@ mod tests {
     fn an_expired_holder_does_not_count() {
         let gone = held("other", 7, T0);
         assert_eq!(
-            decide_macquire(&[on(&gone), free()], b"me", T0),
+            decide_macquire(&[on(&gone), free()], b"me", 0, T0),
             Ok(MultiAcquire::Grant(vec![KeyGrant::New; 2]))
         );
     }
@@ -208,10 +215,10 @@ mod tests {
         // The head-of-every-queue rule: free keys are not enough.
         let mut keys = [free(), free(), free()];
         keys[2].ahead = true;
-        assert_eq!(decide_macquire(&keys, b"me", T0), Ok(MultiAcquire::Busy));
+        assert_eq!(decide_macquire(&keys, b"me", 0, T0), Ok(MultiAcquire::Busy));
         keys[2].ahead = false;
         assert!(matches!(
-            decide_macquire(&keys, b"me", T0),
+            decide_macquire(&keys, b"me", 0, T0),
             Ok(MultiAcquire::Grant(_))
         ));
     }
@@ -220,7 +227,7 @@ mod tests {
     fn a_partly_held_set_is_an_idempotent_retry() {
         let mine = held("me", 42, T0 + 100);
         assert_eq!(
-            decide_macquire(&[free(), on(&mine), free()], b"me", T0),
+            decide_macquire(&[free(), on(&mine), free()], b"me", 0, T0),
             Ok(MultiAcquire::Grant(vec![
                 KeyGrant::New,
                 KeyGrant::Retry { token: 42 },
@@ -230,7 +237,7 @@ mod tests {
         // ... but only as a whole: another owner on one key still refuses it.
         let other = held("other", 7, T0 + 100);
         assert_eq!(
-            decide_macquire(&[on(&other), on(&mine)], b"me", T0),
+            decide_macquire(&[on(&other), on(&mine)], b"me", 0, T0),
             Ok(MultiAcquire::Busy)
         );
     }
@@ -244,10 +251,12 @@ mod tests {
                 token: 3,
                 deadline: T0 + 100,
                 granted_at: 0,
+                session: 0,
+                delay: 0,
             },
         );
         assert_eq!(
-            decide_macquire(&[free(), on(&shared)], b"me", T0),
+            decide_macquire(&[free(), on(&shared)], b"me", 0, T0),
             Err((
                 1,
                 Conflict::OtherMode {
@@ -315,7 +324,7 @@ mod tests {
                             })
                             .collect();
                         if let Ok(MultiAcquire::Grant(_)) =
-                            decide_macquire(&states, owner.as_bytes(), T0)
+                            decide_macquire(&states, owner.as_bytes(), 0, T0)
                         {
                             for &k in &waiters[w] {
                                 assert!(locks[k].is_none(), "two holders on key {k}");
@@ -375,7 +384,7 @@ mod tests {
             (&[set(0, true), single], false),
         ];
         for (ahead, go) in cases {
-            let got = decide_queued_set(&[free(), free()], b"me", T0, ahead);
+            let got = decide_queued_set(&[free(), free()], b"me", 0, T0, ahead);
             let want = if *go {
                 MultiAcquire::Grant(vec![KeyGrant::New; 2])
             } else {
@@ -386,7 +395,7 @@ mod tests {
         // Free keys are still needed, whoever is ahead.
         let other = held("other", 7, T0 + 100);
         assert_eq!(
-            decide_queued_set(&[free(), on(&other)], b"me", T0, &[]),
+            decide_queued_set(&[free(), on(&other)], b"me", 0, T0, &[]),
             Ok(MultiAcquire::Busy)
         );
     }
@@ -482,7 +491,7 @@ mod tests {
                 })
                 .collect();
             let go = matches!(
-                decide_queued_set(&states, owner.as_bytes(), self.now, &views),
+                decide_queued_set(&states, owner.as_bytes(), 0, self.now, &views),
                 Ok(MultiAcquire::Grant(_))
             );
             if go {

@@ -6,9 +6,11 @@
 //! one persistence format and one replication path for all three.
 //!
 //! Holders whose deadline passed may still be stored (nothing removes them until the key is
-//! touched); every decision looks only at live holders, and [`Lock::prune`] drops the rest.
+//! touched). Ownership (retry, release, extend, fencing) looks only at live holders; whether
+//! someone else may come in looks at the holders that still *occupy* the key: the live ones and
+//! the lost ones inside their lock-delay ([`Hold::occupies`]). [`Lock::prune`] drops the rest.
 
-use super::{Hold, Millis};
+use super::{Hold, Millis, Serial};
 
 /// How a key is held, or how a caller asks to hold it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -51,6 +53,9 @@ pub enum Conflict {
     /// A shared acquire whose limit differs from the one the key's shared holders (or queued
     /// shared waiters) have fixed.
     Limit { limit: Option<u64> },
+    /// The owner holds the key in another session (or without one, or in one when the caller
+    /// names none): one hold cannot belong to two leases.
+    OtherSession,
 }
 
 /// What `LOCK.ACQUIRE` should do, decided from the current value of the key.
@@ -85,6 +90,21 @@ impl Lock {
         self.live(now).count()
     }
 
+    /// The holders that keep others out: live, or lost and inside their lock-delay.
+    pub fn occupying(&self, now: Millis) -> impl Iterator<Item = &Hold> {
+        self.holders.iter().filter(move |h| h.occupies(now))
+    }
+
+    /// When the last lock-delay on this key ends, if one is running and no holder is live
+    /// (what `LOCK.INFO` shows as `delayed`).
+    pub fn delayed_until(&self, now: Millis) -> Option<Millis> {
+        self.holders
+            .iter()
+            .filter(|h| h.is_delayed(now))
+            .map(Hold::frees_at)
+            .max()
+    }
+
     /// The live hold of `owner`.
     pub fn holder(&self, owner: &[u8], now: Millis) -> Option<&Hold> {
         self.live(now).find(|h| h.owner == owner)
@@ -100,22 +120,22 @@ impl Lock {
         self.live(now).any(|h| h.token == token)
     }
 
-    /// The key's Redis expiry: the latest deadline of its holders, so the key disappears with
-    /// its last holder. (Expired holders have earlier deadlines than live ones, so keeping
-    /// them does not change it while any holder is live.)
+    /// The key's Redis expiry: when the last of its holders frees its place (deadline plus
+    /// lock-delay), so the key disappears with its last holder and never looks free during a
+    /// delay. [`crate::lock::NO_DEADLINE`] means the key gets no Redis expiry.
     pub fn key_deadline(&self) -> Option<Millis> {
-        self.holders.iter().map(|h| h.deadline).max()
+        self.holders.iter().map(Hold::frees_at).max()
     }
 
-    /// When the next live holder expires: the moment a waiter may be admitted next.
+    /// When the next occupying holder frees its place: the moment a waiter may be admitted next.
     pub fn next_expiry(&self, now: Millis) -> Option<Millis> {
-        self.live(now).map(|h| h.deadline).min()
+        self.occupying(now).map(Hold::frees_at).min()
     }
 
-    /// Drop holders whose deadline is at or before `before`; returns how many went.
+    /// Drop holders whose place was free at or before `before`; returns how many went.
     pub fn prune(&mut self, before: Millis) -> usize {
         let n = self.holders.len();
-        self.holders.retain(|h| h.deadline > before);
+        self.holders.retain(|h| h.frees_at() > before);
         n - self.holders.len()
     }
 
@@ -156,9 +176,10 @@ impl Lock {
         }
     }
 
-    /// Can a caller that holds nothing here be admitted in `mode` beside the live holders?
+    /// Can a caller that holds nothing here be admitted in `mode` beside the holders that
+    /// occupy the key?
     fn compatible(&self, mode: Mode, now: Millis) -> bool {
-        let live = self.live_count(now);
+        let live = self.occupying(now).count();
         match (mode, self.mode) {
             _ if live == 0 => true,
             (Mode::Shared { limit }, Mode::Shared { .. }) => {
@@ -169,16 +190,18 @@ impl Lock {
     }
 }
 
-/// Decide an acquire by `owner` in `mode`. `queued` says whether waiters are queued on the key
-/// (a queue scan asks with `false` for its head). Errors change nothing.
+/// Decide an acquire by `owner` in `mode`, in `session` (0: none). `queued` says whether
+/// waiters are queued on the key (a queue scan asks with `false` for its head). Errors change
+/// nothing.
 pub fn decide_acquire(
     current: Option<&Lock>,
     owner: &[u8],
     mode: Mode,
+    session: Serial,
     now: Millis,
     queued: bool,
 ) -> Result<Acquire, Conflict> {
-    let Some(lock) = current.filter(|l| l.live(now).next().is_some()) else {
+    let Some(lock) = current.filter(|l| l.occupying(now).next().is_some()) else {
         return Ok(if queued {
             Acquire::ServeQueue
         } else {
@@ -186,6 +209,9 @@ pub fn decide_acquire(
         });
     };
     if let Some(held) = lock.holder(owner, now) {
+        if held.session != session {
+            return Err(Conflict::OtherSession);
+        }
         if lock.mode.is_shared() != mode.is_shared() {
             return Err(Conflict::OtherMode { held: lock.mode });
         }
@@ -232,6 +258,8 @@ mod tests {
             token,
             deadline,
             granted_at: 0,
+            session: 0,
+            delay: 0,
         }
     }
 
@@ -256,7 +284,7 @@ mod tests {
         loop {
             let head = queue.iter().next().copied();
             let Some((owner, mode)) = head else { break };
-            match decide_acquire(lock.as_ref(), owner.as_bytes(), mode, now, false) {
+            match decide_acquire(lock.as_ref(), owner.as_bytes(), mode, 0, now, false) {
                 Ok(Acquire::Busy) => break,
                 Err(_) => {}
                 Ok(_) => {
@@ -286,11 +314,11 @@ mod tests {
     fn free_key_is_granted_in_any_mode() {
         for mode in [X, S, sem(1), sem(4)] {
             assert_eq!(
-                decide_acquire(None, b"a", mode, T0, false),
+                decide_acquire(None, b"a", mode, 0, T0, false),
                 Ok(Acquire::Grant)
             );
             assert_eq!(
-                decide_acquire(None, b"a", mode, T0, true),
+                decide_acquire(None, b"a", mode, 0, T0, true),
                 Ok(Acquire::ServeQueue)
             );
         }
@@ -302,12 +330,12 @@ mod tests {
         let s = held(S, &[("r", T0 + 100)]);
         for mode in [X, S, sem(3)] {
             assert_eq!(
-                decide_acquire(Some(&x), b"b", mode, T0, false),
+                decide_acquire(Some(&x), b"b", mode, 0, T0, false),
                 Ok(Acquire::Busy)
             );
         }
         assert_eq!(
-            decide_acquire(Some(&s), b"w", X, T0, false),
+            decide_acquire(Some(&s), b"w", X, 0, T0, false),
             Ok(Acquire::Busy)
         );
     }
@@ -316,17 +344,17 @@ mod tests {
     fn readers_share_and_a_semaphore_counts_permits() {
         let s = held(S, &[("r1", T0 + 100), ("r2", T0 + 100)]);
         assert_eq!(
-            decide_acquire(Some(&s), b"r3", S, T0, false),
+            decide_acquire(Some(&s), b"r3", S, 0, T0, false),
             Ok(Acquire::Grant)
         );
         let full = held(sem(2), &[("p1", T0 + 100), ("p2", T0 + 200)]);
         assert_eq!(
-            decide_acquire(Some(&full), b"p3", sem(2), T0, false),
+            decide_acquire(Some(&full), b"p3", sem(2), 0, T0, false),
             Ok(Acquire::Busy)
         );
         let one_left = held(sem(3), &[("p1", T0 + 100), ("p2", T0 + 200)]);
         assert_eq!(
-            decide_acquire(Some(&one_left), b"p3", sem(3), T0, false),
+            decide_acquire(Some(&one_left), b"p3", sem(3), 0, T0, false),
             Ok(Acquire::Grant)
         );
     }
@@ -335,12 +363,12 @@ mod tests {
     fn each_holder_expires_at_its_own_deadline() {
         let full = held(sem(2), &[("p1", T0 + 100), ("p2", T0 + 200)]);
         assert_eq!(
-            decide_acquire(Some(&full), b"p3", sem(2), T0 + 99, false),
+            decide_acquire(Some(&full), b"p3", sem(2), 0, T0 + 99, false),
             Ok(Acquire::Busy)
         );
         // p1's deadline frees one permit, exactly at that millisecond.
         assert_eq!(
-            decide_acquire(Some(&full), b"p3", sem(2), T0 + 100, false),
+            decide_acquire(Some(&full), b"p3", sem(2), 0, T0 + 100, false),
             Ok(Acquire::Grant)
         );
         assert_eq!(full.live_count(T0 + 100), 1);
@@ -349,11 +377,11 @@ mod tests {
         assert_eq!(full.key_deadline(), Some(T0 + 200));
         // An exclusive acquire waits for every permit.
         assert_eq!(
-            decide_acquire(Some(&full), b"w", X, T0 + 150, false),
+            decide_acquire(Some(&full), b"w", X, 0, T0 + 150, false),
             Ok(Acquire::Busy)
         );
         assert_eq!(
-            decide_acquire(Some(&full), b"w", X, T0 + 200, false),
+            decide_acquire(Some(&full), b"w", X, 0, T0 + 200, false),
             Ok(Acquire::Grant)
         );
         // Fencing follows the live holders.
@@ -366,16 +394,16 @@ mod tests {
     fn an_exclusive_hold_expires_at_the_exact_deadline() {
         let x = held(X, &[("a", T0 + 100)]);
         assert_eq!(
-            decide_acquire(Some(&x), b"b", X, T0 + 99, false),
+            decide_acquire(Some(&x), b"b", X, 0, T0 + 99, false),
             Ok(Acquire::Busy)
         );
         assert_eq!(
-            decide_acquire(Some(&x), b"b", X, T0 + 100, false),
+            decide_acquire(Some(&x), b"b", X, 0, T0 + 100, false),
             Ok(Acquire::Grant)
         );
         // The old owner's retry after expiry is a fresh grant, not a retry of the old token.
         assert_eq!(
-            decide_acquire(Some(&x), b"a", X, T0 + 100, false),
+            decide_acquire(Some(&x), b"a", X, 0, T0 + 100, false),
             Ok(Acquire::Grant)
         );
         assert!(held_by(Some(&x), b"a", T0 + 99) && !held_by(Some(&x), b"a", T0 + 100));
@@ -383,7 +411,7 @@ mod tests {
         assert!(x.fences(1, T0 + 99) && !x.fences(1, T0 + 100) && !x.fences(2, T0));
         // Waiters queued on a free key go first.
         assert_eq!(
-            decide_acquire(Some(&x), b"b", X, T0 + 100, true),
+            decide_acquire(Some(&x), b"b", X, 0, T0 + 100, true),
             Ok(Acquire::ServeQueue)
         );
     }
@@ -393,12 +421,12 @@ mod tests {
         let s = held(sem(2), &[("p1", T0 + 100), ("p2", T0 + 100)]);
         // Even with the semaphore full and waiters queued: the holder is not a newcomer.
         assert_eq!(
-            decide_acquire(Some(&s), b"p2", sem(2), T0, true),
+            decide_acquire(Some(&s), b"p2", sem(2), 0, T0, true),
             Ok(Acquire::Retry { token: 2 })
         );
         let x = held(X, &[("a", T0 + 100)]);
         assert_eq!(
-            decide_acquire(Some(&x), b"a", X, T0, true),
+            decide_acquire(Some(&x), b"a", X, 0, T0, true),
             Ok(Acquire::Retry { token: 1 })
         );
     }
@@ -407,17 +435,17 @@ mod tests {
     fn holding_in_the_other_mode_is_an_error() {
         let s = held(S, &[("a", T0 + 100)]);
         assert_eq!(
-            decide_acquire(Some(&s), b"a", X, T0, false),
+            decide_acquire(Some(&s), b"a", X, 0, T0, false),
             Err(Conflict::OtherMode { held: S })
         );
         let x = held(X, &[("a", T0 + 100)]);
         assert_eq!(
-            decide_acquire(Some(&x), b"a", sem(2), T0, false),
+            decide_acquire(Some(&x), b"a", sem(2), 0, T0, false),
             Err(Conflict::OtherMode { held: X })
         );
         // After the hold expired there is nothing to conflict with.
         assert_eq!(
-            decide_acquire(Some(&x), b"a", S, T0 + 100, false),
+            decide_acquire(Some(&x), b"a", S, 0, T0 + 100, false),
             Ok(Acquire::Grant)
         );
     }
@@ -427,24 +455,24 @@ mod tests {
         let s = held(sem(2), &[("p1", T0 + 100)]);
         for (mode, owner) in [(sem(3), "p9"), (S, "p9"), (sem(3), "p1")] {
             assert_eq!(
-                decide_acquire(Some(&s), owner.as_bytes(), mode, T0, false),
+                decide_acquire(Some(&s), owner.as_bytes(), mode, 0, T0, false),
                 Err(Conflict::Limit { limit: Some(2) }),
                 "{mode:?} by {owner}"
             );
         }
         let unlimited = held(S, &[("r", T0 + 100)]);
         assert_eq!(
-            decide_acquire(Some(&unlimited), b"p", sem(2), T0, false),
+            decide_acquire(Some(&unlimited), b"p", sem(2), 0, T0, false),
             Err(Conflict::Limit { limit: None })
         );
         // Exclusive acquires take no limit: they just wait.
         assert_eq!(
-            decide_acquire(Some(&s), b"w", X, T0, false),
+            decide_acquire(Some(&s), b"w", X, 0, T0, false),
             Ok(Acquire::Busy)
         );
         // Once every shared holder is gone, a new limit is fine.
         assert_eq!(
-            decide_acquire(Some(&s), b"p9", sem(5), T0 + 100, false),
+            decide_acquire(Some(&s), b"p9", sem(5), 0, T0 + 100, false),
             Ok(Acquire::Grant)
         );
     }
@@ -495,7 +523,7 @@ mod tests {
         let lock = held(S, &[("r1", T0 + 100)]);
         // A reader arriving while a writer is queued must queue too (no barging).
         assert_eq!(
-            decide_acquire(Some(&lock), b"r2", S, T0, true),
+            decide_acquire(Some(&lock), b"r2", S, 0, T0, true),
             Ok(Acquire::ServeQueue)
         );
         let mut lock = Some(lock);

@@ -33,17 +33,22 @@ use redis_module::{logging, raw, Context, RedisString};
 use crate::error::{self, Result};
 use crate::lock::{self, Acquire, Conflict, Hold, Millis, Mode, WaitQueue};
 use crate::redis::key::{self, LockKey};
-use crate::redis::{cluster, guard, pause};
+use crate::redis::{cluster, guard, pause, session};
 use crate::{state, stats};
 use std::time::Instant;
 
 mod callbacks;
 mod deferred;
 mod multi;
+mod sessions;
 
 use callbacks::{disconnect_callback, free_outcome, reply_callback, timeout_callback};
 use deferred::{defer, run};
 pub use multi::block_set;
+pub use sessions::{
+    apply_ended, close_session, expire_sessions, session_disconnected, session_hold_exists,
+    CloseReply,
+};
 
 /// A lock key: database number and key name.
 type QueueKey = (i32, Vec<u8>);
@@ -57,6 +62,9 @@ struct Waiter {
     owner: Vec<u8>,
     mode: Mode,
     ttl: Millis,
+    /// The session the grant will belong to (0: none), and the hold's lock-delay.
+    session: lock::Serial,
+    delay: Millis,
     /// When it queued, for the wait-time statistic.
     queued: Instant,
     /// For a `LOCK.MACQUIRE` waiter: all of its keys (in the database of this queue), in
@@ -70,6 +78,8 @@ pub struct Wants<'a> {
     pub owner: &'a [u8],
     pub mode: Mode,
     pub ttl: Millis,
+    pub session: lock::Serial,
+    pub delay: Millis,
 }
 
 #[derive(Default)]
@@ -97,6 +107,8 @@ enum Outcome {
         delivered: bool,
     },
     Failed(String),
+    /// A `LOCK.SESSION CLOSE` done from a timer: the number of holds it released.
+    Closed(i64),
     /// The `BLOCK` timeout passed: the reply is nil.
     TimedOut,
 }
@@ -107,6 +119,18 @@ enum Work {
     Settle(QueueKey),
     /// A grant that was never delivered: free the lock again if that hold is still there.
     Revoke(QueueKey, u64),
+    /// A loaded key's expiry must follow its holders (see `orphans_loaded`).
+    SyncExpiry(QueueKey),
+    /// A bound session's connection closed: release its holds (lock-delay applies).
+    EndSession(Box<lock::Session>),
+    /// `LOCK.SESSION CLOSE` in a cluster: release the holds, then answer the blocked client
+    /// (if it could block) with how many there were (see `sessions::close_session`).
+    CloseSession(Box<lock::Session>, Option<usize>),
+    /// The session expiry timer fired: end the sessions whose deadline passed.
+    ExpireSessions,
+    /// As `ExpireSessions`, but it came due while writes were paused (see
+    /// `session::take_due`).
+    ExpireSessionsAfterPause,
 }
 
 thread_local! {
@@ -211,6 +235,8 @@ pub fn block(
         owner: wants.owner.to_vec(),
         mode: wants.mode,
         ttl: wants.ttl,
+        session: wants.session,
+        delay: wants.delay,
         queued: Instant::now(),
         set: None,
     };
@@ -316,19 +342,27 @@ pub fn serve(
         let step = QUEUES.with(|q| {
             let queues = q.borrow();
             let head = queues.get(&qk)?.waiters.iter().next()?;
-            Some(lock::decide_acquire(
-                lock,
-                &head.owner,
-                head.mode,
-                now,
-                false,
-            ))
+            if !session::alive(head.session) {
+                return Some(Err(None));
+            }
+            Some(
+                lock::decide_acquire(lock, &head.owner, head.mode, head.session, now, false)
+                    .map_err(Some),
+            )
         });
         let token = match step {
             None | Some(Ok(Acquire::Busy)) => break,
+            Some(Err(None)) => {
+                // Its session ended while it waited: it is never granted.
+                if let Some(waiter) = pop_front(ctx, &qk) {
+                    let msg = error::session_ended_while_waiting().to_string();
+                    unblock(waiter.bc, Outcome::Failed(msg));
+                }
+                continue;
+            }
             Some(Ok(Acquire::Retry { token })) => Some(token),
             Some(Ok(_)) => None,
-            Some(Err(conflict)) => {
+            Some(Err(Some(conflict))) => {
                 if let Some(waiter) = pop_front(ctx, &qk) {
                     let msg = error::conflict(conflict).reply_text();
                     unblock(waiter.bc, Outcome::Failed(msg));
@@ -341,7 +375,7 @@ pub fn serve(
         };
         // The ttl was checked against the clock when the waiter queued; a long wait cannot push
         // it past the cap by more than the wait itself, so clamp instead of failing the grant.
-        let deadline = lock::deadline_after(now, waiter.ttl).unwrap_or(lock::MAX_DEADLINE);
+        let deadline = hold_deadline(now, waiter.ttl, waiter.session);
         let applied = match token {
             // The same owner already holds it (another connection of the same holder).
             Some(token) => lock_key
@@ -354,7 +388,10 @@ pub fn serve(
                     token,
                     deadline,
                     granted_at: now,
+                    session: waiter.session,
+                    delay: waiter.delay,
                 };
+                session::track(waiter.session, qk.0, &qk.1, &waiter.owner);
                 lock_key.grant(waiter.mode, hold, Some(now)).map(|_| token)
             }
         };
@@ -388,6 +425,15 @@ pub fn serve(
         arm_deadline_timer(ctx, &qk, at);
     }
     Ok(granted)
+}
+
+/// The deadline of a hold granted at `now` for `ttl` ms: with a session, 0 means none of its
+/// own. Clamped at the cap rather than failing a grant (see `serve`).
+pub fn hold_deadline(now: Millis, ttl: Millis, session: lock::Serial) -> Millis {
+    if ttl == 0 && session != 0 {
+        return lock::NO_DEADLINE;
+    }
+    lock::deadline_after(now, ttl).unwrap_or(lock::MAX_DEADLINE)
 }
 
 /// After a holder's deadline moved (retry or extend), make sure the timer fires when the next
@@ -533,9 +579,11 @@ fn arm_deadline_timer(ctx: *mut raw::RedisModuleCtx, qk: &QueueKey, deadline: Mi
     }
     // From the clock in microseconds, rounded up: a delay computed from milliseconds fires up
     // to a millisecond late, and one that fires early only finds the hold live and re-arms.
+    // Capped: on Redis 7.0 a timer more than about 35 minutes away can make the event loop
+    // spin (fixed in 7.2.2), and a session hold may have no deadline at all.
     let delay = (deadline.saturating_mul(1000) - key::now_micros() + 999)
         .div_euclid(1000)
-        .max(0);
+        .clamp(0, MAX_TIMER_MS);
     let data = Box::into_raw(Box::new(qk.clone()));
     // SAFETY: the callback matches RedisModuleTimerProc; `data` is reclaimed by the callback or
     // by stop_timer, exactly once.
@@ -548,6 +596,9 @@ fn arm_deadline_timer(ctx: *mut raw::RedisModuleCtx, qk: &QueueKey, deadline: Mi
         }
     });
 }
+
+/// The longest a deadline timer is armed for at once (see `arm_deadline_timer`).
+const MAX_TIMER_MS: Millis = 600_000;
 
 fn stop_timer(ctx: *mut raw::RedisModuleCtx, id: raw::RedisModuleTimerID) {
     let mut data: *mut c_void = std::ptr::null_mut();
@@ -620,7 +671,7 @@ fn settle(ctx: *mut raw::RedisModuleCtx, qk: &QueueKey) {
                 .is_some_and(|w| {
                     // A multi-key head: this key alone is checked (it may still wait for
                     // another), which at worst refuses it NOREPLICAS a little early.
-                    lock::decide_acquire(lock, &w.owner, w.mode, now, false)
+                    lock::decide_acquire(lock, &w.owner, w.mode, w.session, now, false)
                         .is_ok_and(|d| d != Acquire::Busy)
                         && w.set
                             .as_ref()
@@ -696,15 +747,57 @@ pub fn key_unlinked(db: i32, key: &[u8]) {
     }
 }
 
+/// A key was loaded (`RESTORE`, the end of a `MIGRATE`) with session holds of a session this
+/// server does not have: they became plain holds with a deadline (see `datatype`), and the
+/// key's Redis expiry must follow, which a load cannot set. Done after the command.
+pub fn orphans_loaded(db: i32, key: &[u8]) {
+    let ctx = DETACHED.with(Cell::get);
+    if !ctx.is_null() {
+        defer(ctx, Work::SyncExpiry((db, key.to_vec())));
+    }
+}
+
+/// Give `qk`'s key the Redis expiry of its holders, and replicas its holders as they are now.
+fn sync_expiry(ctx: *mut raw::RedisModuleCtx, qk: &QueueKey) {
+    if key::context_flags(ctx) & raw::REDISMODULE_CTX_FLAGS_SLAVE != 0 || !key::select_db(ctx, qk.0)
+    {
+        return;
+    }
+    let name = RedisString::create_from_slice(ctx, &qk.1);
+    let mut lock_key = LockKey::open_raw(ctx, name.inner, raw::KeyMode::READ | raw::KeyMode::WRITE);
+    let owners: Vec<Vec<u8>> = match lock_key.lock() {
+        Ok(Some(lock)) => lock.holders.iter().map(|h| h.owner.clone()).collect(),
+        _ => return,
+    };
+    if lock_key.delete_if_empty().is_ok() {
+        for owner in owners {
+            lock_key.replicate_holder(&owner, key::now());
+        }
+    }
+}
+
 /// `FLUSHDB`, `FLUSHALL`, `SWAPDB` (and the flush inside `DEBUG RELOAD`) change many keys
 /// without per-key notifications: look at every key with waiters again.
 extern "C" fn on_dataset_event(
     ctx: *mut raw::RedisModuleCtx,
-    _eid: raw::RedisModuleEvent,
-    _subevent: u64,
-    _data: *mut c_void,
+    eid: raw::RedisModuleEvent,
+    subevent: u64,
+    data: *mut c_void,
 ) {
     guard::callback("flush/swapdb event", (), || {
+        // Sessions outlive a flush (they are not keys), but their records of where their holds
+        // were must follow the keys.
+        if !data.is_null() {
+            if eid.id == raw::REDISMODULE_EVENT_SWAPDB {
+                // SAFETY: for this event the data is a RedisModuleSwapDbInfo.
+                let info = unsafe { &*data.cast::<raw::RedisModuleSwapDbInfo>() };
+                session::with(|s| s.swap_db(info.dbnum_first, info.dbnum_second));
+            } else if subevent == raw::REDISMODULE_SUBEVENT_FLUSHDB_END {
+                // SAFETY: for this event the data is a RedisModuleFlushInfo.
+                let info = unsafe { &*data.cast::<raw::RedisModuleFlushInfo>() };
+                session::with(|s| s.forget_holds((info.dbnum >= 0).then_some(info.dbnum)));
+            }
+        }
         let keys: Vec<QueueKey> = QUEUES.with(|q| q.borrow().keys().cloned().collect());
         for qk in keys {
             defer(ctx, Work::Settle(qk));
@@ -723,8 +816,23 @@ extern "C" fn on_role_changed(
     guard::callback("role change event", (), || {
         super::role::changed(ctx, subevent);
         if subevent != raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_REPLICA {
+            // Promoted: sessions keep their deadlines and now expire by this server's clock.
+            // None is bound: a replica's sessions never are.
+            session::arm_timer(ctx);
             return;
         }
+        // Demoted: the new primary decides when sessions end; connections here no longer
+        // bind them.
+        session::with(|s| {
+            let bound: Vec<lock::Serial> = s
+                .iter()
+                .filter(|x| x.client.is_some())
+                .map(|x| x.serial)
+                .collect();
+            for serial in bound {
+                s.bind(serial, None);
+            }
+        });
         let keys: Vec<QueueKey> = QUEUES.with(|q| q.borrow().keys().cloned().collect());
         for qk in keys {
             fail_all(

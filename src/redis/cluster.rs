@@ -22,14 +22,19 @@ pub fn serves_key(ctx: *mut raw::RedisModuleCtx, key_name: &[u8]) -> bool {
         Ok(RedisValue::Integer(slot)) => slot,
         _ => return false,
     };
-    let nodes = match ctx.call("CLUSTER", &["NODES"]) {
-        Ok(reply) => match value_text(&reply) {
-            Some(text) => text,
-            None => return false,
-        },
-        Err(_) => return false,
+    let Some(nodes) = nodes(ctx.ctx) else {
+        return false;
     };
     serves_slot(&nodes, slot)
+}
+
+/// The text of `CLUSTER NODES`.
+pub fn nodes(ctx: *mut raw::RedisModuleCtx) -> Option<String> {
+    let ctx = Context::new(ctx);
+    match ctx.call("CLUSTER", &["NODES"]) {
+        Ok(reply) => value_text(&reply),
+        Err(_) => None,
+    }
 }
 
 /// False when `min-replicas-to-write` is set and fewer good replicas are connected: the server

@@ -22,7 +22,7 @@ pub struct Numeric {
     pub max: i64,
 }
 
-pub static SETTINGS: [Numeric; 4] = [
+pub static SETTINGS: [Numeric; 7] = [
     Numeric {
         name: c"max-owner-bytes",
         value: &state::MAX_OWNER_BYTES,
@@ -40,6 +40,24 @@ pub static SETTINGS: [Numeric; 4] = [
         value: &state::MAX_MULTI_KEYS,
         min: 1,
         max: 100_000,
+    },
+    Numeric {
+        name: c"max-session-ttl-ms",
+        value: &state::MAX_SESSION_TTL_MS,
+        min: 1,
+        max: 100_000_000_000,
+    },
+    Numeric {
+        name: c"max-sessions",
+        value: &state::MAX_SESSIONS,
+        min: 0,
+        max: 100_000_000,
+    },
+    Numeric {
+        name: c"max-session-holds",
+        value: &state::MAX_SESSION_HOLDS,
+        min: 1,
+        max: 100_000_000,
     },
     Numeric {
         name: c"failover-token-margin-ms",

@@ -6,7 +6,7 @@ use std::os::raw::{c_int, c_void};
 use redis_module::{logging, native_types::RedisType, raw};
 
 use crate::lock::{Hold, Lock, Mode};
-use crate::redis::{blocking, guard, key};
+use crate::redis::{blocking, guard, key, session};
 use crate::{state, stats};
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -19,12 +19,18 @@ fn wall_clock_ms() -> i64 {
 /// `TYPE key` shows this name (Redis requires exactly 9 characters).
 pub const TYPE_NAME: &str = "redislock";
 
-/// Version 2: mode (unsigned: 0 exclusive, 1 shared), limit (unsigned, 0 for none), the number
-/// of holders (unsigned), then per holder the owner (string buffer), token (unsigned) and
-/// deadline (signed ms since the epoch).
+/// Version 3: as version 2, and per holder after its deadline: the session serial (unsigned, 0
+/// for none), the lock-delay (signed ms) and the session's deadline when saved (signed ms, 0
+/// for none). The last is for a node that loads the key without the session (a `MIGRATE`, a
+/// `RESTORE` elsewhere): there the hold becomes a plain one that ends no later than its session
+/// would have without a keepalive.
+/// Version 2 (up to b440dd9): mode (unsigned: 0 exclusive, 1 shared), limit (unsigned, 0 for
+/// none), the number of holders (unsigned), then per holder the owner (string buffer), token
+/// (unsigned) and deadline (signed ms since the epoch).
 /// Version 1 (up to f67aa42): a single exclusive holder, owner, token, deadline.
 /// Bump it when the layout changes and keep a `match` arm for every version ever shipped.
-pub const ENCODING_VERSION: i32 = 2;
+/// A server with an older module cannot read a newer version: upgrade replicas first.
+pub const ENCODING_VERSION: i32 = 3;
 
 pub static LOCK_TYPE: RedisType = RedisType::new(
     TYPE_NAME,
@@ -74,6 +80,13 @@ extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
             raw::save_slice(rdb, &hold.owner);
             raw::save_unsigned(rdb, hold.token);
             raw::save_signed(rdb, hold.deadline);
+            let session_deadline = match hold.session {
+                0 => 0,
+                serial => session::with(|s| s.get(serial).map_or(0, |x| x.deadline)),
+            };
+            raw::save_unsigned(rdb, hold.session);
+            raw::save_signed(rdb, hold.delay);
+            raw::save_signed(rdb, session_deadline);
         }
     })
 }
@@ -82,7 +95,8 @@ extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_vo
     guard::callback("rdb_load", std::ptr::null_mut(), || {
         let lock = match encver {
             1 => load_hold(rdb).map(|hold| Lock::new(Mode::Exclusive, hold)),
-            2 => load_v2(rdb),
+            2 => load_v2(rdb, false),
+            3 => load_v2(rdb, true).map(|lock| link_sessions(rdb, lock)),
             _ => {
                 logging::log_warning(format!(
                     "redis-lock: cannot load a lock saved with encoding version {encver} \
@@ -119,10 +133,12 @@ fn load_hold(rdb: *mut raw::RedisModuleIO) -> Option<Hold> {
         token,
         deadline,
         granted_at: 0,
+        session: 0,
+        delay: 0,
     })
 }
 
-fn load_v2(rdb: *mut raw::RedisModuleIO) -> Option<Lock> {
+fn load_v2(rdb: *mut raw::RedisModuleIO, with_sessions: bool) -> Option<Lock> {
     let mode = match (raw::load_unsigned(rdb).ok()?, raw::load_unsigned(rdb).ok()?) {
         (0, _) => Mode::Exclusive,
         (1, limit) => Mode::Shared {
@@ -135,9 +151,54 @@ fn load_v2(rdb: *mut raw::RedisModuleIO) -> Option<Lock> {
         return None;
     }
     let holders = (0..count)
-        .map(|_| load_hold(rdb))
+        .map(|_| {
+            let mut hold = load_hold(rdb)?;
+            if with_sessions {
+                hold.session = raw::load_unsigned(rdb).ok()?;
+                hold.delay = raw::load_signed(rdb).ok()?;
+                let session_deadline = raw::load_signed(rdb).ok()?;
+                // Parked here until `link_sessions`: a serial this server does not know.
+                hold.granted_at = -session_deadline;
+            }
+            Some(hold)
+        })
         .collect::<Option<Vec<_>>>()?;
     Some(Lock { mode, holders })
+}
+
+/// Attach the loaded holds to this server's sessions (the start-up load, a replica's full
+/// sync, `DEBUG RELOAD`: the session table was loaded first, from the aux data). A hold of a
+/// session this server does not have (a key `MIGRATE`d or `RESTORE`d from another node)
+/// becomes a plain hold that ends at the earlier of its own deadline and its session's.
+fn link_sessions(rdb: *mut raw::RedisModuleIO, mut lock: Lock) -> Lock {
+    // SAFETY: the IO handle Redis passed to rdb_load; both calls only read it (7.0+).
+    let (name, db) = unsafe {
+        (
+            raw::RedisModule_GetKeyNameFromIO.unwrap()(rdb),
+            raw::RedisModule_GetDbIdFromIO.map_or(0, |f| f(rdb)),
+        )
+    };
+    let name = match name.is_null() {
+        true => &[][..],
+        false => redis_module::RedisString::string_as_slice(name),
+    };
+    let mut orphaned = false;
+    for hold in lock.holders.iter_mut() {
+        let session_deadline = -hold.granted_at;
+        hold.granted_at = 0;
+        if hold.session == 0 {
+            continue;
+        }
+        if name.is_empty() || !session::track(hold.session, db, name, &hold.owner) {
+            hold.deadline = hold.deadline.min(session_deadline);
+            hold.session = 0;
+            orphaned = true;
+        }
+    }
+    if orphaned && !name.is_empty() {
+        blocking::orphans_loaded(db, name);
+    }
+    lock
 }
 
 extern "C" fn aof_rewrite(
@@ -148,8 +209,29 @@ extern "C" fn aof_rewrite(
     guard::callback("aof_rewrite", (), || {
         // SAFETY: as in rdb_save.
         let lock = unsafe { &*value.cast::<Lock>() };
+        emit_sessions_once(aof, lock);
         key::emit_aof(aof, name, lock);
     })
+}
+
+thread_local! {
+    /// Sessions already written by this AOF rewrite (it runs in a forked child, which starts
+    /// with the parent's empty set).
+    static EMITTED: std::cell::RefCell<std::collections::HashSet<crate::lock::Serial>> =
+        Default::default();
+}
+
+/// A rewrite without the RDB preamble has no aux data: each session is written just before
+/// the first key that has one of its holds, so the AOF recreates it before the hold.
+fn emit_sessions_once(aof: *mut raw::RedisModuleIO, lock: &Lock) {
+    for hold in lock.holders.iter().filter(|h| h.session != 0) {
+        if !EMITTED.with(|e| e.borrow_mut().insert(hold.session)) {
+            continue;
+        }
+        if let Some(args) = session::with(|s| s.get(hold.session).map(session::restore_args)) {
+            key::emit_strings(aof, c"LOCK.SESSION", &args);
+        }
+    }
 }
 
 extern "C" fn mem_usage(value: *const c_void) -> usize {
@@ -183,7 +265,7 @@ extern "C" fn free(value: *mut c_void) {
 /// away, or an overwrite by `SET`/`RESTORE REPLACE`. Redis calls this only for keys of our type,
 /// so watching lock keys costs other writes nothing (a keyspace-event subscription would run a
 /// callback on every write of the server). Waiters are looked at again after the command.
-extern "C" fn unlink(ctx: *mut raw::RedisModuleKeyOptCtx, _value: *const c_void) {
+extern "C" fn unlink(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) {
     guard::callback("unlink", (), || {
         // SAFETY: ctx is the option context Redis passes to unlink2; the key name lives for
         // the duration of the call.
@@ -195,21 +277,94 @@ extern "C" fn unlink(ctx: *mut raw::RedisModuleKeyOptCtx, _value: *const c_void)
         };
         if !name.is_null() {
             let name = redis_module::RedisString::string_as_slice(name.cast_mut());
+            // SAFETY: the value is a Box<Lock> we handed to Redis; nothing else runs while it
+            // is unlinked (main thread), and it is either freed next or moved to another key.
+            let lock = unsafe { &mut *(value as *mut Lock) };
+            detach_sessions(lock, db, name);
+            session::key_gone(db, name);
             blocking::key_unlinked(db, name);
         }
     })
 }
 
-/// Aux data version 1: the token high-water mark (unsigned).
-const AUX_VERSION: c_int = 1;
+/// The key is leaving its name (deleted, expired, renamed, moved): its session holds stop
+/// being the session's, because the session's record names this key. Where the value lives on
+/// (`RENAME`, `MOVE`) each such hold becomes a plain one that ends no later than its session's
+/// deadline now, so a hold with no deadline of its own never lives forever. A replica does the
+/// same from the same replicated deadline, so both sides agree.
+fn detach_sessions(lock: &mut Lock, db: i32, name: &[u8]) {
+    for hold in lock.holders.iter_mut().filter(|h| h.session != 0) {
+        let session_deadline = session::with(|s| s.get(hold.session).map(|x| x.deadline));
+        session::untrack(hold.session, db, name, &hold.owner);
+        hold.deadline = hold.deadline.min(session_deadline.unwrap_or(hold.deadline));
+        hold.session = 0;
+    }
+}
+
+/// Aux data version 2: the token high-water mark (unsigned), the number of sessions
+/// (unsigned), and per session its id (string buffer), serial (unsigned), ttl, deadline and
+/// lock-delay (signed ms), bound (unsigned 0/1) and ACL user (string buffer).
+/// Version 1: the token high-water mark alone.
+const AUX_VERSION: u64 = 2;
 
 extern "C" fn aux_save(rdb: *mut raw::RedisModuleIO, when: c_int) {
     guard::callback("aux_save", (), || {
         if when == raw::REDISMODULE_AUX_BEFORE_RDB as c_int {
-            raw::save_unsigned(rdb, AUX_VERSION as u64);
+            raw::save_unsigned(rdb, AUX_VERSION);
             raw::save_unsigned(rdb, state::token_high_water());
+            session::with(|table| {
+                raw::save_unsigned(rdb, table.len() as u64);
+                for s in table.iter() {
+                    raw::save_slice(rdb, &s.id);
+                    raw::save_unsigned(rdb, s.serial);
+                    raw::save_signed(rdb, s.ttl);
+                    raw::save_signed(rdb, s.deadline);
+                    raw::save_signed(rdb, s.lock_delay);
+                    raw::save_unsigned(rdb, s.bound as u64);
+                    raw::save_slice(rdb, &s.user);
+                }
+            });
         }
     })
+}
+
+/// The sessions of aux data version 2. They replace this server's table; a session that was
+/// here already keeps its connection binding (`DEBUG RELOAD`, where clients stay connected).
+fn load_sessions(rdb: *mut raw::RedisModuleIO) -> Option<()> {
+    let count = raw::load_unsigned(rdb).ok()?;
+    let mut loaded = Vec::with_capacity(count.min(1 << 20) as usize);
+    for _ in 0..count {
+        let id = raw::load_string_buffer(rdb).ok()?.as_ref().to_vec();
+        let serial = raw::load_unsigned(rdb).ok()?;
+        let ttl = raw::load_signed(rdb).ok()?;
+        let deadline = raw::load_signed(rdb).ok()?;
+        let lock_delay = raw::load_signed(rdb).ok()?;
+        let bound = raw::load_unsigned(rdb).ok()? != 0;
+        let user = raw::load_string_buffer(rdb).ok()?.as_ref().to_vec();
+        loaded.push(crate::lock::Session {
+            id,
+            serial,
+            ttl,
+            deadline,
+            lock_delay,
+            bound,
+            client: None,
+            user,
+            holds: Default::default(),
+        });
+    }
+    session::with(|table| {
+        let mut fresh = crate::lock::Sessions::default();
+        for mut s in loaded {
+            s.client = table
+                .get(s.serial)
+                .filter(|old| old.id == s.id)
+                .and_then(|old| old.client);
+            fresh.insert(s);
+        }
+        *table = fresh;
+    });
+    Some(())
 }
 
 extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, when: c_int) -> c_int {
@@ -224,6 +379,13 @@ extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, when: c_int)
             (Ok(1), Ok(high_water)) => {
                 state::observe_token(high_water);
                 raw::REDISMODULE_OK as c_int
+            }
+            (Ok(2), Ok(high_water)) => {
+                state::observe_token(high_water);
+                match load_sessions(rdb) {
+                    Some(()) => raw::REDISMODULE_OK as c_int,
+                    None => raw::REDISMODULE_ERR as c_int,
+                }
             }
             _ => raw::REDISMODULE_ERR as c_int,
         }

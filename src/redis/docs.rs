@@ -63,6 +63,12 @@ pub const SHARED_ARG: Arg = Arg {
     token: Some(c"SHARED"),
     optional: true,
 };
+pub const SESSION_ARG: Arg = Arg {
+    name: c"session-id",
+    kind: STRING,
+    token: Some(c"SESSION"),
+    optional: true,
+};
 pub const LIMIT_ARG: Arg = Arg {
     name: c"limit",
     kind: INTEGER,
@@ -80,7 +86,10 @@ pub enum Keys {
     /// `numkeys key [key ...]` from argument 1, as `LMPOP` and `ZUNIONSTORE` have them: the
     /// server reads the count, so `COMMAND GETKEYS`, ACL key checks and cluster routing
     /// (`CROSSSLOT`) see every key.
-    NumKeys,
+    Counted,
+    /// At most one key, at argument 2 (a subcommand comes first), found by the getkeys
+    /// callback: the spec is flagged incomplete.
+    SecondArg,
 }
 
 /// The version we publish the module's commands under (`since` in `COMMAND DOCS`).
@@ -140,7 +149,7 @@ fn raw_args(args: &[Arg], keys: Keys) -> Vec<raw::RedisModuleCommandArg> {
             token: a.token.map_or(std::ptr::null(), CStr::as_ptr),
             summary: std::ptr::null(),
             since: std::ptr::null(),
-            flags: match (a.optional, a.kind == KEY && keys == Keys::NumKeys) {
+            flags: match (a.optional, a.kind == KEY && keys == Keys::Counted) {
                 (true, _) => raw::REDISMODULE_CMD_ARG_OPTIONAL as c_int,
                 (false, true) => raw::REDISMODULE_CMD_ARG_MULTIPLE as c_int,
                 (false, false) => 0,
@@ -174,7 +183,12 @@ fn key_spec(flags: u32, keys: Keys) -> raw::RedisModuleCommandKeySpec {
             },
         },
     };
-    if keys == Keys::NumKeys {
+    if keys == Keys::SecondArg {
+        spec.bs = raw::RedisModuleCommandKeySpec__bindgen_ty_1 {
+            index: raw::RedisModuleCommandKeySpec__bindgen_ty_1__bindgen_ty_1 { pos: 2 },
+        };
+    }
+    if keys == Keys::Counted {
         spec.find_keys_type = raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_KEYNUM;
         spec.fk = raw::RedisModuleCommandKeySpec__bindgen_ty_2 {
             keynum: raw::RedisModuleCommandKeySpec__bindgen_ty_2__bindgen_ty_2 {

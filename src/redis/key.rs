@@ -173,16 +173,52 @@ impl LockKey {
     /// stays even when it has no holders left, so that a handoff can fill it in the same
     /// command; the caller deletes the key if nobody is granted (see [`Self::delete_if_empty`]).
     pub fn remove(&mut self, owner: &[u8], prune: Option<Millis>) -> Result<Option<Hold>> {
+        let (ctx, name) = (self.ctx, self.name);
         let Some(lock) = self.lock_mut()? else {
             return Ok(None);
         };
         let removed = lock.remove(owner);
+        if let Some(hold) = removed.as_ref().filter(|h| h.session != 0) {
+            let name = redis_module::RedisString::string_as_slice(name);
+            crate::redis::session::untrack(hold.session, selected_db(ctx), name, owner);
+        }
         let expired = prune.map_or(0, |before| lock.prune(before));
         if expired > 0 {
             stats::EXPIRED.add(expired as u64);
             self.notify(c"lock.expired");
         }
         Ok(removed)
+    }
+
+    /// The session `serial` ended at `at`: `owner`'s hold in it is removed (`clean`, a `CLOSE`)
+    /// or lost (its deadline moves to `at`, so its lock-delay starts then), and the holders
+    /// whose place was free by `at` go. False when the key has no such hold (it went away, or
+    /// was taken over after its own deadline). The caller deletes the key if it is empty.
+    pub fn end_session_hold(
+        &mut self,
+        owner: &[u8],
+        serial: crate::lock::Serial,
+        at: Millis,
+        clean: bool,
+    ) -> Result<bool> {
+        let Some(lock) = self.lock_mut()? else {
+            return Ok(false);
+        };
+        let Some(hold) = lock
+            .holders
+            .iter_mut()
+            .find(|h| h.owner == owner && h.session == serial)
+        else {
+            return Ok(false);
+        };
+        if clean {
+            lock.remove(owner);
+        } else {
+            hold.deadline = hold.deadline.min(at);
+            hold.session = 0;
+        }
+        lock.prune(at);
+        Ok(true)
     }
 
     /// Delete the key if no holder is left in it (true), else move its expiry to the latest
@@ -202,9 +238,14 @@ impl LockKey {
         };
         // SAFETY: the key is open for writing and holds a value. SetAbsExpire (7.2+) keeps the
         // exact absolute deadline; on 7.0 we convert to relative, at least 1 ms so that an
-        // expiry of 0 is never taken as "now" twice.
+        // expiry of 0 is never taken as "now" twice. A session hold with no deadline of its own
+        // leaves the key with no expiry (`PTTL` -1): it goes when its session ends.
         let rc = unsafe {
             match raw::RedisModule_SetAbsExpire {
+                _ if deadline >= crate::lock::NO_DEADLINE => raw::RedisModule_SetExpire.unwrap()(
+                    self.key,
+                    raw::REDISMODULE_NO_EXPIRE as c_longlong,
+                ),
                 Some(set_abs) => set_abs(self.key, deadline),
                 None => raw::RedisModule_SetExpire.unwrap()(self.key, (deadline - now()).max(1)),
             }
@@ -289,6 +330,76 @@ impl Drop for LockKey {
     }
 }
 
+/// `LOCK.LOAD` of a hold in a session or with a lock-delay, as a vector of strings: these
+/// are off the hot path, and the combinations of options would otherwise multiply the formats.
+fn load_args(name: &[u8], mode: Mode, hold: &Hold, prune: Option<Millis>) -> Vec<Vec<u8>> {
+    let n = |v: i64| v.to_string().into_bytes();
+    let mut args = vec![
+        name.to_vec(),
+        hold.owner.clone(),
+        n(hold.token as i64),
+        n(hold.deadline),
+    ];
+    if let Mode::Shared { limit } = mode {
+        args.push(b"SHARED".to_vec());
+        if let Some(limit) = limit {
+            args.extend([b"LIMIT".to_vec(), n(limit as i64)]);
+        }
+    }
+    if let Some(prune) = prune {
+        args.extend([b"PRUNE".to_vec(), n(prune)]);
+    }
+    if hold.session != 0 {
+        args.extend([b"SESSION".to_vec(), n(hold.session as i64)]);
+    }
+    if hold.delay != 0 {
+        args.extend([b"DELAY".to_vec(), n(hold.delay)]);
+    }
+    args
+}
+
+/// Call `RedisModule_Replicate` (or `EmitAOF`) with format `v`: an array of strings.
+fn with_strings(args: &[Vec<u8>], f: impl FnOnce(*const *mut raw::RedisModuleString, usize)) {
+    let strings: Vec<*mut raw::RedisModuleString> = args
+        .iter()
+        .map(|a| {
+            // SAFETY: a string made from a (pointer, length) buffer, freed below.
+            unsafe {
+                raw::RedisModule_CreateString.unwrap()(
+                    std::ptr::null_mut(),
+                    a.as_ptr().cast(),
+                    a.len(),
+                )
+            }
+        })
+        .collect();
+    f(strings.as_ptr(), strings.len());
+    for s in strings {
+        // SAFETY: created above with no context; freed once.
+        unsafe { raw::RedisModule_FreeString.unwrap()(std::ptr::null_mut(), s) };
+    }
+}
+
+/// Send `cmd args...` to replicas and the AOF.
+pub fn replicate_strings(ctx: *mut raw::RedisModuleCtx, cmd: &CStr, args: &[Vec<u8>]) {
+    with_strings(args, |argv, argc| {
+        // SAFETY: format "v" takes an array of RedisModuleString pointers and its length.
+        unsafe {
+            raw::RedisModule_Replicate.unwrap()(ctx, cmd.as_ptr(), c"v".as_ptr(), argv, argc);
+        }
+    });
+}
+
+/// Write `cmd args...` into a rewritten AOF.
+pub fn emit_strings(aof: *mut raw::RedisModuleIO, cmd: &CStr, args: &[Vec<u8>]) {
+    with_strings(args, |argv, argc| {
+        // SAFETY: as in replicate_strings.
+        unsafe {
+            raw::RedisModule_EmitAOF.unwrap()(aof, cmd.as_ptr(), c"v".as_ptr(), argv, argc);
+        }
+    });
+}
+
 fn replicate_load(
     ctx: *mut raw::RedisModuleCtx,
     name: *mut raw::RedisModuleString,
@@ -296,6 +407,11 @@ fn replicate_load(
     hold: &Hold,
     prune: Option<Millis>,
 ) {
+    if hold.session != 0 || hold.delay != 0 {
+        let name = redis_module::RedisString::string_as_slice(name);
+        replicate_strings(ctx, c"LOCK.LOAD", &load_args(name, mode, hold, prune));
+        return;
+    }
     let (owner, owner_len) = (hold.owner.as_ptr().cast::<c_char>(), hold.owner.len());
     let (token, deadline) = (hold.token as c_longlong, hold.deadline as c_longlong);
     // SAFETY: reading a function pointer RedisModule_Init set once, before any command ran.
@@ -367,6 +483,11 @@ pub fn emit_aof(aof: *mut raw::RedisModuleIO, name: *mut raw::RedisModuleString,
     // SAFETY: as in replicate_load.
     let emit = unsafe { raw::RedisModule_EmitAOF.unwrap() };
     for hold in &lock.holders {
+        if hold.session != 0 || hold.delay != 0 {
+            let key = redis_module::RedisString::string_as_slice(name);
+            emit_strings(aof, c"LOCK.LOAD", &load_args(key, lock.mode, hold, None));
+            continue;
+        }
         let (owner, owner_len) = (hold.owner.as_ptr().cast::<c_char>(), hold.owner.len());
         let (token, deadline) = (hold.token as c_longlong, hold.deadline as c_longlong);
         // SAFETY: as in replicate_load; aof and name come from the rewrite callback.

@@ -7,6 +7,7 @@
 //! - `acl`: ACL categories for the commands, on servers that can set them.
 //! - `pause`: nothing is written while the server holds writes back (client pauses, failover).
 //! - `role`: the token jumps at start-up and when this server is promoted to primary.
+//! - `session`: the sessions table, its expiry timer, disconnects of bound sessions, ids.
 
 pub mod acl;
 pub mod blocking;
@@ -18,3 +19,4 @@ pub mod guard;
 pub mod key;
 pub mod pause;
 pub mod role;
+pub mod session;

@@ -69,8 +69,12 @@ extern "C" fn on_loading(
         | raw::REDISMODULE_SUBEVENT_LOADING_AOF_START => {
             DISK_LOAD.with(|d| d.set(state::starting()));
         }
-        raw::REDISMODULE_SUBEVENT_LOADING_ENDED if DISK_LOAD.with(|d| d.replace(false)) => {
-            jump(&Context::new(ctx), "loaded its data");
+        raw::REDISMODULE_SUBEVENT_LOADING_ENDED => {
+            if DISK_LOAD.with(|d| d.replace(false)) {
+                jump(&Context::new(ctx), "loaded its data");
+            }
+            // Loaded sessions expire from now on (a replica's timer ends nothing).
+            crate::redis::session::arm_timer(ctx);
         }
         raw::REDISMODULE_SUBEVENT_LOADING_FAILED => DISK_LOAD.with(|d| d.set(false)),
         _ => {}

@@ -30,6 +30,7 @@ mod nodes;
 mod manual_failover;
 mod masters_and_replicas;
 mod redirects;
+mod sessions;
 mod slot_migration;
 mod throughput;
 mod topology;

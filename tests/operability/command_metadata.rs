@@ -57,6 +57,7 @@ fn command_docs_describe_every_command() {
         .arg("lock.extend")
         .arg("lock.fence")
         .arg("lock.info")
+        .arg("lock.session")
         .query(&mut c)
         .unwrap();
     let docs: BTreeMap<String, Vec<(String, Value)>> = pairs(&reply)
@@ -66,7 +67,7 @@ fn command_docs_describe_every_command() {
 
     // name, then per argument: (name, token, optional).
     type ArgSpec = (&'static str, Option<&'static str>, bool);
-    let expected: [(&str, &[ArgSpec]); 5] = [
+    let expected: [(&str, &[ArgSpec]); 6] = [
         (
             "lock.acquire",
             &[
@@ -76,6 +77,16 @@ fn command_docs_describe_every_command() {
                 ("shared", Some("SHARED"), true),
                 ("limit", Some("LIMIT"), true),
                 ("timeout-ms", Some("BLOCK"), true),
+                ("session-id", Some("SESSION"), true),
+                ("lockdelay-ms", Some("LOCKDELAY"), true),
+            ],
+        ),
+        (
+            "lock.session",
+            &[
+                ("subcommand", None, false),
+                ("id-or-ttl-ms", None, false),
+                ("option", None, true),
             ],
         ),
         (

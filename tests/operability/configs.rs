@@ -15,6 +15,9 @@ fn configs_have_defaults_and_reject_out_of_range_values() {
         ("lock.max-owner-bytes", "1024"),
         ("lock.max-waiters", "10000"),
         ("lock.failover-token-margin-ms", "60000"),
+        ("lock.max-session-ttl-ms", "86400000"),
+        ("lock.max-sessions", "100000"),
+        ("lock.max-session-holds", "100000"),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -31,6 +34,9 @@ fn configs_have_defaults_and_reject_out_of_range_values() {
         ("lock.max-waiters", "-1"),
         ("lock.max-waiters", "abc"),
         ("lock.max-multi-keys", "0"),
+        ("lock.max-session-ttl-ms", "0"),
+        ("lock.max-sessions", "-1"),
+        ("lock.max-session-holds", "0"),
     ] {
         let before = config_get(&mut c, name);
         assert_err_code(config_set(&mut c, name, bad), "ERR");

@@ -17,6 +17,13 @@ struct Counters {
     expired: i64,
     timed_out: i64,
     token_high_water: i64,
+    sessions: i64,
+    sessions_opened: i64,
+    sessions_closed: i64,
+    sessions_expired: i64,
+    sessions_disconnected: i64,
+    session_holds_released: i64,
+    keys_in_lock_delay: i64,
 }
 
 /// One of `lock_wait_ms` / `lock_hold_ms`: `count=N,mean=F,p50=F,p90=F,p99=F,max=F`.
@@ -39,7 +46,7 @@ struct LockInfo {
 }
 
 /// The field names `INFO lock` must print, in order.
-const INFO_FIELDS: [&str; 13] = [
+const INFO_FIELDS: [&str; 20] = [
     "lock_locks",
     "lock_waiters",
     "lock_waiting_keys",
@@ -51,6 +58,13 @@ const INFO_FIELDS: [&str; 13] = [
     "lock_expired",
     "lock_timed_out",
     "lock_token_high_water",
+    "lock_sessions",
+    "lock_sessions_opened",
+    "lock_sessions_closed",
+    "lock_sessions_expired",
+    "lock_sessions_disconnected",
+    "lock_session_holds_released",
+    "lock_keys_in_lock_delay",
     "lock_wait_ms",
     "lock_hold_ms",
 ];
@@ -139,9 +153,16 @@ fn lock_stats(conn: &mut Connection) -> LockInfo {
             expired: int(8),
             timed_out: int(9),
             token_high_water: int(10),
+            sessions: int(11),
+            sessions_opened: int(12),
+            sessions_closed: int(13),
+            sessions_expired: int(14),
+            sessions_disconnected: int(15),
+            session_holds_released: int(16),
+            keys_in_lock_delay: int(17),
         },
-        wait: parse_summary(&fields[11].0, &fields[11].1),
-        hold: parse_summary(&fields[12].0, &fields[12].1),
+        wait: parse_summary(&fields[18].0, &fields[18].1),
+        hold: parse_summary(&fields[19].0, &fields[19].1),
     }
 }
 

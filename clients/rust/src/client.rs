@@ -11,6 +11,7 @@ use crate::command::{self, in_step, Command, Failure};
 use crate::error::Error;
 use crate::guard::Guard;
 use crate::hold::{Acquisition, Durable, Settled, Target};
+use crate::session::{Session, SessionState};
 
 /// How long opening a connection may take, unless [`Client::with_timeouts`] says otherwise.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -38,6 +39,8 @@ pub struct Client {
     pub(crate) inner: Arc<Inner>,
     /// The owner every acquisition uses; `None` for a new UUID per acquisition.
     pub(crate) owner: Option<String>,
+    /// The session every acquisition is made in ([`Client::with_session`]), if any.
+    pub(crate) session: Option<Arc<SessionState>>,
 }
 
 /// The server a client talks to and its limits: what the sync and the async client share.
@@ -88,6 +91,64 @@ impl Endpoint {
             ..self.with_timeouts(self.connect_timeout, self.io_timeout)
         }
     }
+
+    /// The node a cluster's `MOVED` redirect names, with this endpoint's credentials, database,
+    /// TLS settings and timeouts.
+    pub(crate) fn redirected(&self, moved: &redis::RedisError) -> Result<Endpoint, Error> {
+        let bad = || Error::UnexpectedReply {
+            command: "LOCK.FENCE",
+            reply: format!("{moved}"),
+        };
+        let (node, _slot) = moved.redirect_node().ok_or_else(bad)?;
+        let (host, port) = node.rsplit_once(':').ok_or_else(bad)?;
+        let port: u16 = port.parse().map_err(|_| bad())?;
+        let mut info = self.redis.get_connection_info().clone();
+        info.addr = match info.addr {
+            redis::ConnectionAddr::TcpTls {
+                insecure,
+                tls_params,
+                ..
+            } => redis::ConnectionAddr::TcpTls {
+                host: host.to_string(),
+                port,
+                insecure,
+                tls_params,
+            },
+            _ => redis::ConnectionAddr::Tcp(host.to_string(), port),
+        };
+        let redis = redis::Client::open(info).map_err(Error::from_redis)?;
+        Ok(Endpoint {
+            redis,
+            ..self.with_timeouts(self.connect_timeout, self.io_timeout)
+        })
+    }
+
+    /// Open a connection within `timeout`, handshake included.
+    ///
+    /// `redis::Client::get_connection_with_timeout` bounds only the TCP connect: the handshake
+    /// that follows (`CLIENT SETINFO`, and `AUTH`/`SELECT` if the URL asks) reads its replies
+    /// with no timeout, so a server that accepts connections but does not answer (paused with
+    /// SIGSTOP, or stuck) would block the caller forever. The connection is therefore opened on
+    /// a helper thread and abandoned if it is not ready in time; that thread ends when the
+    /// server answers or the connection breaks, and the late connection is then closed.
+    pub(crate) fn connect(&self, timeout: Duration) -> Result<Connection, Error> {
+        let (tx, rx) = mpsc::sync_channel(1);
+        let redis = self.redis.clone();
+        thread::Builder::new()
+            .name("redis-lock-connect".to_string())
+            .spawn(move || {
+                // The receiver may have given up; the connection is then dropped (closed).
+                let _ = tx.send(redis.get_connection_with_timeout(timeout));
+            })
+            .map_err(Error::Spawn)?;
+        match rx.recv_timeout(timeout) {
+            Ok(result) => result.map_err(Error::from_redis),
+            Err(_) => Err(Error::Connection(redis::RedisError::from(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("no answer to the connection handshake within {timeout:?}"),
+            )))),
+        }
+    }
 }
 
 /// What a [`Client`] and its guards share.
@@ -116,6 +177,7 @@ impl Client {
         Ok(Client {
             inner: Arc::new(Inner::new(Endpoint::open(url)?)),
             owner: None,
+            session: None,
         })
     }
 
@@ -126,7 +188,7 @@ impl Client {
     pub fn with_timeouts(self, connect: Duration, io: Duration) -> Client {
         Client {
             inner: Arc::new(Inner::new(self.inner.with_timeouts(connect, io))),
-            owner: self.owner,
+            ..self
         }
     }
 
@@ -143,7 +205,7 @@ impl Client {
     pub fn durable(self, replicas: u32, timeout: Duration) -> Client {
         Client {
             inner: Arc::new(Inner::new(self.inner.with_durable(replicas, timeout))),
-            owner: self.owner,
+            ..self
         }
     }
 
@@ -155,8 +217,49 @@ impl Client {
     /// key are the *same* hold: releasing either releases it. The server rejects an empty owner.
     pub fn with_owner(self, owner: impl Into<String>) -> Client {
         Client {
-            inner: self.inner,
             owner: Some(owner.into()),
+            ..self
+        }
+    }
+
+    /// The same server, with every acquisition made in `session` (`SESSION id`): the holds end
+    /// when the session ends (closed, expired, or, bound, its connection closed), at the latest,
+    /// and need no watchdog: the session's one keepalive covers them all. A `ttl` of zero is
+    /// allowed there: the hold has no deadline of its own (its key has no Redis TTL, `PTTL` is
+    /// -1) and lives as long as the session. A guard taken in a session reports the session's
+    /// loss as its own ([`Guard::lost`]).
+    ///
+    /// The session must be one of this server's: another server answers `ERR no such session`
+    /// (in a cluster, open one session per node, on [`Client::for_key`]'s client).
+    pub fn with_session(&self, session: &Session) -> Client {
+        Client {
+            session: Some(Arc::clone(session.state())),
+            ..self.clone()
+        }
+    }
+
+    /// In a Redis Cluster: a client for the node that serves `key`, with this client's
+    /// credentials, timeouts and owner (and no session). Asks this client's node with
+    /// `LOCK.FENCE key`: the same client if it serves the key, else the node its `MOVED`
+    /// redirect names. Open a session there for the locks of that node's keys
+    /// (`LOCK.SESSION OPEN` has no key, so it opens on whichever node it is sent to).
+    pub fn for_key(&self, key: &str) -> Result<Client, Error> {
+        let fence = command::fence(key, 1);
+        let inner = &self.inner;
+        match inner.with_conn(inner.io_timeout, inner.connect_timeout, &fence) {
+            Ok(_) => Ok(Client {
+                session: None,
+                ..self.clone()
+            }),
+            Err(Error::Server(e)) if e.kind() == redis::ErrorKind::Moved => {
+                let endpoint = inner.redirected(&e)?;
+                Ok(Client {
+                    inner: Arc::new(Inner::new(endpoint)),
+                    owner: self.owner.clone(),
+                    session: None,
+                })
+            }
+            Err(e) => Err(e),
         }
     }
 
@@ -205,7 +308,8 @@ impl Client {
         ttl: Duration,
         wait: Option<Duration>,
     ) -> Result<Option<Guard>, Error> {
-        let acquisition = Acquisition::new(target, owner, ttl, wait)?;
+        let session = self.session.as_deref().map(SessionState::id);
+        let acquisition = Acquisition::new(target, owner, ttl, wait, session)?;
         let inner = &self.inner;
         let timeout = acquisition.reply_timeout(inner.io_timeout);
         let durable = inner.durable;
@@ -321,33 +425,6 @@ impl Inner {
             return (result.map_err(Failure::sent), second);
         }
         (self.finish(conn, result), second)
-    }
-
-    /// Open a connection within `timeout`, handshake included.
-    ///
-    /// `redis::Client::get_connection_with_timeout` bounds only the TCP connect: the handshake
-    /// that follows (`CLIENT SETINFO`, and `AUTH`/`SELECT` if the URL asks) reads its replies
-    /// with no timeout, so a server that accepts connections but does not answer (paused with
-    /// SIGSTOP, or stuck) would block the caller forever. The connection is therefore opened on
-    /// a helper thread and abandoned if it is not ready in time; that thread ends when the
-    /// server answers or the connection breaks, and the late connection is then closed.
-    fn connect(&self, timeout: Duration) -> Result<Connection, Error> {
-        let (tx, rx) = mpsc::sync_channel(1);
-        let redis = self.redis.clone();
-        thread::Builder::new()
-            .name("redis-lock-connect".to_string())
-            .spawn(move || {
-                // The receiver may have given up; the connection is then dropped (closed).
-                let _ = tx.send(redis.get_connection_with_timeout(timeout));
-            })
-            .map_err(Error::Spawn)?;
-        match rx.recv_timeout(timeout) {
-            Ok(result) => result.map_err(Error::from_redis),
-            Err(_) => Err(Error::Connection(redis::RedisError::from(io::Error::new(
-                io::ErrorKind::TimedOut,
-                format!("no answer to the connection handshake within {timeout:?}"),
-            )))),
-        }
     }
 
     fn run<T: 'static>(

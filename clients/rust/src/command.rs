@@ -74,13 +74,15 @@ pub(crate) enum Mode {
     },
 }
 
-/// `LOCK.ACQUIRE key owner ttl [SHARED [LIMIT n]] [BLOCK ms]` -> `Some(token)` or `None`.
+/// `LOCK.ACQUIRE key owner ttl [SHARED [LIMIT n]] [BLOCK ms] [SESSION id]` -> `Some(token)` or
+/// `None`.
 pub(crate) fn acquire(
     key: &str,
     owner: &str,
     ttl_ms: u64,
     mode: Mode,
     block_ms: Option<u64>,
+    session: Option<&str>,
 ) -> Command<Option<u64>> {
     let mut cmd = redis::cmd("LOCK.ACQUIRE");
     cmd.arg(key).arg(owner).arg(ttl_ms);
@@ -93,6 +95,9 @@ pub(crate) fn acquire(
     if let Some(ms) = block_ms {
         cmd.arg("BLOCK").arg(ms);
     }
+    if let Some(id) = session {
+        cmd.arg("SESSION").arg(id);
+    }
     Command::new(cmd, |reply| match reply {
         Value::Int(n) if n > 0 => Ok(Some(n as u64)),
         Value::Nil => Ok(None),
@@ -100,17 +105,22 @@ pub(crate) fn acquire(
     })
 }
 
-/// `LOCK.MACQUIRE numkeys key... owner ttl [BLOCK ms]` -> one token per key, or `None`.
+/// `LOCK.MACQUIRE numkeys key... owner ttl [BLOCK ms] [SESSION id]` -> one token per key, or
+/// `None`.
 pub(crate) fn macquire(
     keys: &[String],
     owner: &str,
     ttl_ms: u64,
     block_ms: Option<u64>,
+    session: Option<&str>,
 ) -> Command<Option<Vec<u64>>> {
     let mut cmd = redis::cmd("LOCK.MACQUIRE");
     cmd.arg(keys.len()).arg(keys).arg(owner).arg(ttl_ms);
     if let Some(ms) = block_ms {
         cmd.arg("BLOCK").arg(ms);
+    }
+    if let Some(id) = session {
+        cmd.arg("SESSION").arg(id);
     }
     let n = keys.len();
     Command::new(cmd, move |reply| match reply {
@@ -284,6 +294,72 @@ pub(crate) fn fenced<T: redis::FromRedisValue + 'static>(
     }))
 }
 
+// ---------------------------------------------------------------------------------------------
+// Sessions: one lease for many holds (see "Sessions" in docs/commands.md).
+
+/// `LOCK.SESSION OPEN ttl [BOUND] [LOCKDELAY ms]` -> the new session's id.
+pub(crate) fn session_open(
+    ttl_ms: u64,
+    bound: bool,
+    lock_delay_ms: Option<u64>,
+) -> Command<String> {
+    let mut cmd = redis::cmd("LOCK.SESSION");
+    cmd.arg("OPEN").arg(ttl_ms);
+    if bound {
+        cmd.arg("BOUND");
+    }
+    if let Some(ms) = lock_delay_ms {
+        cmd.arg("LOCKDELAY").arg(ms);
+    }
+    Command::new(cmd, |reply| match reply {
+        Value::BulkString(id) if !id.is_empty() => String::from_utf8(id)
+            .map_err(|e| unexpected("LOCK.SESSION OPEN", Value::BulkString(e.into_bytes()))),
+        other => Err(unexpected("LOCK.SESSION OPEN", other)),
+    })
+}
+
+/// `LOCK.SESSION KEEPALIVE id` -> the ms left, or `None`: the session is gone.
+pub(crate) fn session_keepalive(id: &str) -> Command<Option<u64>> {
+    let mut cmd = redis::cmd("LOCK.SESSION");
+    cmd.arg("KEEPALIVE").arg(id);
+    Command::new(cmd, |reply| match reply {
+        Value::Int(n) if n >= 0 => Ok(Some(n as u64)),
+        Value::Nil => Ok(None),
+        other => Err(unexpected("LOCK.SESSION KEEPALIVE", other)),
+    })
+}
+
+/// `LOCK.SESSION CLOSE id` -> how many holds it released, or `None`: the session was gone.
+pub(crate) fn session_close(id: &str) -> Command<Option<u64>> {
+    let mut cmd = redis::cmd("LOCK.SESSION");
+    cmd.arg("CLOSE").arg(id);
+    Command::new(cmd, |reply| match reply {
+        Value::Int(n) if n >= 0 => Ok(Some(n as u64)),
+        Value::Nil => Ok(None),
+        other => Err(unexpected("LOCK.SESSION CLOSE", other)),
+    })
+}
+
+/// `LOCK.SESSION INFO id` -> the session as the server sees it, or `None`: it is gone.
+pub(crate) fn session_info(id: &str) -> Command<Option<crate::session::SessionInfo>> {
+    let mut cmd = redis::cmd("LOCK.SESSION");
+    cmd.arg("INFO").arg(id);
+    Command::new(cmd, |reply| match reply {
+        Value::Nil => Ok(None),
+        Value::Map(pairs) => crate::session::SessionInfo::from_pairs(pairs).map(Some),
+        // RESP2: the map as a flat array of names and values.
+        Value::Array(items) if items.len() % 2 == 0 => {
+            let mut items = items.into_iter();
+            let mut pairs = Vec::new();
+            while let (Some(name), Some(value)) = (items.next(), items.next()) {
+                pairs.push((name, value));
+            }
+            crate::session::SessionInfo::from_pairs(pairs).map(Some)
+        }
+        other => Err(unexpected("LOCK.SESSION INFO", other)),
+    })
+}
+
 /// `CLIENT ID` -> this connection's client id.
 #[cfg(feature = "tokio")]
 pub(crate) fn client_id() -> Command<u64> {
@@ -354,7 +430,7 @@ fn count_of(command: &'static str, reply: Value, max: i64) -> Result<i64, Error>
     }
 }
 
-fn unexpected(command: &'static str, reply: Value) -> Error {
+pub(crate) fn unexpected(command: &'static str, reply: Value) -> Error {
     Error::UnexpectedReply {
         command,
         reply: format!("{reply:?}"),
@@ -371,6 +447,15 @@ pub(crate) fn ttl_ms(ttl: Duration) -> Result<u64, Error> {
         return Err(Error::InvalidArgument("ttl must be at least 1 ms"));
     }
     Ok(ms)
+}
+
+/// A hold's `ttl` in whole milliseconds: at least 1, or exactly zero in a session (a session hold
+/// with no deadline of its own, which ends with its session).
+pub(crate) fn hold_ttl_ms(ttl: Duration, in_session: bool) -> Result<u64, Error> {
+    match ttl.is_zero() && in_session {
+        true => Ok(0),
+        false => ttl_ms(ttl),
+    }
 }
 
 /// The `BLOCK` argument for a blocking acquire that waits up to `wait`: `None` for a zero wait,
@@ -396,6 +481,17 @@ pub(crate) fn check_watchdog_period(period: Duration, ttl: Duration) -> Result<(
     if period.is_zero() || period >= ttl {
         return Err(Error::InvalidArgument(
             "watchdog period must be non-zero and shorter than the ttl",
+        ));
+    }
+    Ok(())
+}
+
+/// A watchdog has something to renew: refused for a session hold with no deadline of its own.
+pub(crate) fn check_renewable(hold: &crate::hold::Hold) -> Result<(), Error> {
+    if hold.in_session() && hold.ttl().is_zero() {
+        return Err(Error::InvalidArgument(
+            "a session hold with ttl 0 has no deadline of its own to renew: the session's \
+             keepalive covers it",
         ));
     }
     Ok(())

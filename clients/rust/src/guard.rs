@@ -28,8 +28,9 @@ pub struct Guard {
     hold: Arc<Hold>,
     /// The renewal thread, if started.
     watchdog: Option<Watchdog>,
-    /// Where the watchdog reports a loss (the sender side and the remembered reason).
-    loss: LossSignal,
+    /// Where the watchdog (or the guard's session) reports a loss: the sender side and the
+    /// remembered reason.
+    loss: Arc<LossSignal>,
     /// The receiving side of the loss channel.
     loss_rx: Receiver<LossReason>,
     /// Set once [`Guard::release`] ran, so that `Drop` does not release again.
@@ -81,14 +82,18 @@ pub(crate) use guard_accessors;
 impl Guard {
     pub(crate) fn new(client: Client, hold: Hold) -> Guard {
         let (notify, loss_rx) = mpsc::channel();
+        let loss = Arc::new(LossSignal {
+            reason: Arc::new(Mutex::new(None)),
+            notify,
+        });
+        if let Some(session) = &client.session {
+            session.listen(Arc::downgrade(&loss));
+        }
         Guard {
             client,
             hold: Arc::new(hold),
             watchdog: None,
-            loss: LossSignal {
-                reason: Arc::new(Mutex::new(None)),
-                notify,
-            },
+            loss,
             loss_rx,
             released: false,
         }
@@ -167,7 +172,11 @@ impl Guard {
     /// renewal may take at most the period (read and connect timeouts), so a server that stops
     /// answering is reported within two thirds of the TTL after the last renewal, before the
     /// deadline. A running watchdog is replaced.
+    ///
+    /// A lock taken in a session needs none: the session's keepalive covers it. A watchdog
+    /// there renews the hold's own deadline; for a hold without one (ttl 0) it is refused.
     pub fn start_watchdog(&mut self) -> Result<(), Error> {
+        command::check_renewable(&self.hold)?;
         self.spawn_watchdog(None)
     }
 
@@ -175,6 +184,7 @@ impl Guard {
     /// than the TTL (a third or less is advisable: a renewal that is one period late must still
     /// land before the deadline).
     pub fn start_watchdog_every(&mut self, period: Duration) -> Result<(), Error> {
+        command::check_renewable(&self.hold)?;
         command::check_watchdog_period(period, self.ttl())?;
         self.spawn_watchdog(Some(period))
     }
@@ -193,8 +203,11 @@ impl Guard {
     }
 
     /// The channel on which the watchdog reports a loss, once. Use it to wait for a loss next to
-    /// other work (`try_recv` in a loop, `recv_timeout`). Nothing is sent without a watchdog,
-    /// and the channel stays open as long as the guard lives.
+    /// other work (`try_recv` in a loop, `recv_timeout`). Nothing is sent without a watchdog or
+    /// a session, and the channel stays open as long as the guard lives. A guard taken in a
+    /// session is sent the session's loss ([`LossReason::SessionEnded`],
+    /// [`LossReason::BoundConnectionClosed`], or a failed keepalive as
+    /// [`LossReason::ExtendFailed`]).
     pub fn lost(&self) -> &Receiver<LossReason> {
         &self.loss_rx
     }
@@ -231,9 +244,9 @@ impl Guard {
         self.stop_watchdog();
         let lease = Lease {
             client: Arc::clone(&self.client.inner),
-            hold: Arc::clone(&self.hold),
+            hold: Arc::clone(&self.hold) as Arc<dyn crate::watchdog::Renewable>,
             period,
-            loss: self.loss.clone(),
+            loss: Arc::clone(&self.loss),
         };
         self.watchdog = Some(Watchdog::spawn(lease).map_err(Error::Spawn)?);
         Ok(())

@@ -12,7 +12,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use crate::command::{self, block_ms, pick_owner, ttl_ms, Command, Failure, Mode};
+use crate::command::{self, block_ms, hold_ttl_ms, pick_owner, Command, Failure, Mode};
 use crate::error::Error;
 
 /// What an acquisition asks for.
@@ -78,6 +78,8 @@ pub(crate) struct Acquisition {
     ttl_ms: u64,
     /// `BLOCK ms`, or `None` for one try.
     block_ms: Option<u64>,
+    /// `SESSION id`: the session the hold is taken in, if any.
+    session: Option<String>,
 }
 
 /// What an acquisition's reply means for the caller.
@@ -99,15 +101,17 @@ pub(crate) enum Settled {
 impl Acquisition {
     /// Check the arguments and pick the owner: the client's chosen one (`chosen`), or a new
     /// random UUID. `wait` is `None` for one try, else how long to wait in the queue (zero is
-    /// one try too: the server would read `BLOCK 0` as "forever").
+    /// one try too: the server would read `BLOCK 0` as "forever"). `session` is the id of the
+    /// session to hold it in; there a zero `ttl` means no deadline of the hold's own.
     pub(crate) fn new(
         target: Target,
         chosen: &Option<String>,
         ttl: Duration,
         wait: Option<Duration>,
+        session: Option<&str>,
     ) -> Result<Acquisition, Error> {
         target.check()?;
-        let ttl_ms = ttl_ms(ttl)?;
+        let ttl_ms = hold_ttl_ms(ttl, session.is_some())?;
         let block_ms = match wait {
             Some(wait) => block_ms(wait)?,
             None => None,
@@ -119,6 +123,7 @@ impl Acquisition {
             generated,
             ttl_ms,
             block_ms,
+            session: session.map(str::to_string),
         })
     }
 
@@ -136,11 +141,12 @@ impl Acquisition {
     /// The request: `LOCK.ACQUIRE` or `LOCK.MACQUIRE`, answered with the tokens or `None`.
     pub(crate) fn request(&self) -> Command<Option<Vec<u64>>> {
         let (owner, ttl, block) = (&self.owner, self.ttl_ms, self.block_ms);
+        let session = self.session.as_deref();
         match &self.target {
             Target::One { key, mode } => {
-                command::acquire(key, owner, ttl, *mode, block).map(|t| t.map(|t| vec![t]))
+                command::acquire(key, owner, ttl, *mode, block, session).map(|t| t.map(|t| vec![t]))
             }
-            Target::Many { keys } => command::macquire(keys, owner, ttl, block),
+            Target::Many { keys } => command::macquire(keys, owner, ttl, block, session),
         }
     }
 
@@ -157,6 +163,7 @@ impl Acquisition {
                 generated: self.generated,
                 tokens,
                 ttl_ms: AtomicU64::new(self.ttl_ms),
+                in_session: self.session.is_some(),
             }),
             Ok(None) => Settled::Busy,
             Err(Failure { error, maybe_sent }) => {
@@ -180,7 +187,10 @@ pub(crate) struct Hold {
     /// The fencing tokens, one per key.
     tokens: Vec<u64>,
     /// The TTL of the grant or of the last successful extend, in ms; the watchdog renews with it.
+    /// Zero for a session hold with no deadline of its own.
     ttl_ms: AtomicU64,
+    /// Held in a session: it ends with the session too, and a zero TTL is allowed.
+    in_session: bool,
 }
 
 impl Hold {
@@ -245,14 +255,20 @@ impl Hold {
         command::fenced(key, self.tokens[i], write)
     }
 
+    /// True for a hold taken in a session.
+    pub(crate) fn in_session(&self) -> bool {
+        self.in_session
+    }
+
     /// The renewal the watchdog sends: an extend with the current TTL.
     pub(crate) fn renewal(&self) -> Command<bool> {
         self.extend_ms(self.ttl_ms.load(Ordering::Relaxed))
     }
 
     /// An extend to `ttl`, and the TTL in ms to record with [`Hold::extended`] if it succeeds.
+    /// In a session a zero `ttl` takes the hold's own deadline away again.
     pub(crate) fn extend(&self, ttl: Duration) -> Result<(Command<bool>, u64), Error> {
-        let ms = ttl_ms(ttl)?;
+        let ms = hold_ttl_ms(ttl, self.in_session)?;
         Ok((self.extend_ms(ms), ms))
     }
 

@@ -8,6 +8,11 @@
 //! is a plain thread. With the cargo feature `tokio`, `aio` has the same API for tokio
 //! (`aio::Client`, `aio::Guard`, `aio::Redlock`, `aio::Semaphore`, ...).
 //!
+//! A [`Session`] (`LOCK.SESSION`) is one lease for many holds: one keepalive for every lock taken
+//! in it ([`Client::with_session`], or `.session(&session)` on the lock types), and, opened
+//! [`bound`](SessionBuilder::bound), an end the moment this process's connection closes, so that
+//! waiters do not sit out a TTL after a crash.
+//!
 //! ```no_run
 //! use std::time::Duration;
 //! use redis_lock_client::Client;
@@ -138,8 +143,13 @@
 //!   `Acquisition` (its request, then `settle`: what the reply means and what a failure must
 //!   clean up), and `Hold` (a granted lock's keys, owner, tokens, TTL, and its release, extend
 //!   and fence commands, and its fenced writes: which key's token fences one).
-//! - `watchdog.rs`: [`LossReason`] and `Schedule` (when renewals are due, what they send, their
-//!   timeouts), then the renewal thread.
+//! - `watchdog.rs`: [`LossReason`], `Renewable` (a lock or a session), `Report` (who is told of
+//!   a loss) and `Schedule` (when renewals are due, what they send, their timeouts), then the
+//!   renewal thread.
+//! - `session.rs`: what a session is to the client (`SessionState`: its id, TTL, and the guards to
+//!   tell of its loss), [`SessionBuilder`] and [`SessionInfo`], then the sync [`Session`].
+//! - `bound.rs`: a bound session's dedicated connection and the thread that waits on it (both
+//!   APIs).
 //! - `redlock.rs`: the Redlock round (`Round`, `Vote`, `decide`: quorum and validity math,
 //!   where to release) and how tokens are combined, then the sync [`Redlock`].
 //! - `locks.rs`: [`Semaphore`], [`ReadWriteLock`] and [`MultiLock`], one type each for both
@@ -152,12 +162,13 @@
 //!   watchdog control, fenced writes) and [`fenced_call`].
 //! - `aio/` (feature `tokio`): the async client (one multiplexed connection, waiter
 //!   connections, cancel-safe acquires), guard, watchdog task, Redlock (masters asked
-//!   concurrently) and the async acquires of the lock types.
+//!   concurrently), session and the async acquires of the lock types.
 
 #![warn(missing_docs)]
 
 #[cfg(feature = "tokio")]
 pub mod aio;
+mod bound;
 mod client;
 mod command;
 mod error;
@@ -165,6 +176,7 @@ mod guard;
 mod hold;
 mod locks;
 mod redlock;
+mod session;
 pub(crate) mod watchdog;
 
 pub use client::{Client, DEFAULT_CONNECT_TIMEOUT, DEFAULT_IO_TIMEOUT};
@@ -175,6 +187,7 @@ pub use locks::{MultiLock, ReadWriteLock, Semaphore};
 pub use redlock::{
     Redlock, RedlockGuard, DEFAULT_MASTER_CONNECT_TIMEOUT, DEFAULT_MASTER_IO_TIMEOUT,
 };
+pub use session::{Session, SessionBuilder, SessionInfo};
 pub use watchdog::LossReason;
 
 #[cfg(test)]
@@ -192,6 +205,8 @@ mod tests {
         send_sync::<ReadWriteLock>();
         send_sync::<MultiLock>();
         send_sync::<Redlock>();
+        send_sync::<SessionBuilder>();
+        send::<Session>();
         send_sync::<Error>();
         send_sync::<RedlockError>();
         send_sync::<LossReason>();
@@ -209,6 +224,7 @@ mod tests {
         send_sync::<aio::ReadWriteLock>();
         send_sync::<aio::MultiLock>();
         send_sync::<aio::Redlock>();
+        send_sync::<aio::Session>();
         send_sync::<aio::Guard>();
         send_sync::<aio::RedlockGuard>();
     }

@@ -15,6 +15,7 @@ use crate::command::Mode;
 use crate::error::Error;
 use crate::guard::Guard;
 use crate::hold::Target;
+use crate::session::Session;
 
 /// A counting semaphore on one key: at most `limit` holders at once (`LOCK.ACQUIRE key owner
 /// ttl SHARED LIMIT limit`), each with a guard and a token of its own.
@@ -42,7 +43,7 @@ pub struct ReadWriteLock<C = Client> {
     /// The server.
     pub(crate) client: C,
     /// The key.
-    key: String,
+    pub(crate) key: String,
 }
 
 /// Exclusive locks on several keys, all or none, in one step (`LOCK.MACQUIRE numkeys key ...
@@ -146,15 +147,36 @@ macro_rules! sync_acquires {
     };
 }
 
+/// `session(&session)` of a lock type with a field `client`, for the session type `$session`.
+macro_rules! in_session {
+    ($session:ty) => {
+        /// The same lock, every acquisition made in `session` (`SESSION id`; see
+        /// [`Client::with_session`]): no watchdog needed, and a `ttl` of zero means no deadline
+        /// of the hold's own (it ends with the session).
+        pub fn session(self, session: &$session) -> Self {
+            Self {
+                client: self.client.with_session(session),
+                ..self
+            }
+        }
+    };
+}
+#[cfg(feature = "tokio")]
+pub(crate) use in_session;
+
 impl Semaphore<Client> {
     sync_acquires!("a permit");
+    in_session!(Session);
 }
 
 impl MultiLock<Client> {
     sync_acquires!("every key (one `LOCK.MACQUIRE`)");
+    in_session!(Session);
 }
 
 impl ReadWriteLock<Client> {
+    in_session!(Session);
+
     /// Try once to read-lock for `ttl` (`SHARED`): `Ok(None)` if a writer holds it or waits.
     pub fn read(&self, ttl: Duration) -> Result<Option<Guard>, Error> {
         self.acquire(true, ttl, None)

@@ -200,7 +200,14 @@ impl Round {
 
     /// Step 2's request to each master: `LOCK.ACQUIRE key owner ttl`.
     pub(crate) fn request(&self) -> Command<Option<u64>> {
-        command::acquire(&self.key, &self.owner, self.ttl_ms, Mode::Exclusive, None)
+        command::acquire(
+            &self.key,
+            &self.owner,
+            self.ttl_ms,
+            Mode::Exclusive,
+            None,
+            None,
+        )
     }
 
     /// Step 3: granted if `needed` masters granted and validity time is left. Otherwise the

@@ -1,5 +1,7 @@
 //! The lease watchdog: a thread that renews a guard's lock every fraction of its TTL and tells
-//! the holder the moment a renewal fails.
+//! the holder the moment a renewal fails. A [`Session`](crate::Session)'s keepalive is the same
+//! thread renewing the session instead of a lock ([`Renewable`]), and reporting to every guard
+//! of the session ([`Report`]).
 //!
 //! Its lifetime is tied to the [`Guard`](crate::Guard): the guard owns the sending half of a
 //! stop channel, and the thread waits on the other half with `recv_timeout` between renewals.
@@ -29,6 +31,16 @@ pub enum LossReason {
     /// longer count on it, so the watchdog reports it as lost at once (before the deadline,
     /// with the default period) rather than letting the holder run past an expiry it cannot see.
     ExtendFailed(Arc<Error>),
+    /// The hold's session is gone: its `LOCK.SESSION KEEPALIVE` answered nil (the session
+    /// expired, e.g. this process was paused past its TTL; it was closed from elsewhere; or,
+    /// for a bound session, its connection closed). Every hold of the session went with it.
+    SessionEnded,
+    /// The dedicated connection of a bound session ([`SessionBuilder::bound`]) closed (the
+    /// server closed it: `CLIENT KILL`, an idle `timeout`, a restart; or the network failed).
+    /// The server ends a bound session the moment that connection closes, with every hold in it.
+    ///
+    /// [`SessionBuilder::bound`]: crate::SessionBuilder::bound
+    BoundConnectionClosed(Arc<Error>),
 }
 
 impl fmt::Display for LossReason {
@@ -36,6 +48,10 @@ impl fmt::Display for LossReason {
         match self {
             LossReason::NotHeld => write!(f, "lock no longer held (expired, deleted or taken)"),
             LossReason::ExtendFailed(e) => write!(f, "lock renewal failed: {e}"),
+            LossReason::SessionEnded => write!(f, "the lock's session ended"),
+            LossReason::BoundConnectionClosed(e) => {
+                write!(f, "the bound session's connection closed: {e}")
+            }
         }
     }
 }
@@ -50,21 +66,65 @@ pub(crate) struct LossSignal {
     pub(crate) notify: Sender<LossReason>,
 }
 
-impl LossSignal {
+/// Where a watchdog reports a loss: a guard's [`LossSignal`] (sync) or `watch` sender (async),
+/// or a session, which tells its guards. Only the first loss is kept and told.
+pub(crate) trait Report: Send + Sync + 'static {
+    /// Record `reason` and wake whoever waits, unless a loss was already reported.
+    fn report(&self, reason: LossReason);
+}
+
+impl<T: Report + ?Sized> Report for Arc<T> {
     fn report(&self, reason: LossReason) {
-        *self.reason.lock().unwrap_or_else(PoisonError::into_inner) = Some(reason.clone());
+        (**self).report(reason)
+    }
+}
+
+impl Report for LossSignal {
+    fn report(&self, reason: LossReason) {
+        let mut slot = self.reason.lock().unwrap_or_else(PoisonError::into_inner);
+        if slot.is_some() {
+            return;
+        }
+        *slot = Some(reason.clone());
         // The guard holds the receiver; if it is gone there is no one left to tell.
         let _ = self.notify.send(reason);
     }
 }
 
-/// What a watchdog renews, and how often: for the sync thread `Lease<Inner, LossSignal>`, for the
-/// async task ([`crate::aio`]) its client and a `watch` sender.
+/// What a watchdog keeps alive: a guard's [`Hold`] (`LOCK.EXTEND`) or a session
+/// (`LOCK.SESSION KEEPALIVE`).
+pub(crate) trait Renewable: Send + Sync + 'static {
+    /// The TTL each renewal asks for; renewals are due every third of it by default.
+    fn ttl(&self) -> Duration;
+    /// The renewal: true while it still lives.
+    fn renewal(&self) -> Command<bool>;
+    /// What a renewal answered with false means.
+    fn gone(&self) -> LossReason;
+}
+
+impl Renewable for Hold {
+    fn ttl(&self) -> Duration {
+        Hold::ttl(self)
+    }
+
+    fn renewal(&self) -> Command<bool> {
+        Hold::renewal(self)
+    }
+
+    fn gone(&self) -> LossReason {
+        LossReason::NotHeld
+    }
+}
+
+/// What a watchdog renews, and how often: for the sync thread `Lease<Inner, _>`, for the async
+/// task ([`crate::aio`]) its client; a guard's lock reported to the guard, or a session
+/// reported to the session.
 pub(crate) struct Lease<C, L> {
     /// The server and its connections.
     pub(crate) client: Arc<C>,
-    /// The lock, shared with its guard: [`Guard::extend`](crate::Guard::extend) updates its TTL.
-    pub(crate) hold: Arc<Hold>,
+    /// The lock, shared with its guard ([`Guard::extend`](crate::Guard::extend) updates its
+    /// TTL), or the session.
+    pub(crate) hold: Arc<dyn Renewable>,
     /// Time between renewals; `None` for a third of the current TTL.
     pub(crate) period: Option<Duration>,
     /// Where to report a loss.
@@ -91,7 +151,7 @@ impl Schedule {
 
     /// When the next renewal is due, and its period. Renewals are scheduled from the previous
     /// one's start, so the round trip does not stretch the interval.
-    pub(crate) fn next(&mut self, hold: &Hold) -> (Instant, Duration) {
+    pub(crate) fn next(&mut self, hold: &dyn Renewable) -> (Instant, Duration) {
         let period = renewal_period(self.period, hold.ttl());
         self.next += period;
         (self.next, period)
@@ -107,7 +167,7 @@ impl Schedule {
     /// lapsed, the extend answers 0 and nothing is extended).
     pub(crate) fn renewal(
         &mut self,
-        hold: &Hold,
+        hold: &dyn Renewable,
         period: Duration,
         io: Duration,
         connect: Duration,
@@ -130,7 +190,7 @@ pub(crate) struct Watchdog {
 
 impl Watchdog {
     /// Start renewing `lease`.
-    pub(crate) fn spawn(lease: Lease<Inner, LossSignal>) -> std::io::Result<Watchdog> {
+    pub(crate) fn spawn<L: Report>(lease: Lease<Inner, L>) -> std::io::Result<Watchdog> {
         let (stop_tx, stop_rx) = mpsc::channel();
         let thread = thread::Builder::new()
             .name("redis-lock-watchdog".to_string())
@@ -159,23 +219,24 @@ impl Drop for Watchdog {
 }
 
 /// The thread: sleep until the next renewal unless stopped, renew, report a failure and quit.
-fn run(lease: Lease<Inner, LossSignal>, stop: Receiver<()>) {
+fn run<L: Report>(lease: Lease<Inner, L>, stop: Receiver<()>) {
     let mut schedule = Schedule::start(lease.period);
     let client = &lease.client;
     loop {
-        let (due, period) = schedule.next(&lease.hold);
+        let (due, period) = schedule.next(&*lease.hold);
         match stop.recv_timeout(due.saturating_duration_since(Instant::now())) {
             Err(RecvTimeoutError::Timeout) => {}
             // Stopped, or the guard (and with it the sender) is gone.
             Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
         }
         let (renewal, io, connect) = schedule.renewal(
-            &lease.hold,
+            &*lease.hold,
             period,
             client.io_timeout,
             client.connect_timeout,
         );
-        if let Some(reason) = loss_of(client.with_conn(io, connect, &renewal)) {
+        let reply = client.with_conn(io, connect, &renewal);
+        if let Some(reason) = loss_of(reply, &*lease.hold) {
             lease.loss.report(reason);
             return;
         }
@@ -188,11 +249,11 @@ fn renewal_period(period: Option<Duration>, ttl: Duration) -> Duration {
     period.unwrap_or(ttl / 3).max(Duration::from_millis(1))
 }
 
-/// What a renewal's outcome means: `None` while the lock is held, else why it is lost.
-pub(crate) fn loss_of(renewal: Result<bool, Error>) -> Option<LossReason> {
+/// What a renewal's outcome means: `None` while the lock (or session) lives, else why it is lost.
+pub(crate) fn loss_of(renewal: Result<bool, Error>, hold: &dyn Renewable) -> Option<LossReason> {
     match renewal {
         Ok(true) => None,
-        Ok(false) => Some(LossReason::NotHeld),
+        Ok(false) => Some(hold.gone()),
         Err(e) => Some(LossReason::ExtendFailed(Arc::new(e))),
     }
 }

@@ -38,12 +38,17 @@ fn info(conn: &mut Connection, key: &str) -> (String, Option<i64>, Vec<(String, 
     let holders = holders
         .iter()
         .map(|holder| match holder {
-            Value::Array(h) => match (&h[3], text(&h[0]), text(&h[2])) {
-                (Value::Int(token), o, t) if o == "owner" && t == "token" => {
-                    (text(&h[1]), *token as u64)
+            // Read by name: the server's order of a holder's fields is not part of its reply's
+            // meaning (a `session` flag now sorts between `owner` and `token`).
+            Value::Array(h) => {
+                let at = |name: &str| h.chunks(2).find(|pair| text(&pair[0]) == name);
+                match (at("owner"), at("token")) {
+                    (Some([_, owner]), Some([_, Value::Int(token)])) => {
+                        (text(owner), *token as u64)
+                    }
+                    _ => panic!("holder {h:?}"),
                 }
-                other => panic!("holder {other:?}"),
-            },
+            }
             other => panic!("holder {other:?}"),
         })
         .collect();

@@ -41,6 +41,10 @@ pub(super) extern "C" fn reply_callback(
             Some(Outcome::Failed(msg)) => reply_error(ctx, msg),
             // SAFETY: ctx is the blocked client's reply context.
             Some(Outcome::TimedOut) => unsafe { raw::RedisModule_ReplyWithNull.unwrap()(ctx) },
+            // SAFETY: ctx is the blocked client's reply context.
+            Some(Outcome::Closed(n)) => unsafe {
+                raw::RedisModule_ReplyWithLongLong.unwrap()(ctx, *n)
+            },
             None => reply_error(ctx, "ERR internal error in redis-lock"),
         }
     })

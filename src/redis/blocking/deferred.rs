@@ -37,6 +37,12 @@ extern "C" fn pending_timer(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
 /// so the order stays) until the pause ends.
 pub(super) fn run(ctx: *mut raw::RedisModuleCtx, mut work: Vec<Work>) {
     if HELD_ARMED.with(Cell::get) || pause::writes_paused() {
+        // A session expiry held back by a pause is told so: no keepalive could land meanwhile.
+        for item in work.iter_mut() {
+            if matches!(item, Work::ExpireSessions) {
+                *item = Work::ExpireSessionsAfterPause;
+            }
+        }
         HELD.with(|h| h.borrow_mut().append(&mut work));
         if !HELD_ARMED.with(|a| a.replace(true)) {
             arm_held_timer(ctx);
@@ -48,6 +54,11 @@ pub(super) fn run(ctx: *mut raw::RedisModuleCtx, mut work: Vec<Work>) {
         match item {
             Work::Settle(qk) => settle(ctx, &qk),
             Work::Revoke(qk, token) => revoke(ctx, &qk, token),
+            Work::SyncExpiry(qk) => sync_expiry(ctx, &qk),
+            Work::EndSession(session) => sessions::end_lost(ctx, *session),
+            Work::CloseSession(session, bc) => sessions::end_closed(ctx, *session, bc),
+            Work::ExpireSessions => sessions::end_expired(ctx, false),
+            Work::ExpireSessionsAfterPause => sessions::end_expired(ctx, true),
         }
     }
 }

@@ -20,13 +20,14 @@ use std::time::Instant;
 use redis_module::{raw, Context, RedisString};
 
 use super::{
-    arm_deadline_timer, block_client, defer, drop_queue_if_empty, has_waiters, pop_front,
-    remove_waiter, retire, unblock, waiters, Outcome, Queue, QueueKey, Waiter, Wants, Work,
-    CLIENTS, DETACHED, QUEUED_KEYS, QUEUES,
+    arm_deadline_timer, block_client, defer, drop_queue_if_empty, has_waiters, hold_deadline,
+    pop_front, remove_waiter, retire, unblock, waiters, Outcome, Queue, QueueKey, Waiter, Wants,
+    Work, CLIENTS, DETACHED, QUEUED_KEYS, QUEUES,
 };
 use crate::error::{self, Result};
 use crate::lock::{self, Ahead, Hold, KeyGrant, KeyState, Lock, Millis, Mode, MultiAcquire};
 use crate::redis::key::{self, LockKey};
+use crate::redis::session;
 use crate::{state, stats};
 
 /// How deep into a key's queue [`serve_set`] looks for a set that may overtake: bounds the work
@@ -85,6 +86,8 @@ pub fn block_set(
                 owner: wants.owner.to_vec(),
                 mode: Mode::Exclusive,
                 ttl: wants.ttl,
+                session: wants.session,
+                delay: wants.delay,
                 queued,
                 set: Some(set.clone()),
             };
@@ -111,6 +114,8 @@ pub fn block_set(
         set: Some(set),
         owner: wants.owner.to_vec(),
         ttl: wants.ttl,
+        session: wants.session,
+        delay: wants.delay,
         queued,
     };
     let mut locks = Locks::new(&qk);
@@ -195,6 +200,9 @@ struct Candidate {
     set: Option<Rc<Set>>,
     owner: Vec<u8>,
     ttl: Millis,
+    /// The session its grant will belong to (0: none), and the hold's lock-delay.
+    session: lock::Serial,
+    delay: Millis,
     queued: Instant,
 }
 
@@ -212,6 +220,8 @@ fn candidates(qk: &QueueKey, depth: usize) -> Vec<Candidate> {
                     set: w.set.clone(),
                     owner: w.owner.clone(),
                     ttl: w.ttl,
+                    session: w.session,
+                    delay: w.delay,
                     queued: w.queued,
                 })
                 .collect()
@@ -386,6 +396,23 @@ fn try_set(
     let Some(set) = c.set.clone() else {
         return Ok(Turn::Wait { passable: false });
     };
+    if !session::alive(c.session) {
+        // Its session ended while it waited: it is never granted.
+        let waiter = if is_head {
+            pop_front(ctx, qk)
+        } else {
+            let waiter = remove_waiter(ctx, c.bc, Some(c.id));
+            if let Some(waiter) = &waiter {
+                retire(ctx, waiter);
+            }
+            waiter
+        };
+        if let Some(waiter) = waiter {
+            let msg = error::session_ended_while_waiting().to_string();
+            unblock(waiter.bc, Outcome::Failed(msg));
+        }
+        return Ok(Turn::Failed);
+    }
     let (ahead, passed) = ahead_of(ctx, lock_key, c, &set, locks, now);
     for k in set.iter() {
         locks.load(ctx, k);
@@ -400,7 +427,7 @@ fn try_set(
                 })
             })
             .collect();
-        states.map(|states| lock::decide_queued_set(&states, &c.owner, now, &ahead))
+        states.map(|states| lock::decide_queued_set(&states, &c.owner, c.session, now, &ahead))
     };
     let grants = match decision {
         Ok(Ok(MultiAcquire::Grant(grants))) => grants,
@@ -469,9 +496,9 @@ fn grant(
         }
     };
     // The ttl was checked when the waiter queued (see `serve`).
-    let deadline = lock::deadline_after(now, c.ttl).unwrap_or(lock::MAX_DEADLINE);
+    let deadline = hold_deadline(now, c.ttl, c.session);
     let mut tokens = Vec::with_capacity(grants.len());
-    for (other, grant) in others.iter_mut().zip(grants) {
+    for (i, (other, grant)) in others.iter_mut().zip(grants).enumerate() {
         let k: &mut LockKey = match other {
             Some(k) => k,
             None => &mut *lock_key,
@@ -485,7 +512,10 @@ fn grant(
                     token,
                     deadline,
                     granted_at: now,
+                    session: c.session,
+                    delay: c.delay,
                 };
+                session::track(c.session, qk.0, &set[i], &c.owner);
                 k.grant(Mode::Exclusive, hold, Some(now)).map(|_| token)
             }
         };

@@ -14,10 +14,12 @@ use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 
 use super::guard::Guard;
+use super::session::Session;
 use crate::client::{Endpoint, MAX_IDLE};
 use crate::command::{self, in_step, Command, Failure};
 use crate::error::Error;
 use crate::hold::{Acquisition, Durable, Settled, Target};
+use crate::session::SessionState;
 
 /// A handle to one Redis server that has the redis-lock module loaded; the async counterpart of
 /// [`crate::Client`], with the same timeouts, owners and outcomes.
@@ -36,6 +38,8 @@ pub struct Client {
     pub(crate) inner: Arc<Inner>,
     /// The owner every acquisition uses; `None` for a new UUID per acquisition.
     pub(crate) owner: Option<String>,
+    /// The session every acquisition is made in ([`Client::with_session`]), if any.
+    pub(crate) session: Option<Arc<SessionState>>,
 }
 
 /// What a [`Client`] and its guards share.
@@ -60,28 +64,66 @@ impl std::ops::Deref for Inner {
 impl Client {
     /// A client for the server at `url` (see [`crate::Client::open`]). Only parses the URL.
     pub fn open(url: &str) -> Result<Client, Error> {
-        Ok(Client::from_parts(Endpoint::open(url)?, None))
+        Ok(Client::from_parts(Endpoint::open(url)?, None, None))
     }
 
     /// The same server with other timeouts (see [`crate::Client::with_timeouts`]). The returned
     /// client has connections of its own.
     pub fn with_timeouts(self, connect: Duration, io: Duration) -> Client {
-        Client::from_parts(self.inner.with_timeouts(connect, io), self.owner)
+        Client::from_parts(
+            self.inner.with_timeouts(connect, io),
+            self.owner,
+            self.session,
+        )
     }
 
     /// The same server, each grant acknowledged by `replicas` replicas before an acquire
     /// succeeds (see [`crate::Client::durable`]). The returned client has connections of its
     /// own.
     pub fn durable(self, replicas: u32, timeout: Duration) -> Client {
-        Client::from_parts(self.inner.with_durable(replicas, timeout), self.owner)
+        let endpoint = self.inner.with_durable(replicas, timeout);
+        Client::from_parts(endpoint, self.owner, self.session)
     }
 
     /// The same server, with every acquisition made as `owner` (see
     /// [`crate::Client::with_owner`]).
     pub fn with_owner(self, owner: impl Into<String>) -> Client {
         Client {
-            inner: self.inner,
             owner: Some(owner.into()),
+            ..self
+        }
+    }
+
+    /// The same server, with every acquisition made in `session` (see
+    /// [`crate::Client::with_session`]).
+    pub fn with_session(&self, session: &Session) -> Client {
+        Client {
+            session: Some(Arc::clone(session.state())),
+            ..self.clone()
+        }
+    }
+
+    /// In a Redis Cluster: a client for the node that serves `key` (see
+    /// [`crate::Client::for_key`]), with connections of its own unless it is this one.
+    pub async fn for_key(&self, key: &str) -> Result<Client, Error> {
+        let fence = command::fence(key, 1);
+        let inner = &self.inner;
+        match inner
+            .run(inner.io_timeout, inner.connect_timeout, &fence)
+            .await
+        {
+            Ok(_) => Ok(Client {
+                session: None,
+                ..self.clone()
+            }),
+            Err(Failure {
+                error: Error::Server(e),
+                ..
+            }) if e.kind() == redis::ErrorKind::Moved => {
+                let endpoint = inner.redirected(&e)?;
+                Ok(Client::from_parts(endpoint, self.owner.clone(), None))
+            }
+            Err(failure) => Err(failure.error),
         }
     }
 
@@ -125,7 +167,11 @@ impl Client {
             .transpose()
     }
 
-    fn from_parts(endpoint: Endpoint, owner: Option<String>) -> Client {
+    fn from_parts(
+        endpoint: Endpoint,
+        owner: Option<String>,
+        session: Option<Arc<SessionState>>,
+    ) -> Client {
         Client {
             inner: Arc::new(Inner {
                 endpoint,
@@ -133,6 +179,7 @@ impl Client {
                 idle: Mutex::new(Vec::new()),
             }),
             owner,
+            session,
         }
     }
 
@@ -148,7 +195,8 @@ impl Client {
         ttl: Duration,
         wait: Option<Duration>,
     ) -> Result<Option<Guard>, Error> {
-        let acquisition = Acquisition::new(target, owner, ttl, wait)?;
+        let session = self.session.as_deref().map(SessionState::id);
+        let acquisition = Acquisition::new(target, owner, ttl, wait, session)?;
         let inner = &self.inner;
         if inner.durable.is_some() && inner.durable_ok.get().is_none() {
             let version = command::server_version();

@@ -43,11 +43,15 @@ pub struct Guard {
 impl Guard {
     /// A guard for a grant just received; must be called inside the runtime.
     pub(crate) fn new(client: Client, hold: Hold) -> Guard {
+        let loss = Arc::new(watch::Sender::new(None));
+        if let Some(session) = &client.session {
+            session.listen(Arc::downgrade(&loss));
+        }
         Guard {
             client,
             hold: Arc::new(hold),
             watchdog: None,
-            loss: Arc::new(watch::Sender::new(None)),
+            loss,
             runtime: Handle::current(),
             released: false,
         }
@@ -101,13 +105,17 @@ impl Guard {
     /// [`crate::Guard::start_watchdog`]). A loss is published once, to [`Guard::lost`],
     /// [`Guard::is_lost`] and the receivers of [`Guard::loss_watch`]; the task then renews no
     /// more. A running watchdog is replaced (the old task is aborted).
+    /// A lock taken in a session needs none (see [`crate::Guard::start_watchdog`]); for a
+    /// session hold with ttl 0 it is refused.
     pub fn start_watchdog(&mut self) -> Result<(), Error> {
+        command::check_renewable(&self.hold)?;
         self.spawn_watchdog(None);
         Ok(())
     }
 
     /// [`Guard::start_watchdog`] with a chosen `period`, which must be shorter than the TTL.
     pub fn start_watchdog_every(&mut self, period: Duration) -> Result<(), Error> {
+        command::check_renewable(&self.hold)?;
         command::check_watchdog_period(period, self.ttl())?;
         self.spawn_watchdog(Some(period));
         Ok(())
@@ -165,7 +173,7 @@ impl Guard {
         }
         let lease = Lease {
             client: Arc::clone(&self.client.inner),
-            hold: Arc::clone(&self.hold),
+            hold: Arc::clone(&self.hold) as Arc<dyn crate::watchdog::Renewable>,
             period,
             loss: Arc::clone(&self.loss),
         };

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use super::client::Client;
 use super::guard::Guard;
+use super::session::Session;
 use crate::error::Error;
 use crate::locks::{MultiLock, ReadWriteLock, Semaphore};
 
@@ -46,13 +47,17 @@ macro_rules! async_acquires {
 
 impl Semaphore<Client> {
     async_acquires!("a permit");
+    crate::locks::in_session!(Session);
 }
 
 impl MultiLock<Client> {
     async_acquires!("every key (one `LOCK.MACQUIRE`)");
+    crate::locks::in_session!(Session);
 }
 
 impl ReadWriteLock<Client> {
+    crate::locks::in_session!(Session);
+
     /// Try once to read-lock for `ttl` (see [`crate::ReadWriteLock::read`]).
     pub async fn read(&self, ttl: Duration) -> Result<Option<Guard>, Error> {
         self.acquire(true, ttl, None).await

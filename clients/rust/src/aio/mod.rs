@@ -38,11 +38,13 @@ mod client;
 mod guard;
 mod locks;
 mod redlock;
+mod session;
 mod watchdog;
 
 pub use client::Client;
 pub use guard::{fenced_call, Guard};
 pub use redlock::{Redlock, RedlockGuard};
+pub use session::Session;
 
 /// [`crate::Semaphore`] on an async [`Client`]: `Semaphore::new(&client, key, limit)`.
 pub type Semaphore = crate::Semaphore<Client>;
@@ -50,3 +52,5 @@ pub type Semaphore = crate::Semaphore<Client>;
 pub type ReadWriteLock = crate::ReadWriteLock<Client>;
 /// [`crate::MultiLock`] on an async [`Client`]: `MultiLock::new(&client, &keys)`.
 pub type MultiLock = crate::MultiLock<Client>;
+/// [`crate::SessionBuilder`] on an async [`Client`]: `Session::builder(&client, ttl)`.
+pub type SessionBuilder = crate::SessionBuilder<Client>;

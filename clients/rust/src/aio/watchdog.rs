@@ -14,11 +14,26 @@ use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
 use super::client::Inner;
-use crate::watchdog::{loss_of, LossReason, Schedule};
+use crate::watchdog::{loss_of, LossReason, Report, Schedule};
 
-/// What the task renews: the lease of the sync watchdog, with the async client and the guard's
-/// `watch` sender.
-pub(crate) type Lease = crate::watchdog::Lease<Inner, Arc<watch::Sender<Option<LossReason>>>>;
+/// What the task renews: the lease of the sync watchdog, with the async client; reported to a
+/// guard's `watch` sender ([`Loss`]) or to a session.
+pub(crate) type Lease<L = Loss> = crate::watchdog::Lease<Inner, L>;
+
+/// Where an async guard's loss is published: the guard's `watch` sender.
+pub(crate) type Loss = Arc<watch::Sender<Option<LossReason>>>;
+
+impl Report for watch::Sender<Option<LossReason>> {
+    fn report(&self, reason: LossReason) {
+        self.send_if_modified(|slot| match slot {
+            Some(_) => false,
+            None => {
+                *slot = Some(reason);
+                true
+            }
+        });
+    }
+}
 
 /// A running watchdog task.
 pub(crate) struct Watchdog {
@@ -30,7 +45,7 @@ pub(crate) struct Watchdog {
 
 impl Watchdog {
     /// Start renewing `lease` on `runtime`.
-    pub(crate) fn spawn(lease: Lease, runtime: &Handle) -> Watchdog {
+    pub(crate) fn spawn<L: Report>(lease: Lease<L>, runtime: &Handle) -> Watchdog {
         let (stop, stopped) = oneshot::channel();
         Watchdog {
             stop,
@@ -53,11 +68,11 @@ impl Watchdog {
 }
 
 /// The task: wait until the next renewal unless stopped, renew, publish a failure and quit.
-async fn run(lease: Lease, mut stopped: oneshot::Receiver<()>) {
+async fn run<L: Report>(lease: Lease<L>, mut stopped: oneshot::Receiver<()>) {
     let mut schedule = Schedule::start(lease.period);
     let client = &lease.client;
     loop {
-        let (due, period) = schedule.next(&lease.hold);
+        let (due, period) = schedule.next(&*lease.hold);
         if tokio::time::timeout_at(due.into(), &mut stopped)
             .await
             .is_ok()
@@ -65,14 +80,14 @@ async fn run(lease: Lease, mut stopped: oneshot::Receiver<()>) {
             return; // stopped, or the guard (and with it the sender) is gone
         }
         let (renewal, io, connect) = schedule.renewal(
-            &lease.hold,
+            &*lease.hold,
             period,
             client.io_timeout,
             client.connect_timeout,
         );
         let reply = client.run(io, connect, &renewal).await;
-        if let Some(reason) = loss_of(reply.map_err(|failure| failure.error)) {
-            lease.loss.send_replace(Some(reason));
+        if let Some(reason) = loss_of(reply.map_err(|failure| failure.error), &*lease.hold) {
+            lease.loss.report(reason);
             return;
         }
     }

@@ -1,0 +1,99 @@
+//! The dedicated connection of a bound session (`LOCK.SESSION OPEN ... BOUND`), for both APIs:
+//! the session is bound to the connection that opened it and ends the moment it closes, so the
+//! client opens it for the session alone, sends `OPEN` on it, and keeps it open and idle until
+//! the session is closed. A thread waits on it meanwhile and reports it closing (the server
+//! closed it: `CLIENT KILL`, idle `timeout`, a restart; or the network failed) as the session's
+//! loss.
+//!
+//! It is a plain thread with a sync connection in the async API too: nothing else is sent on
+//! the connection, and a read that ends with the connection is the quickest way to learn of it.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::{self, JoinHandle};
+use std::time::Duration;
+
+use redis::Connection;
+
+use crate::client::Endpoint;
+use crate::command::Command;
+use crate::error::Error;
+
+/// How long the thread's reads wait before it looks whether it was stopped: the most a
+/// [`Bound::stop`] waits, and how long the connection may stay open after a session's `CLOSE`.
+const POLL: Duration = Duration::from_millis(50);
+
+/// A bound session's connection, and the thread that waits on it.
+pub(crate) struct Bound {
+    /// Set to stop the thread; it then closes the connection.
+    stop: Arc<AtomicBool>,
+    /// Joined by [`Bound::stop`].
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Bound {
+    /// Open a connection of its own to `endpoint` (within the connect timeout) and send `open`
+    /// on it (within the I/O timeout): the connection and the session's id. A blocking call.
+    pub(crate) fn open(
+        endpoint: &Endpoint,
+        open: &Command<String>,
+    ) -> Result<(Connection, String), Error> {
+        let mut conn = endpoint.connect(endpoint.connect_timeout)?;
+        conn.set_read_timeout(Some(endpoint.io_timeout))
+            .and_then(|()| conn.set_write_timeout(Some(endpoint.io_timeout)))
+            .map_err(Error::from_redis)?;
+        let id = open.run(&mut conn)?;
+        Ok((conn, id))
+    }
+
+    /// Wait on `conn` in a thread of its own until stopped; if the connection closes first,
+    /// call `closed` with the error the read ended with.
+    pub(crate) fn watch(
+        mut conn: Connection,
+        closed: impl FnOnce(Error) + Send + 'static,
+    ) -> std::io::Result<Bound> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = Arc::clone(&stop);
+        let thread = thread::Builder::new()
+            .name("redis-lock-bound".to_string())
+            .spawn(move || {
+                if let Err(e) = conn.set_read_timeout(Some(POLL)) {
+                    return closed(Error::from_redis(e));
+                }
+                while !stopped.load(Ordering::Acquire) {
+                    match conn.recv_response() {
+                        // Nothing is sent on it, so nothing should come; a stray message (a
+                        // push) changes nothing.
+                        Ok(_) => {}
+                        Err(e) if e.is_timeout() => {}
+                        Err(e) => {
+                            if !stopped.load(Ordering::Acquire) {
+                                closed(Error::from_redis(e));
+                            }
+                            return;
+                        }
+                    }
+                }
+                // Stopped: the connection is closed here, as `conn` is dropped.
+            })?;
+        Ok(Bound {
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// Stop the thread and wait until it has closed the connection (at most [`POLL`]).
+    pub(crate) fn stop(mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for Bound {
+    /// Stop the thread without waiting: it closes the connection within [`POLL`].
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+    }
+}

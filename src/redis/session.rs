@@ -1,0 +1,436 @@
+//! Sessions on the Redis side: the table of this server's sessions, the one timer that expires
+//! them, the disconnect event that ends bound ones, and the ids they are known by.
+//!
+//! Ending a session (releasing its holds, serving the queues they free) is in
+//! `blocking::sessions`, next to the queues it serves. Every end that is not a client's own
+//! `CLOSE` (an expiry, a disconnect) goes through the deferred work, so that nothing is written
+//! inside the server's client teardown or while writes are paused (see `pause`).
+//!
+//! Why one timer for all sessions and not one per session: a keepalive then only moves the
+//! session in the deadline index ([`Sessions::renew`]), and the timer is re-armed only when the
+//! earliest deadline changes, so the cost of a keepalive does not depend on how many sessions
+//! or holds there are.
+
+use std::cell::{Cell, RefCell};
+use std::os::raw::{c_int, c_void};
+
+use rand::RngCore;
+use redis_module::{raw, Context};
+
+use crate::error::{self, Result};
+use crate::lock::session::{self, Serial, Session, Sessions};
+use crate::lock::Millis;
+use crate::redis::{blocking, guard, key};
+use crate::state;
+
+thread_local! {
+    static SESSIONS: RefCell<Sessions> = RefCell::new(Sessions::default());
+    /// The expiry timer: (id, the deadline it is armed for).
+    static TIMER: Cell<Option<(raw::RedisModuleTimerID, Millis)>> = const { Cell::new(None) };
+    /// Keys whose lock-delay a session's end started: (db, key) -> when it ends.
+    static DELAYED: RefCell<std::collections::HashMap<(i32, Vec<u8>), Millis>> =
+        RefCell::new(Default::default());
+    /// The shortest hash tag of each cluster slot, computed at the first `OPEN`.
+    static SLOT_TAGS: RefCell<Vec<String>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The longest a module timer is armed for at once: on Redis 7.0 a timer more than about 35
+/// minutes away can make the event loop spin (fixed in 7.2.2). One that fires early re-arms.
+const MAX_TIMER_MS: Millis = 60_000;
+
+pub fn with<R>(f: impl FnOnce(&mut Sessions) -> R) -> R {
+    SESSIONS.with(|s| f(&mut s.borrow_mut()))
+}
+
+/// True while `serial` is a session of this server (0, no session, is always "alive").
+pub fn alive(serial: Serial) -> bool {
+    serial == 0 || with(|s| s.contains(serial))
+}
+
+/// Number of open sessions.
+pub fn count() -> usize {
+    with(|s| s.len())
+}
+
+/// A session's end put `key` in lock-delay until `until`.
+pub fn delay_started(db: i32, key: &[u8], until: Millis) {
+    DELAYED.with(|d| d.borrow_mut().insert((db, key.to_vec()), until));
+}
+
+/// The key went away (its delay with it).
+pub fn key_gone(db: i32, key: &[u8]) {
+    DELAYED.with(|d| {
+        if let Ok(mut d) = d.try_borrow_mut() {
+            if !d.is_empty() {
+                d.remove(&(db, key.to_vec()));
+            }
+        }
+    });
+}
+
+/// Keys in a lock-delay that a session's end started (for `INFO lock`).
+pub fn keys_in_delay() -> usize {
+    let now = key::now();
+    DELAYED.with(|d| {
+        let mut d = d.borrow_mut();
+        d.retain(|_, until| *until > now);
+        d.len()
+    })
+}
+
+/// Remember that `serial` holds `key` for `owner` (after a grant, a load or a replicated hold).
+/// False when the session is unknown here.
+pub fn track(serial: Serial, db: i32, key: &[u8], owner: &[u8]) -> bool {
+    serial != 0 && with(|s| s.add_hold(serial, (db, key.to_vec(), owner.to_vec())))
+}
+
+/// The hold left (a release): the session stops counting it.
+pub fn untrack(serial: Serial, db: i32, key: &[u8], owner: &[u8]) {
+    if serial != 0 {
+        with(|s| s.remove_hold(serial, &(db, key.to_vec(), owner.to_vec())));
+    }
+}
+
+/// What a command that names `SESSION id` needs: the session's serial and lock-delay, checked
+/// against the calling ACL user and the session's hold cap. Errors change nothing.
+pub fn resolve(ctx: &Context, id: &[u8]) -> Result<(Serial, Millis)> {
+    let user = current_user(ctx);
+    with(|s| {
+        let session = s.by_id(id).ok_or_else(error::no_such_session)?;
+        if session.user != user {
+            return Err(error::session_of_other_user());
+        }
+        let max = state::max_session_holds();
+        if session.holds.len() >= max {
+            return Err(error::too_many_session_holds(max));
+        }
+        Ok((session.serial, session.lock_delay))
+    })
+}
+
+/// The session `id` for a `LOCK.SESSION` subcommand: its serial, or nil-worthy `None`.
+pub fn find(ctx: &Context, id: &[u8]) -> Result<Option<Serial>> {
+    let user = current_user(ctx);
+    with(|s| match s.by_id(id) {
+        None => Ok(None),
+        Some(session) if session.user != user => Err(error::session_of_other_user()),
+        Some(session) => Ok(Some(session.serial)),
+    })
+}
+
+fn current_user(ctx: &Context) -> Vec<u8> {
+    ctx.get_current_user().as_slice().to_vec()
+}
+
+/// The calling connection's client id.
+pub fn client_id(ctx: &Context) -> u64 {
+    // SAFETY: ctx is the live context of the command being executed.
+    unsafe { raw::RedisModule_GetClientId.unwrap()(ctx.ctx) }
+}
+
+/// True while a connection with this client id is open.
+pub fn client_exists(id: u64) -> bool {
+    // SAFETY: a null info pointer only asks whether the client exists.
+    unsafe {
+        raw::RedisModule_GetClientInfoById.unwrap()(std::ptr::null_mut(), id)
+            == raw::REDISMODULE_OK as c_int
+    }
+}
+
+/// `LOCK.SESSION OPEN`: a new session, bound to the caller when `bound`. Returns its id.
+pub fn open(ctx: &Context, ttl: Millis, bound: bool, lock_delay: Millis) -> Result<Vec<u8>> {
+    let max = state::max_sessions();
+    if count() >= max {
+        return Err(error::too_many_sessions(max));
+    }
+    let now = key::now();
+    let deadline = crate::lock::deadline_after(now, ttl).ok_or_else(error::ttl_too_large)?;
+    let tag = new_session_tag(ctx);
+    let mut rng = rand::rngs::OsRng;
+    let (id, serial) = loop {
+        let secret = (u128::from(rng.next_u64()) << 64) | u128::from(rng.next_u64());
+        let id = session::make_id(&tag, secret);
+        let serial = rng.next_u64() >> 11; // below 2^53: exact in every client's numbers
+        if !with(|s| s.taken(serial, &id)) {
+            break (id, serial);
+        }
+    };
+    let session = Session {
+        id: id.clone(),
+        serial,
+        ttl,
+        deadline,
+        lock_delay,
+        bound,
+        client: bound.then(|| client_id(ctx)),
+        user: current_user(ctx),
+        holds: Default::default(),
+    };
+    replicate_restore(ctx.ctx, &session);
+    with(|s| s.insert(session));
+    crate::stats::SESSIONS_OPENED.incr();
+    arm_timer(ctx.ctx);
+    Ok(id)
+}
+
+/// `LOCK.SESSION KEEPALIVE`: the remaining ms, or `None` for no such session.
+pub fn keepalive(ctx: &Context, serial: Serial, ttl: Option<Millis>) -> Result<Millis> {
+    let now = key::now();
+    let ttl = ttl.unwrap_or_else(|| with(|s| s.get(serial).map_or(0, |x| x.ttl)));
+    let deadline = crate::lock::deadline_after(now, ttl).ok_or_else(error::ttl_too_large)?;
+    with(|s| s.renew(serial, ttl, deadline));
+    replicate_renew(ctx.ctx, serial, ttl, deadline);
+    arm_timer(ctx.ctx);
+    Ok(ttl)
+}
+
+/// Arm (or move) the expiry timer for the earliest session deadline. On a replica it is armed
+/// too, but ends nothing: a replica never ends a session by its own clock.
+pub fn arm_timer(ctx: *mut raw::RedisModuleCtx) {
+    let Some(next) = with(|s| s.next_deadline()) else {
+        return;
+    };
+    if let Some((id, at)) = TIMER.get() {
+        if at <= next {
+            // Fires no later than needed; an early firing re-arms.
+            return;
+        }
+        let mut data: *mut c_void = std::ptr::null_mut();
+        // SAFETY: a timer we created with no data; stopping one that fired already fails.
+        unsafe { raw::RedisModule_StopTimer.unwrap()(ctx, id, &mut data) };
+    }
+    let delay = (next - key::now()).clamp(0, MAX_TIMER_MS);
+    // SAFETY: the callback matches RedisModuleTimerProc and takes no data.
+    let id = unsafe {
+        raw::RedisModule_CreateTimer.unwrap()(ctx, delay, Some(expiry_timer), std::ptr::null_mut())
+    };
+    TIMER.set(Some((id, next)));
+}
+
+extern "C" fn expiry_timer(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
+    guard::callback("session expiry timer", (), || {
+        TIMER.set(None);
+        blocking::expire_sessions(ctx);
+    })
+}
+
+/// Called by the deferred work (writes allowed, primary): the sessions whose deadline passed.
+/// `after_pause`: the expiry came due while writes were paused, when no keepalive could be
+/// applied, so every session due now gets its ttl again from the pause's end instead.
+pub fn take_due(ctx: *mut raw::RedisModuleCtx, now: Millis, after_pause: bool) -> Vec<Session> {
+    let due = with(|s| s.due(now));
+    let mut ended = vec![];
+    for serial in due {
+        if after_pause {
+            let ttl = with(|s| s.get(serial).map_or(0, |x| x.ttl));
+            let deadline = crate::lock::deadline_after(now, ttl).unwrap_or(now);
+            with(|s| s.renew(serial, ttl, deadline));
+            replicate_renew(ctx, serial, ttl, deadline);
+        } else if let Some(session) = with(|s| s.remove(serial)) {
+            ended.push(session);
+        }
+    }
+    arm_timer(ctx);
+    ended
+}
+
+/// `REDISMODULE_EVENT_CLIENT_CHANGE`: a connection closed. The server calls this from inside
+/// its client teardown (for `CLIENT KILL`, inside another client's command), so the sessions
+/// bound to it are only taken out of the table here (no command can use them from now on) and
+/// their holds are released from the deferred work.
+extern "C" fn on_client_change(
+    ctx: *mut raw::RedisModuleCtx,
+    _eid: raw::RedisModuleEvent,
+    subevent: u64,
+    data: *mut c_void,
+) {
+    guard::callback("client change event", (), || {
+        if subevent != raw::REDISMODULE_SUBEVENT_CLIENT_CHANGE_DISCONNECTED
+            || data.is_null()
+            || !with(|s| s.any_bound())
+            || key::context_flags(ctx) & raw::REDISMODULE_CTX_FLAGS_SLAVE != 0
+        {
+            return;
+        }
+        // SAFETY: for this event the data is a RedisModuleClientInfo (version 1 or later),
+        // valid for the duration of the callback.
+        let client = unsafe { (*data.cast::<raw::RedisModuleClientInfo>()).id };
+        let gone: Vec<Session> = with(|s| {
+            s.unbind_client(client)
+                .into_iter()
+                .filter_map(|serial| s.remove(serial))
+                .collect()
+        });
+        for session in gone {
+            blocking::session_disconnected(ctx, session);
+        }
+    })
+}
+
+/// Subscribe to disconnects (for `BOUND` sessions).
+pub fn subscribe(ctx: &Context) -> bool {
+    let change = raw::RedisModuleEvent {
+        id: raw::REDISMODULE_EVENT_CLIENT_CHANGE,
+        dataver: 1,
+    };
+    // SAFETY: registration during module load with a callback of the matching signature.
+    unsafe {
+        raw::RedisModule_SubscribeToServerEvent.unwrap()(ctx.ctx, change, Some(on_client_change))
+            == raw::REDISMODULE_OK as c_int
+    }
+}
+
+/// A hash tag for a new session's id: one of a slot this node serves, so that a cluster client
+/// routes `LOCK.SESSION ... id` here by the id alone. Outside a cluster any slot's tag will do.
+fn new_session_tag(ctx: &Context) -> String {
+    let mut rng = rand::rngs::OsRng;
+    let random_slot = |rng: &mut rand::rngs::OsRng| (rng.next_u32() % 16384) as u16;
+    if key::context_flags(ctx.ctx) & raw::REDISMODULE_CTX_FLAGS_CLUSTER == 0 {
+        return slot_tag(random_slot(&mut rng));
+    }
+    let nodes = crate::redis::cluster::nodes(ctx.ctx).unwrap_or_default();
+    for _ in 0..64 {
+        let slot = random_slot(&mut rng);
+        if crate::redis::cluster::serves_slot(&nodes, slot as i64) {
+            return slot_tag(slot);
+        }
+    }
+    (0..16384u16)
+        .find(|slot| crate::redis::cluster::serves_slot(&nodes, *slot as i64))
+        .map_or_else(|| slot_tag(random_slot(&mut rng)), slot_tag)
+}
+
+/// The shortest tag whose cluster slot is `slot`.
+pub fn slot_tag(slot: u16) -> String {
+    SLOT_TAGS.with(|t| {
+        let mut tags = t.borrow_mut();
+        if tags.is_empty() {
+            *tags = session_tags::shortest_tags();
+        }
+        tags[slot as usize % tags.len()].clone()
+    })
+}
+
+/// The hash slot of a key, as the server computes it (CRC16/XMODEM of the hash tag or key).
+pub mod session_tags {
+    pub fn crc16(data: &[u8]) -> u16 {
+        let mut crc: u16 = 0;
+        for byte in data {
+            crc ^= (*byte as u16) << 8;
+            for _ in 0..8 {
+                crc = if crc & 0x8000 != 0 {
+                    (crc << 1) ^ 0x1021
+                } else {
+                    crc << 1
+                };
+            }
+        }
+        crc
+    }
+
+    pub fn slot_of(tag: &[u8]) -> u16 {
+        crc16(tag) & 16383
+    }
+
+    /// For every slot, the shortest alphanumeric tag that hashes to it (first found in order
+    /// of length, then of characters).
+    pub fn shortest_tags() -> Vec<String> {
+        const ALPHABET: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+        let mut tags = vec![String::new(); 16384];
+        let mut missing = 16384;
+        let mut candidates: Vec<Vec<u8>> = vec![vec![]];
+        while missing > 0 {
+            let mut next = Vec::with_capacity(candidates.len() * ALPHABET.len());
+            for prefix in &candidates {
+                for c in ALPHABET {
+                    let mut tag = prefix.clone();
+                    tag.push(*c);
+                    let slot = slot_of(&tag) as usize;
+                    if tags[slot].is_empty() {
+                        tags[slot] = String::from_utf8(tag.clone()).unwrap_or_default();
+                        missing -= 1;
+                    }
+                    next.push(tag);
+                }
+            }
+            candidates = next;
+        }
+        tags
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn crc16_matches_the_cluster_spec() {
+            // The reference value in the Redis Cluster specification.
+            assert_eq!(crc16(b"123456789"), 0x31C3);
+            // CLUSTER KEYSLOT foo = 12182, {user1000} = 3443 (redis-cli on 7.0.15).
+            assert_eq!(slot_of(b"foo"), 12182);
+            assert_eq!(slot_of(b"user1000"), 3443);
+        }
+
+        #[test]
+        fn every_slot_has_a_short_tag() {
+            let tags = shortest_tags();
+            assert_eq!(tags.len(), 16384);
+            for (slot, tag) in tags.iter().enumerate() {
+                assert!((1..=4).contains(&tag.len()), "slot {slot}: {tag:?}");
+                assert_eq!(slot_of(tag.as_bytes()) as usize, slot);
+            }
+        }
+    }
+}
+
+/// `LOCK.SESSION RESTORE id serial ttl deadline lock-delay bound user`: the session as it is,
+/// for replicas and the AOF (the open, a promotion's state, an AOF rewrite).
+fn replicate_restore(ctx: *mut raw::RedisModuleCtx, s: &Session) {
+    let args = restore_args(s);
+    replicate(ctx, &args);
+}
+
+pub fn restore_args(s: &Session) -> Vec<Vec<u8>> {
+    vec![
+        b"RESTORE".to_vec(),
+        s.id.clone(),
+        s.serial.to_string().into_bytes(),
+        s.ttl.to_string().into_bytes(),
+        s.deadline.to_string().into_bytes(),
+        s.lock_delay.to_string().into_bytes(),
+        (s.bound as u8).to_string().into_bytes(),
+        s.user.clone(),
+    ]
+}
+
+fn replicate_renew(ctx: *mut raw::RedisModuleCtx, serial: Serial, ttl: Millis, deadline: Millis) {
+    replicate(
+        ctx,
+        &[
+            b"RENEW".to_vec(),
+            serial.to_string().into_bytes(),
+            ttl.to_string().into_bytes(),
+            deadline.to_string().into_bytes(),
+        ],
+    );
+}
+
+/// `LOCK.SESSION ENDED serial at CLOSED|LOST`: the end of a session and of all its holds, as
+/// one command, so that a replica never holds half of it.
+pub fn replicate_ended(ctx: *mut raw::RedisModuleCtx, serial: Serial, at: Millis, clean: bool) {
+    let how: &[u8] = if clean { b"CLOSED" } else { b"LOST" };
+    replicate(
+        ctx,
+        &[
+            b"ENDED".to_vec(),
+            serial.to_string().into_bytes(),
+            at.to_string().into_bytes(),
+            how.to_vec(),
+        ],
+    );
+}
+
+/// Send `LOCK.SESSION <args>` to replicas and the AOF.
+fn replicate(ctx: *mut raw::RedisModuleCtx, args: &[Vec<u8>]) {
+    key::replicate_strings(ctx, c"LOCK.SESSION", args);
+}
