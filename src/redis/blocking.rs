@@ -70,7 +70,7 @@ struct Waiter {
     /// For a `LOCK.MACQUIRE` waiter: all of its keys (in the database of this queue), in
     /// argument order. Every one of their queues has an entry with this `id`, each carrying
     /// the same `timeout_timer`; the entry that is taken out first is the one retired.
-    set: Option<Rc<Vec<Vec<u8>>>>,
+    set: Option<Rc<multi::Set>>,
 }
 
 /// What a blocking acquire asks for.
@@ -675,7 +675,7 @@ fn settle(ctx: *mut raw::RedisModuleCtx, qk: &QueueKey) {
                         .is_ok_and(|d| d != Acquire::Busy)
                         && w.set
                             .as_ref()
-                            .is_none_or(|set| multi::at_head_everywhere(qk.0, set, w.id))
+                            .is_none_or(|set| multi::might_go(qk, set, w.id))
                 })
         }),
     };
