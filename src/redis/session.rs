@@ -245,6 +245,15 @@ extern "C" fn on_client_change(
     data: *mut c_void,
 ) {
     guard::callback("client change event", (), || {
+        if subevent == raw::REDISMODULE_SUBEVENT_CLIENT_CHANGE_DISCONNECTED
+            && !data.is_null()
+            && crate::redis::feed::watching()
+        {
+            // SAFETY: as below.
+            crate::redis::feed::client_gone(unsafe {
+                (*data.cast::<raw::RedisModuleClientInfo>()).id
+            });
+        }
         if subevent != raw::REDISMODULE_SUBEVENT_CLIENT_CHANGE_DISCONNECTED
             || data.is_null()
             || !with(|s| s.any_bound())
@@ -299,8 +308,6 @@ fn new_session_tag(ctx: &Context) -> String {
         .find(|slot| crate::redis::cluster::serves_slot(&nodes, *slot as i64))
         .map_or_else(|| slots::slot_tag(random_slot(&mut rng)), slots::slot_tag)
 }
-
-
 
 /// `LOCK.SESSION RESTORE id serial ttl deadline lock-delay bound user`: the session as it is,
 /// for replicas and the AOF (the open, a promotion's state, an AOF rewrite).

@@ -539,6 +539,12 @@ fn grant(
         // command, or the timer callback), which Redis wraps in MULTI/EXEC.
         k.replicate_holder(&c.owner, now);
         k.notify(c"lock.acquired");
+        k.feed(
+            crate::redis::feed::Kind::HandedTo,
+            &c.owner,
+            token,
+            Some(deadline),
+        );
         stats::ACQUIRED.incr();
         tokens.push(token);
     }
