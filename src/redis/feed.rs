@@ -34,6 +34,8 @@ pub enum Kind {
     Extended,
     Expired,
     Lost,
+    /// A lost hold's lock-delay started (its end is the `expired` or `handoff` that follows).
+    Delayed,
     Deleted,
     Flushed,
     Swapped,
@@ -49,6 +51,7 @@ impl Kind {
             Kind::Extended => "extended",
             Kind::Expired => "expired",
             Kind::Lost => "lost",
+            Kind::Delayed => "delayed",
             Kind::Deleted => "deleted",
             Kind::Flushed => "flushed",
             Kind::Swapped => "swapped",
