@@ -263,11 +263,30 @@ pub fn database_event(db: Option<i32>, kind: Kind) {
             .collect()
     });
     for (d, k) in keys {
-        key_event(d, &k, kind);
+        if watched(d, &k) {
+            queue(Event {
+                db: d,
+                key: k,
+                kind,
+                token: 0,
+                ttl: 0,
+                owner: vec![],
+            });
+        }
     }
 }
 
+/// A replica (a demoted primary keeps its watches) applies its primary's changes: the feed is
+/// the primary's to publish, so nothing is queued here but the demotion itself.
 fn push(event: Event) {
+    let ctx = DETACHED.with(Cell::get);
+    if !ctx.is_null() && key::context_flags(ctx) & raw::REDISMODULE_CTX_FLAGS_SLAVE != 0 {
+        return;
+    }
+    queue(event);
+}
+
+fn queue(event: Event) {
     PENDING.with(|p| p.borrow_mut().push(event));
     // Published at the end of the command or callback that queued it (`flush`), or, for events
     // from inside the server's own operations, from this timer.
