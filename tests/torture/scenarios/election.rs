@@ -439,7 +439,8 @@ fn parse(buf: &[u8], at: usize) -> Option<(Resp, usize)> {
         b'$' => {
             let n = number() as usize;
             let body = buf.get(next..next + n)?.to_vec();
-            buf.get(next + n + 1)?;
+            let crlf = buf.get(next + n..next + n + 2)?;
+            assert_eq!(crlf, b"\r\n", "RESP: a bulk string longer than its length");
             Some((Resp::Bulk(Some(body)), next + n + 2))
         }
         b'*' if number() < 0 => Some((Resp::Array(None), next)),
@@ -539,10 +540,12 @@ fn terms(h: &History) -> Vec<Term<'_>> {
 
 fn election_checks(h: &History) -> Vec<Check> {
     let terms = terms(h);
+    let (observed, how) = terms_observed(h, &terms);
     let checks = vec![
         terms_increase(&terms),
+        observed_terms_increase(h),
         one_leader(&terms),
-        terms_observed(h, &terms),
+        observed,
         writes_in_term_order(h, &terms),
     ];
     let mut kinds: BTreeMap<&str, usize> = BTreeMap::new();
@@ -576,10 +579,65 @@ fn election_checks(h: &History) -> Vec<Check> {
         .count();
     println!(
         "election: {} terms granted ({resigned} resigned); faults {kinds:?}; the observer read \
-         {feed} feed messages and resynchronised {resyncs} times",
-        terms.len()
+         {feed} feed messages and resynchronised {resyncs} times; terms observed in the feed {}, \
+         read by a resynchronisation {}, only inside a marked gap {}",
+        terms.len(),
+        how[0],
+        how[1],
+        how[2]
     );
+    let (mut to_grant, mut to_seen) = failovers_after_kills(h, &terms);
+    for (what, v) in [
+        ("the next term granted", &mut to_grant),
+        ("the observer has its message", &mut to_seen),
+    ] {
+        v.sort();
+        if let (Some(min), Some(max)) = (v.first(), v.last()) {
+            println!(
+                "election: from a leader's SIGKILL (its process reaped) until {what}: {} \
+                 failovers, min {:.2} p50 {:.2} max {:.2} ms",
+                v.len(),
+                *min as f64 / 1000.0,
+                v[v.len() / 2] as f64 / 1000.0,
+                *max as f64 / 1000.0
+            );
+        }
+    }
     checks
+}
+
+/// For each SIGKILL of a candidate that held a term (by the nemesis's note), the time from the
+/// kill's completion (the process reaped) to the next term's grant completion, and to the
+/// observer's first feed message with that term, us. The handoff may complete before the reap:
+/// those figures are negative.
+fn failovers_after_kills(h: &History, terms: &[Term]) -> (Vec<Micros>, Vec<Micros>) {
+    let (mut to_grant, mut to_seen) = (Vec::new(), Vec::new());
+    for f in h
+        .faults
+        .iter()
+        .filter(|f| f.kind == KILL && f.note.contains("(holding a lock;"))
+    {
+        let Some(name) = f
+            .note
+            .strip_prefix("holder=")
+            .and_then(|r| r.split(' ').next())
+        else {
+            continue;
+        };
+        let next = terms
+            .iter()
+            .filter(|t| t.start >= f.invoke && candidate(&t.grant.owner) != name)
+            .min_by_key(|t| t.start);
+        let Some(next) = next else { continue };
+        to_grant.push(next.start - f.complete);
+        let seen = h.observations.iter().find(|o| {
+            o.token == next.token && o.source.starts_with("observer feed ") && o.time >= f.invoke
+        });
+        if let Some(o) = seen {
+            to_seen.push(o.time - f.complete);
+        }
+    }
+    (to_grant, to_seen)
 }
 
 /// Pass: a term whose grant was invoked after another's completed has a larger token.
@@ -611,6 +669,40 @@ fn terms_increase(terms: &[Term]) -> Check {
                 "term {} granted after term {top}:\n    {}\n    {}",
                 t.token, by_complete[j].grant, t.grant
             ));
+        }
+    }
+    c
+}
+
+/// Pass: in the observer's sequence (receive order), each new term (an `acquired` or
+/// `handoff` message, or a resynchronisation's holder) is larger than every term before it;
+/// a resynchronisation may read again the term it last saw.
+fn observed_terms_increase(h: &History) -> Check {
+    let mut c = Check::new(
+        "election-observed-terms-increase",
+        "the terms the observer reports (feed messages, resynchronisations) increase",
+    );
+    let mut last: Option<&crate::history::Observation> = None;
+    for o in &h.observations {
+        let fresh = match o.source.strip_prefix("observer feed ") {
+            Some(rest) => matches!(rest.split(' ').nth(1), Some("acquired" | "handoff")),
+            None => o.source.starts_with("observer resync ") && o.token > 0,
+        };
+        if !fresh {
+            continue;
+        }
+        c.checked += 1;
+        if let Some(l) = last {
+            let resync_again = o.source.starts_with("observer resync ") && o.token == l.token;
+            if o.token <= l.token && !resync_again {
+                c.violations.push(format!(
+                    "term {} reported after term {}:\n    {} us: {}\n    {} us: {}",
+                    o.token, l.token, l.time, l.source, o.time, o.source
+                ));
+            }
+        }
+        if last.is_none_or(|l| o.token > l.token) {
+            last = Some(o);
         }
     }
     c
@@ -654,13 +746,16 @@ fn one_leader(terms: &[Term]) -> Check {
 }
 
 /// Pass: every term is in the observer's sequence, or in a gap a resynchronisation marked.
-fn terms_observed(h: &History, terms: &[Term]) -> Check {
+/// Also returns how many terms were in the feed, read by a resynchronisation (and not in the
+/// feed), and only inside a marked gap.
+fn terms_observed(h: &History, terms: &[Term]) -> (Check, [usize; 3]) {
     let mut c = Check::new(
         "election-terms-observed",
         "every term granted is observed: an acquired/handoff message or a resynchronisation \
          with its token, or a gap a later resynchronisation marked",
     );
-    let mut seen: HashSet<i64> = HashSet::new();
+    let (mut seen, mut fed): (HashSet<i64>, HashSet<i64>) = Default::default();
+    let mut how = [0; 3];
     // (when, the largest token seen before it) of each resynchronisation.
     let mut marks: Vec<(Micros, i64)> = Vec::new();
     for o in &h.observations {
@@ -668,6 +763,7 @@ fn terms_observed(h: &History, terms: &[Term]) -> Check {
             let event = rest.split(' ').nth(1).unwrap_or("");
             if event == "acquired" || event == "handoff" {
                 seen.insert(o.token);
+                fed.insert(o.token);
             }
         } else if let Some(rest) = o.source.strip_prefix("observer resync ") {
             seen.insert(o.token);
@@ -681,18 +777,23 @@ fn terms_observed(h: &History, terms: &[Term]) -> Check {
     }
     for t in terms {
         c.checked += 1;
-        let covered = seen.contains(&t.token)
-            || marks
-                .iter()
-                .any(|&(at, after)| after < t.token && at >= t.grant.invoke);
-        if !covered {
+        let in_gap = marks
+            .iter()
+            .any(|&(at, after)| after < t.token && at >= t.grant.invoke);
+        if fed.contains(&t.token) {
+            how[0] += 1;
+        } else if seen.contains(&t.token) {
+            how[1] += 1;
+        } else if in_gap {
+            how[2] += 1;
+        } else {
             c.violations.push(format!(
                 "term {} never observed, nor inside a marked resynchronisation:\n    {}",
                 t.token, t.grant
             ));
         }
     }
-    c
+    (c, how)
 }
 
 /// Pass: no fenced write with a term is accepted once a larger term was granted (by the
@@ -802,7 +903,9 @@ mod tests {
         }
     }
 
-    fn history(entries: Vec<Entry>, faults: Vec<Fault>, obs: Vec<Observation>) -> History {
+    /// The observations in time order, as the observer (one thread) records them.
+    fn history(entries: Vec<Entry>, faults: Vec<Fault>, mut obs: Vec<Observation>) -> History {
+        obs.sort_by_key(|o| o.time);
         History {
             entries,
             faults,
@@ -843,9 +946,37 @@ mod tests {
     }
 
     #[test]
+    fn resp_replies_parse_only_when_whole() {
+        let msg = b"*3\r\n$8\r\nsmessage\r\n$2\r\nch\r\n$23\r\n7 handoff 12 -1 cand1-1\r\n+OK\r\n";
+        let whole = msg.len() - 5;
+        for cut in 0..whole {
+            assert_eq!(parse(&msg[..cut], 0), None, "{cut} bytes");
+        }
+        let bulk = |b: &str| Resp::Bulk(Some(b.as_bytes().to_vec()));
+        let items = vec![
+            bulk("smessage"),
+            bulk("ch"),
+            bulk("7 handoff 12 -1 cand1-1"),
+        ];
+        assert_eq!(parse(msg, 0), Some((Resp::Array(Some(items)), whole)));
+        assert_eq!(
+            parse(msg, whole),
+            Some((Resp::Simple("OK".into()), msg.len()))
+        );
+        assert_eq!(parse(b"$-1\r\n", 0), Some((Resp::Bulk(None), 5)));
+        assert_eq!(parse(b"*-1\r\n", 0), Some((Resp::Array(None), 5)));
+        assert_eq!(parse(b":-3\r\n", 0), Some((Resp::Int(-3), 5)));
+        let err = b"-ERR no\r\n";
+        assert_eq!(
+            parse(err, 0),
+            Some((Resp::Error("ERR no".into()), err.len()))
+        );
+    }
+
+    #[test]
     fn a_clean_history_passes() {
         let (e, f, o) = clean();
-        assert_eq!(violations(&history(e, f, o)), vec![0, 0, 0, 0]);
+        assert_eq!(violations(&history(e, f, o)), vec![0, 0, 0, 0, 0]);
     }
 
     #[test]
@@ -853,7 +984,7 @@ mod tests {
         // cand3 is granted at 200 ms, before cand2's loss could have happened (300 ms).
         let (mut e, f, o) = clean();
         e[5] = grant("cand3-1", (100.0, 200.0), 12);
-        assert_eq!(violations(&history(e, f, o)), vec![0, 1, 0, 0]);
+        assert_eq!(violations(&history(e, f, o)), vec![0, 0, 1, 0, 0]);
     }
 
     #[test]
@@ -864,7 +995,7 @@ mod tests {
         e.push(release("cand4-1", (54.0, 55.0), 9));
         o.push(feed(53.5, 4, "acquired", 9));
         // Term 9 is also certainly live (53 .. 54 ms) inside term 11 (51 .. 300 ms).
-        assert_eq!(violations(&history(e, f, o)), vec![1, 1, 0, 0]);
+        assert_eq!(violations(&history(e, f, o)), vec![1, 1, 1, 0, 0]);
     }
 
     #[test]
@@ -874,7 +1005,7 @@ mod tests {
         o.pop();
         assert_eq!(
             violations(&history(e.clone(), f.clone(), o.clone())),
-            vec![0, 0, 1, 0]
+            vec![0, 0, 0, 1, 0]
         );
         // A resynchronisation before term 11's grant was invoked, or one that had already
         // seen a larger token, does not cover it.
@@ -882,11 +1013,11 @@ mod tests {
         early.push(resync(1.8, 10, 10));
         assert_eq!(
             violations(&history(e.clone(), f.clone(), early)),
-            vec![0, 0, 1, 0]
+            vec![0, 0, 0, 1, 0]
         );
         let mut late = o;
         late.push(resync(52.0, 12, 12));
-        assert_eq!(violations(&history(e, f, late)), vec![0, 0, 1, 0]);
+        assert_eq!(violations(&history(e, f, late)), vec![0, 0, 0, 1, 0]);
     }
 
     #[test]
@@ -896,6 +1027,6 @@ mod tests {
         e[7] = write("cand2-1", (400.0, 401.0), Outcome::Ok, 11);
         let v = violations(&history(e, f, o));
         // Its accepted write also proves term 11 live at 400 ms, beside term 12.
-        assert_eq!(v, vec![0, 1, 0, 1]);
+        assert_eq!(v, vec![0, 0, 1, 0, 1]);
     }
 }
