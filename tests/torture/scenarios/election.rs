@@ -21,6 +21,8 @@
 //!
 //! - `election-terms-increase`: a term granted after another one was granted has a larger
 //!   token (by completion before invocation);
+//! - `election-observed-terms-increase`: the terms the observer reports (messages and
+//!   resynchronisations, in the order it read them) increase;
 //! - `election-one-leader`: no two terms are certainly live at once, a term being certainly live
 //!   from its grant's completion to the earliest moment it could have ended (its resignation's
 //!   invocation, or the earliest moment of a loss of its candidate's session), or to its last
@@ -33,6 +35,11 @@
 //!   was granted (the old leader's writes are refused);
 //! - `observer-caught-up`: once the candidates are gone, the observer has read up to the key's
 //!   current seq within 2 s.
+//!
+//! Printed with them: the terms granted and resigned, the faults by kind, how each term was
+//! observed (in the feed, by a resynchronisation, inside a marked gap), the fenced writes sent
+//! with a term after a larger one was granted (and refused), and the times from a leader's
+//! SIGKILL to the next term's grant and to the observer's message of it.
 //!
 //! The common checks (`exclusive-holds`, `stale-fenced-writes`, ...) and `sessions.rs`'s own
 //! (`session-ends-on-kill`, `session-expires-unattended`, `fenced-write-after-session-loss`)
@@ -541,6 +548,7 @@ fn terms(h: &History) -> Vec<Term<'_>> {
 fn election_checks(h: &History) -> Vec<Check> {
     let terms = terms(h);
     let (observed, how) = terms_observed(h, &terms);
+    let (stale_sent, stale_refused) = stale_writes(h, &terms);
     let checks = vec![
         terms_increase(&terms),
         observed_terms_increase(h),
@@ -585,6 +593,10 @@ fn election_checks(h: &History) -> Vec<Check> {
         how[0],
         how[1],
         how[2]
+    );
+    println!(
+        "election: {stale_sent} fenced writes sent with a term after a larger term was granted, \
+         {stale_refused} of them refused"
     );
     let (mut to_grant, mut to_seen) = failovers_after_kills(h, &terms);
     for (what, v) in [
@@ -796,6 +808,40 @@ fn terms_observed(h: &History, terms: &[Term]) -> (Check, [usize; 3]) {
     (c, how)
 }
 
+/// The candidates' fenced writes with a known outcome, each with the first larger term whose
+/// grant completed before the write was invoked, if any.
+fn writes_and_newer<'h>(
+    h: &'h History,
+    terms: &'h [Term<'h>],
+) -> impl Iterator<Item = (&'h Entry, i64, Option<&'h Term<'h>>)> {
+    h.entries
+        .iter()
+        .filter(|e| {
+            matches!(e.op, Op::FencedWrite { .. })
+                && e.owner.starts_with("cand")
+                && e.outcome != Outcome::Unknown
+        })
+        .filter_map(move |w| {
+            let token = w.token?;
+            let newer = terms
+                .iter()
+                .filter(|t| t.token > token && t.grant.complete < w.invoke)
+                .min_by_key(|t| t.grant.complete);
+            Some((w, token, newer))
+        })
+}
+
+/// How many fenced writes were sent after a larger term was granted, and how many of them the
+/// fence refused.
+fn stale_writes(h: &History, terms: &[Term]) -> (usize, usize) {
+    let stale: Vec<&Entry> = writes_and_newer(h, terms)
+        .filter(|(_, _, newer)| newer.is_some())
+        .map(|(w, _, _)| w)
+        .collect();
+    let refused = stale.iter().filter(|w| w.reply == "0").count();
+    (stale.len(), refused)
+}
+
 /// Pass: no fenced write with a term is accepted once a larger term was granted (by the
 /// grant's completion before the write's invocation).
 fn writes_in_term_order(h: &History, terms: &[Term]) -> Check {
@@ -803,16 +849,7 @@ fn writes_in_term_order(h: &History, terms: &[Term]) -> Check {
         "election-writes-in-term-order",
         "no fenced write with a term is accepted after a larger term was granted",
     );
-    for w in h.entries.iter().filter(|e| {
-        matches!(e.op, Op::FencedWrite { .. })
-            && e.owner.starts_with("cand")
-            && e.outcome != Outcome::Unknown
-    }) {
-        let Some(token) = w.token else { continue };
-        let newer = terms
-            .iter()
-            .filter(|t| t.token > token && t.grant.complete < w.invoke)
-            .min_by_key(|t| t.grant.complete);
+    for (w, token, newer) in writes_and_newer(h, terms) {
         c.checked += 1;
         if let Some(t) = newer {
             if w.outcome == Outcome::Ok {
@@ -845,7 +882,7 @@ mod tests {
             wall_ms: 0,
             outcome,
             token: Some(token),
-            reply: String::new(),
+            reply: if outcome == Outcome::Ok { "1" } else { "0" }.to_string(),
         }
     }
 
@@ -973,10 +1010,39 @@ mod tests {
         );
     }
 
+    /// One history with the three faults at once: term 12 granted while term 11 still leads,
+    /// term 11 never observed, and term 11's write accepted after term 12 was granted.
+    #[test]
+    fn an_overlap_a_skipped_term_and_a_stale_write_are_each_caught() {
+        let (mut e, f, mut o) = clean();
+        e[5] = grant("cand3-1", (100.0, 200.0), 12);
+        e[7] = write("cand2-1", (400.0, 401.0), Outcome::Ok, 11);
+        o.pop();
+        let h = history(e, f, o);
+        let checks = election_checks(&h);
+        let failed: Vec<(&str, usize)> = checks
+            .iter()
+            .filter(|c| !c.violations.is_empty())
+            .map(|c| (c.name.as_str(), c.violations.len()))
+            .collect();
+        assert_eq!(
+            failed,
+            vec![
+                ("election-one-leader", 1),
+                ("election-terms-observed", 1),
+                ("election-writes-in-term-order", 1)
+            ]
+        );
+        assert_eq!(stale_writes(&h, &terms(&h)), (1, 0));
+    }
+
     #[test]
     fn a_clean_history_passes() {
         let (e, f, o) = clean();
-        assert_eq!(violations(&history(e, f, o)), vec![0, 0, 0, 0, 0]);
+        let h = history(e, f, o);
+        assert_eq!(violations(&h), vec![0, 0, 0, 0, 0]);
+        // cand2's write of term 11 after term 12's grant: sent, and refused.
+        assert_eq!(stale_writes(&h, &terms(&h)), (1, 1));
     }
 
     #[test]
