@@ -12,9 +12,11 @@
 //!
 //! The nemesis is `sessions.rs`'s: in turn it SIGKILLs the leader, SIGSTOPs it until the server
 //! has expired its session, and cuts it off (its proxy holds every byte) until the same; each
-//! loss is a fault of that candidate from the loss's earliest possible moment. Every third round
-//! or so it also kills one of the observer's connections (`CLIENT KILL ID`, the subscription or
-//! the watch), which the observer must notice and resynchronise after.
+//! loss is a fault of that candidate from the loss's earliest possible moment. In about a third
+//! of the rounds it first kills one of the observer's connections (`CLIENT KILL ID`, the
+//! subscription or the watch, in turn), which the observer must notice (a closed subscription;
+//! a `PING` unanswered on the watch connection, whose close ends the watch and so the
+//! messages) and resynchronise after: the leader's fault then often lands while it reconnects.
 //!
 //! The checks read the leadership history (the candidates' grants, releases, writes and the
 //! faults that name them), each sound by the suite's interval reasoning:
