@@ -690,17 +690,31 @@ fn terms_increase(terms: &[Term]) -> Check {
 
 /// Pass: in the observer's sequence (receive order), each new term (an `acquired` or
 /// `handoff` message, or a resynchronisation's holder) is larger than every term before it;
-/// a resynchronisation may read again the term it last saw.
+/// a resynchronisation may read again the term it last saw, and a message whose seq is not
+/// above the last resynchronisation's was published before it (and delivered after): old news,
+/// not judged.
 fn observed_terms_increase(h: &History) -> Check {
     let mut c = Check::new(
         "election-observed-terms-increase",
         "the terms the observer reports (feed messages, resynchronisations) increase",
     );
+    let seq_of = |rest: &str| {
+        rest.split(' ')
+            .next()
+            .and_then(|w| w.strip_prefix("seq="))
+            .and_then(|w| w.parse::<i64>().ok())
+    };
     let mut last: Option<&crate::history::Observation> = None;
+    let mut resync_seq: Option<i64> = None;
     for o in &h.observations {
-        let fresh = match o.source.strip_prefix("observer feed ") {
-            Some(rest) => matches!(rest.split(' ').nth(1), Some("acquired" | "handoff")),
-            None => o.source.starts_with("observer resync ") && o.token > 0,
+        let fresh = if let Some(rest) = o.source.strip_prefix("observer feed ") {
+            let old = matches!((seq_of(rest), resync_seq), (Some(s), Some(r)) if s <= r);
+            !old && matches!(rest.split(' ').nth(1), Some("acquired" | "handoff"))
+        } else if let Some(rest) = o.source.strip_prefix("observer resync ") {
+            resync_seq = seq_of(rest);
+            o.token > 0
+        } else {
+            false
         };
         if !fresh {
             continue;
@@ -935,10 +949,14 @@ mod tests {
     }
 
     fn resync(at: f64, after: i64, holder: i64) -> Observation {
+        resync_at_seq(at, 1, after, holder)
+    }
+
+    fn resync_at_seq(at: f64, seq: i64, after: i64, holder: i64) -> Observation {
         Observation {
             time: (at * 1000.0) as i64,
             token: holder,
-            source: format!("observer resync seq=1 after_token={after} holder={holder} (test)"),
+            source: format!("observer resync seq={seq} after_token={after} holder={holder} (test)"),
         }
     }
 
@@ -1064,6 +1082,26 @@ mod tests {
         o.push(feed(53.5, 4, "acquired", 9));
         // Term 9 is also certainly live (53 .. 54 ms) inside term 11 (51 .. 300 ms).
         assert_eq!(violations(&history(e, f, o)), vec![1, 1, 1, 0, 0]);
+    }
+
+    #[test]
+    fn old_news_after_a_resynchronisation_is_not_judged() {
+        // After a reconnect the resynchronisation reads term 12 at seq 6; the handoff to term
+        // 11 (seq 5), published before it, is delivered after it.
+        let order = |late_seq: i64| {
+            let h = history(
+                Vec::new(),
+                Vec::new(),
+                vec![
+                    feed(1.0, 4, "acquired", 10),
+                    resync_at_seq(2.0, 6, 10, 12),
+                    feed(2.5, late_seq, "handoff", 11),
+                ],
+            );
+            observed_terms_increase(&h).violations.len()
+        };
+        assert_eq!(order(5), 0);
+        assert_eq!(order(7), 1);
     }
 
     #[test]
