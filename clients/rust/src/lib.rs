@@ -171,17 +171,22 @@ pub mod aio;
 mod bound;
 mod client;
 mod command;
+mod election;
 mod error;
+mod feed;
 mod guard;
 mod hold;
 mod locks;
 mod redlock;
 mod session;
+mod subscriber;
 pub(crate) mod watchdog;
 
 pub use client::{Client, DEFAULT_CONNECT_TIMEOUT, DEFAULT_IO_TIMEOUT};
 pub use command::{FENCED_CALL_LUA, FENCE_CHECK_LUA};
+pub use election::{Election, Leadership, Observer};
 pub use error::{Error, RedlockError};
+pub use feed::{Change, Leader};
 pub use guard::{fenced_call, Guard};
 pub use locks::{MultiLock, ReadWriteLock, Semaphore};
 pub use redlock::{

@@ -35,6 +35,7 @@
 //! ```
 
 mod client;
+mod election;
 mod guard;
 mod locks;
 mod redlock;
@@ -42,6 +43,7 @@ mod session;
 mod watchdog;
 
 pub use client::Client;
+pub use election::{Leadership, Observer};
 pub use guard::{fenced_call, Guard};
 pub use redlock::{Redlock, RedlockGuard};
 pub use session::Session;
@@ -52,5 +54,7 @@ pub type Semaphore = crate::Semaphore<Client>;
 pub type ReadWriteLock = crate::ReadWriteLock<Client>;
 /// [`crate::MultiLock`] on an async [`Client`]: `MultiLock::new(&client, &keys)`.
 pub type MultiLock = crate::MultiLock<Client>;
+/// [`crate::Election`] on an async [`Client`]: `Election::new(&client, name, ttl)`.
+pub type Election = crate::Election<Client>;
 /// [`crate::SessionBuilder`] on an async [`Client`]: `Session::builder(&client, ttl)`.
 pub type SessionBuilder = crate::SessionBuilder<Client>;

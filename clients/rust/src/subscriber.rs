@@ -1,0 +1,803 @@
+//! The feed's connections and the thread that reads them, for both APIs: one [`Subscriber`] per
+//! client (its clones, and the sessions opened on it, share it), started by the first watch.
+//!
+//! - The *watch* connection, an ordinary unpooled connection, sends `LOCK.WATCH` and
+//!   `LOCK.UNWATCH` (a watch lasts as long as the connection that sent it) and the `LOCK.INFO`
+//!   of a resynchronisation.
+//! - The *pub/sub* connection has `SSUBSCRIBE`d to the channels of the watched keys. A RESP2
+//!   connection that has subscribed sends no other command, so it is a plain socket with a
+//!   small RESP reader: one handle reads in the thread, a clone of it writes `SSUBSCRIBE`,
+//!   `SUNSUBSCRIBE` and `PING` from whichever thread watches, without waking the reader.
+//!
+//! The thread delivers each key's messages to its listeners ([`Listener`]) in order, skipping
+//! those older than a listener's watch, and reads the key again with `LOCK.INFO` (a
+//! resynchronisation) once a subscription is in place, when a listener joins, after a gap in the
+//! sequence numbers and when a listener asks. It also fires listeners' own deadlines. When a
+//! connection is lost (an error, an end of stream, or no answer to a ping within two
+//! [`PING_EVERY`]), every listener is told, and the thread reconnects, watches and subscribes
+//! again, and resynchronises every key.
+
+use std::collections::HashMap;
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, TcpStream, ToSocketAddrs};
+use std::os::unix::net::UnixStream;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use redis::{Connection, ConnectionAddr};
+
+use crate::client::Endpoint;
+use crate::command::Command;
+use crate::error::Error;
+use crate::feed::{self, Heard, Listener, Message, PING_EVERY};
+
+/// The feed of one server: its two connections, the watched keys and their listeners.
+pub(crate) struct Subscriber {
+    /// The server (a copy of the client's endpoint).
+    endpoint: Endpoint,
+    /// The watch connection, once open.
+    control: Mutex<Option<Connection>>,
+    /// The keys and the pub/sub connection's writing side.
+    shared: Mutex<Shared>,
+}
+
+/// What watchers and the thread share.
+#[derive(Default)]
+struct Shared {
+    /// The watched keys.
+    keys: HashMap<String, Watched>,
+    /// Channel -> key.
+    channels: HashMap<Vec<u8>, String>,
+    /// The pub/sub connection's writing side; `None` until connected, and while reconnecting.
+    writer: Option<Stream>,
+    /// The reading thread runs.
+    running: bool,
+    /// The id of the next listener.
+    next_id: u64,
+}
+
+/// A watched key.
+struct Watched {
+    /// Its channel, as `LOCK.WATCH` named it.
+    channel: Vec<u8>,
+    /// The last sequence number seen (a message or `LOCK.INFO`), for gaps.
+    last_seq: Option<u64>,
+    /// Who follows it.
+    listeners: Vec<Entry>,
+}
+
+/// One listener of a key.
+struct Entry {
+    /// Its id, to remove it.
+    id: u64,
+    /// The listener, held weakly: its owner holds it, and removes it.
+    to: Weak<dyn Listener>,
+    /// Messages up to this sequence number are older than its watch.
+    from_seq: u64,
+    /// A resynchronisation is due.
+    pending: bool,
+    /// It had one already (the next is a re-read).
+    synced: bool,
+}
+
+/// A listener's watch of one or more keys; dropping it ends the watch.
+pub(crate) struct Watching {
+    /// The feed.
+    subscriber: Arc<Subscriber>,
+    /// The keys and the listener's id for each.
+    ids: Vec<(String, u64)>,
+    /// The listener, kept alive here (the subscriber holds it weakly).
+    _listener: Arc<dyn Listener>,
+}
+
+impl Drop for Watching {
+    fn drop(&mut self) {
+        for (key, id) in &self.ids {
+            self.subscriber.unwatch(key, *id);
+        }
+    }
+}
+
+impl Subscriber {
+    /// The subscriber of `endpoint`'s server, in `slot` (created, not connected, on first use).
+    pub(crate) fn of(
+        endpoint: &Endpoint,
+        slot: &std::sync::OnceLock<Arc<Subscriber>>,
+    ) -> Arc<Subscriber> {
+        Arc::clone(slot.get_or_init(|| {
+            Arc::new(Subscriber {
+                endpoint: endpoint.with_timeouts(endpoint.connect_timeout, endpoint.io_timeout),
+                control: Mutex::new(None),
+                shared: Mutex::new(Shared::default()),
+            })
+        }))
+    }
+
+    /// Watch `keys` for `listener` until the returned [`Watching`] is dropped. A blocking call:
+    /// it connects if needed and sends `LOCK.WATCH` for each key; the first state of each is
+    /// read by the thread and given to the listener's `resync`.
+    pub(crate) fn watch(
+        self: &Arc<Self>,
+        keys: &[String],
+        listener: Arc<dyn Listener>,
+    ) -> Result<Watching, Error> {
+        let mut watching = Watching {
+            subscriber: Arc::clone(self),
+            ids: Vec::with_capacity(keys.len()),
+            _listener: Arc::clone(&listener),
+        };
+        let mut control = lock(&self.control);
+        self.start(&mut control)?;
+        for key in keys {
+            let (channel, seq) = match self.on_control(&mut control, &feed::watch(key)) {
+                Ok(reply) => reply,
+                Err(e) => {
+                    drop(control);
+                    return Err(e); // `watching` unwatches the keys done so far
+                }
+            };
+            let mut shared = lock(&self.shared);
+            let id = shared.next_id;
+            shared.next_id += 1;
+            let entry = Entry {
+                id,
+                to: Arc::downgrade(&listener),
+                from_seq: seq,
+                pending: true,
+                synced: false,
+            };
+            let shared = &mut *shared;
+            match shared.keys.get_mut(key) {
+                Some(watched) => {
+                    watched.listeners.push(entry);
+                    // Wake the thread (the pong) to resynchronise the new listener.
+                    send(&mut shared.writer, &[b"PING"]);
+                }
+                None => {
+                    shared.channels.insert(channel.clone(), key.clone());
+                    send(&mut shared.writer, &[b"SSUBSCRIBE", &channel]);
+                    let watched = Watched {
+                        channel,
+                        last_seq: Some(seq),
+                        listeners: vec![entry],
+                    };
+                    shared.keys.insert(key.clone(), watched);
+                }
+            }
+            watching.ids.push((key.clone(), id));
+        }
+        Ok(watching)
+    }
+
+    /// Remove listener `id` of `key`; the last one unsubscribes and unwatches the key.
+    fn unwatch(&self, key: &str, id: u64) {
+        let mut control = lock(&self.control);
+        let mut shared = lock(&self.shared);
+        let shared = &mut *shared;
+        let Some(watched) = shared.keys.get_mut(key) else {
+            return;
+        };
+        watched.listeners.retain(|e| e.id != id);
+        if !watched.listeners.is_empty() {
+            return;
+        }
+        let watched = shared.keys.remove(key).expect("found above");
+        shared.channels.remove(&watched.channel);
+        send(&mut shared.writer, &[b"SUNSUBSCRIBE", &watched.channel]);
+        if let Some(conn) = control.as_mut() {
+            if feed::unwatch(key).run(conn).is_err() {
+                *control = None;
+                // The server ends this connection's watches as it closes; the others are
+                // watched again by the thread's reconnect.
+                shutdown(&mut shared.writer);
+            }
+        }
+    }
+
+    /// Connect both connections and start the thread, unless it runs.
+    fn start(self: &Arc<Self>, control: &mut Option<Connection>) -> Result<(), Error> {
+        if lock(&self.shared).running {
+            return Ok(());
+        }
+        let (reader, writer) = self.connect_pubsub()?;
+        *control = Some(self.connect_control()?);
+        let mut shared = lock(&self.shared);
+        shared.writer = Some(writer);
+        shared.running = true;
+        drop(shared);
+        let weak = Arc::downgrade(self);
+        let spawned = thread::Builder::new()
+            .name("redis-lock-feed".to_string())
+            .spawn(move || run(weak, reader));
+        if let Err(e) = spawned {
+            lock(&self.shared).running = false;
+            return Err(Error::Spawn(e));
+        }
+        Ok(())
+    }
+
+    /// Run `command` on the watch connection (opened if there is none); a connection that fails
+    /// is closed, and the pub/sub connection with it, so that the thread reconnects both.
+    fn on_control<T: 'static>(
+        &self,
+        control: &mut Option<Connection>,
+        command: &Command<T>,
+    ) -> Result<T, Error> {
+        if control.is_none() {
+            *control = Some(self.connect_control()?);
+        }
+        let conn = control.as_mut().expect("opened above");
+        let result = command.run(conn);
+        if !crate::command::in_step(&result) {
+            *control = None;
+            shutdown(&mut lock(&self.shared).writer);
+        }
+        result
+    }
+
+    fn connect_control(&self) -> Result<Connection, Error> {
+        let conn = self.endpoint.connect(self.endpoint.connect_timeout)?;
+        conn.set_read_timeout(Some(self.endpoint.io_timeout))
+            .and_then(|()| conn.set_write_timeout(Some(self.endpoint.io_timeout)))
+            .map_err(Error::from_redis)?;
+        Ok(conn)
+    }
+
+    /// A new pub/sub connection (authenticated if the URL has credentials): the reading and the
+    /// writing handle.
+    fn connect_pubsub(&self) -> Result<(Stream, Stream), Error> {
+        let info = self.endpoint.redis.get_connection_info();
+        let timeout = self.endpoint.connect_timeout;
+        let mut stream = match &info.addr {
+            ConnectionAddr::Tcp(host, port) => {
+                let addr = (host.as_str(), *port)
+                    .to_socket_addrs()
+                    .map_err(io_error)?
+                    .next()
+                    .ok_or_else(|| io_error(io::Error::other("no address for the host")))?;
+                let tcp = TcpStream::connect_timeout(&addr, timeout).map_err(io_error)?;
+                let _ = tcp.set_nodelay(true);
+                Stream::Tcp(tcp)
+            }
+            ConnectionAddr::Unix(path) => {
+                Stream::Unix(UnixStream::connect(path).map_err(io_error)?)
+            }
+            ConnectionAddr::TcpTls { .. } => {
+                return Err(Error::InvalidArgument(
+                    "the change feed needs a plain TCP or Unix connection (not TLS)",
+                ))
+            }
+        };
+        stream.set_timeouts(Some(timeout)).map_err(io_error)?;
+        if let Some(password) = &info.redis.password {
+            let mut auth: Vec<&[u8]> = vec![b"AUTH"];
+            if let Some(user) = &info.redis.username {
+                auth.push(user.as_bytes());
+            }
+            auth.push(password.as_bytes());
+            stream.write_all(&encode(&auth)).map_err(io_error)?;
+            let mut buf = Vec::new();
+            match read_frame(&mut stream, &mut buf).map_err(io_error)? {
+                Frame::Simple(_) => {}
+                Frame::Error(e) => {
+                    return Err(Error::Server(redis::RedisError::from((
+                        redis::ErrorKind::AuthenticationFailed,
+                        "AUTH on the feed connection",
+                        e,
+                    ))))
+                }
+                other => {
+                    return Err(Error::UnexpectedReply {
+                        command: "AUTH",
+                        reply: format!("{other:?}"),
+                    })
+                }
+            }
+        }
+        let writer = stream.try_clone().map_err(io_error)?;
+        writer
+            .set_write_timeout(Some(self.endpoint.io_timeout))
+            .map_err(io_error)?;
+        Ok((stream, writer))
+    }
+
+    /// A frame from the pub/sub connection.
+    fn frame(&self, frame: Frame) {
+        let Frame::Array(items) = frame else {
+            return; // PONG, +OK
+        };
+        let mut items = items.into_iter();
+        let (Some(Frame::Bulk(kind)), Some(Frame::Bulk(channel))) = (items.next(), items.next())
+        else {
+            return;
+        };
+        match kind.as_slice() {
+            b"smessage" => {
+                if let Some(Frame::Bulk(payload)) = items.next() {
+                    if let Some(message) = Message::parse(&payload) {
+                        self.message(&channel, &message);
+                    }
+                }
+            }
+            b"ssubscribe" => {
+                let mut shared = lock(&self.shared);
+                let key = shared.channels.get(&channel).cloned();
+                if let Some(watched) = key.and_then(|k| shared.keys.get_mut(&k)) {
+                    watched.listeners.iter_mut().for_each(|e| e.pending = true);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Deliver `message` of `channel` to its key's listeners that have not seen it.
+    fn message(&self, channel: &[u8], message: &Message) {
+        let mut shared = lock(&self.shared);
+        let Some(key) = shared.channels.get(channel).cloned() else {
+            return;
+        };
+        let watched = shared
+            .keys
+            .get_mut(&key)
+            .expect("a channel's key is watched");
+        match watched.last_seq {
+            Some(last) if message.seq <= last => return, // already seen, or reflected by an INFO
+            Some(last) if message.seq > last + 1 => {
+                // Messages were lost: read the key again once this one is delivered.
+                watched.listeners.iter_mut().for_each(|e| e.pending = true);
+            }
+            _ => {}
+        }
+        watched.last_seq = Some(message.seq);
+        let to: Vec<(u64, Arc<dyn Listener>)> = watched
+            .listeners
+            .iter()
+            .filter(|e| message.seq > e.from_seq)
+            .filter_map(|e| e.to.upgrade().map(|l| (e.id, l)))
+            .collect();
+        drop(shared);
+        for (id, listener) in to {
+            if listener.message(&key, message) == Heard::Resync {
+                let mut shared = lock(&self.shared);
+                if let Some(e) = shared
+                    .keys
+                    .get_mut(&key)
+                    .and_then(|w| w.listeners.iter_mut().find(|e| e.id == id))
+                {
+                    e.pending = true;
+                }
+            }
+        }
+    }
+
+    /// Read every key with a pending resynchronisation again, and tell its listeners.
+    fn resync_pending(&self) -> Result<(), Error> {
+        loop {
+            let key = {
+                let shared = lock(&self.shared);
+                shared
+                    .keys
+                    .iter()
+                    .find(|(_, w)| w.listeners.iter().any(|e| e.pending))
+                    .map(|(k, _)| k.clone())
+            };
+            let Some(key) = key else {
+                return Ok(());
+            };
+            let mut control = lock(&self.control);
+            let state = self.on_control(&mut control, &feed::info(&key))?;
+            let mut shared = lock(&self.shared);
+            let Some(watched) = shared.keys.get_mut(&key) else {
+                continue;
+            };
+            if let Some(seq) = state.seq {
+                watched.last_seq = Some(watched.last_seq.map_or(seq, |l| l.max(seq)));
+            }
+            let mut to = Vec::new();
+            for e in watched.listeners.iter_mut().filter(|e| e.pending) {
+                e.pending = false;
+                if let Some(seq) = state.seq {
+                    e.from_seq = e.from_seq.max(seq);
+                }
+                if let Some(l) = e.to.upgrade() {
+                    to.push((l, e.synced));
+                }
+                e.synced = true;
+            }
+            drop(shared);
+            drop(control);
+            for (listener, again) in to {
+                listener.resync(&key, &state, again);
+            }
+        }
+    }
+
+    /// Every listener, once.
+    fn listeners(&self) -> Vec<Arc<dyn Listener>> {
+        let shared = lock(&self.shared);
+        let mut all: Vec<Arc<dyn Listener>> = Vec::new();
+        for e in shared.keys.values().flat_map(|w| &w.listeners) {
+            if let Some(l) = e.to.upgrade() {
+                if !all.iter().any(|a| Arc::ptr_eq(a, &l)) {
+                    all.push(l);
+                }
+            }
+        }
+        all
+    }
+
+    /// Fire the deadlines that have passed; the next one to come.
+    fn deadlines(&self) -> Option<Instant> {
+        let now = Instant::now();
+        let mut next: Option<Instant> = None;
+        for listener in self.listeners() {
+            match listener.deadline() {
+                Some(at) if at <= now => listener.deadline_passed(),
+                Some(at) => next = Some(next.map_or(at, |n| n.min(at))),
+                None => {}
+            }
+        }
+        next
+    }
+
+    /// The connections were lost: tell every listener, forget the connections.
+    fn lost(&self, error: Error) {
+        let error = Arc::new(error);
+        *lock(&self.control) = None;
+        lock(&self.shared).writer = None;
+        for listener in self.listeners() {
+            listener.disconnected(&error);
+        }
+    }
+
+    /// Connect again, watch and subscribe every key again; the confirmations resynchronise.
+    fn reconnect(&self) -> Result<Stream, Error> {
+        let (reader, writer) = self.connect_pubsub()?;
+        let mut control = lock(&self.control);
+        *control = Some(self.connect_control()?);
+        let keys: Vec<String> = lock(&self.shared).keys.keys().cloned().collect();
+        let mut watched = Vec::new();
+        for key in keys {
+            let (channel, seq) = self.on_control(&mut control, &feed::watch(&key))?;
+            watched.push((key, channel, seq));
+        }
+        let mut shared = lock(&self.shared);
+        let shared = &mut *shared;
+        shared.channels.clear();
+        let mut writer = Some(writer);
+        for (key, channel, seq) in watched {
+            let Some(w) = shared.keys.get_mut(&key) else {
+                continue; // unwatched meanwhile
+            };
+            w.channel = channel.clone();
+            w.last_seq = Some(seq);
+            for e in &mut w.listeners {
+                e.from_seq = e.from_seq.max(seq);
+            }
+            send(&mut writer, &[b"SSUBSCRIBE", &channel]);
+            shared.channels.insert(channel, key);
+        }
+        shared.writer = writer;
+        Ok(reader)
+    }
+
+    /// Ping both connections (the pub/sub one answers on the reading side).
+    fn ping(&self) -> Result<(), Error> {
+        send(&mut lock(&self.shared).writer, &[b"PING"]);
+        let mut control = lock(&self.control);
+        let ping = Command::new(redis::cmd("PING"), |_| Ok(()));
+        self.on_control(&mut control, &ping)
+    }
+}
+
+/// The thread: read frames, deliver them, resynchronise, fire deadlines, ping when idle;
+/// reconnect after a loss. It ends once the subscriber is gone.
+fn run(subscriber: Weak<Subscriber>, mut reader: Stream) {
+    let mut buf = Vec::new();
+    let mut heard = Instant::now();
+    let mut pinged: Option<Instant> = None;
+    loop {
+        let Some(sub) = subscriber.upgrade() else {
+            return;
+        };
+        let mut failure = sub.resync_pending().err();
+        let next = sub.deadlines();
+        drop(sub);
+        if failure.is_none() {
+            let now = Instant::now();
+            let mut wait = PING_EVERY;
+            if let Some(next) = next {
+                wait = wait.min(next.saturating_duration_since(now));
+            }
+            let _ = reader.set_read_timeout(Some(wait.max(Duration::from_millis(1))));
+            let mut chunk = [0u8; 16 * 1024];
+            match reader.read(&mut chunk) {
+                Ok(0) => failure = Some(io_error(io::ErrorKind::UnexpectedEof.into())),
+                Ok(n) => {
+                    buf.extend_from_slice(&chunk[..n]);
+                    heard = Instant::now();
+                    pinged = None;
+                    let Some(sub) = subscriber.upgrade() else {
+                        return;
+                    };
+                    loop {
+                        match parse(&buf) {
+                            Ok(Some((frame, used))) => {
+                                buf.drain(..used);
+                                sub.frame(frame);
+                            }
+                            Ok(None) => break,
+                            Err(e) => {
+                                failure = Some(io_error(e));
+                                break;
+                            }
+                        }
+                    }
+                }
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    match pinged {
+                        Some(at) if at.elapsed() >= PING_EVERY * 2 => {
+                            failure = Some(io_error(io::Error::new(
+                                io::ErrorKind::TimedOut,
+                                "the feed connection did not answer a ping",
+                            )))
+                        }
+                        None if heard.elapsed() >= PING_EVERY => {
+                            let Some(sub) = subscriber.upgrade() else {
+                                return;
+                            };
+                            pinged = Some(Instant::now());
+                            failure = sub.ping().err();
+                        }
+                        _ => {}
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => failure = Some(io_error(e)),
+            }
+        }
+        let Some(error) = failure else {
+            continue;
+        };
+        let Some(sub) = subscriber.upgrade() else {
+            return;
+        };
+        sub.lost(error);
+        drop(sub);
+        buf.clear();
+        let mut backoff = Duration::from_millis(20);
+        reader = loop {
+            let Some(sub) = subscriber.upgrade() else {
+                return;
+            };
+            if let Ok(reader) = sub.reconnect() {
+                break reader;
+            }
+            drop(sub);
+            thread::sleep(backoff);
+            backoff = (backoff * 2).min(Duration::from_secs(1));
+        };
+        heard = Instant::now();
+        pinged = None;
+    }
+}
+
+/// An I/O error of a feed connection.
+fn io_error(e: io::Error) -> Error {
+    Error::Connection(redis::RedisError::from(e))
+}
+
+/// A pub/sub connection: TCP or a Unix socket.
+enum Stream {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl Stream {
+    fn try_clone(&self) -> io::Result<Stream> {
+        Ok(match self {
+            Stream::Tcp(s) => Stream::Tcp(s.try_clone()?),
+            Stream::Unix(s) => Stream::Unix(s.try_clone()?),
+        })
+    }
+
+    fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.set_read_timeout(t),
+            Stream::Unix(s) => s.set_read_timeout(t),
+        }
+    }
+
+    fn set_write_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.set_write_timeout(t),
+            Stream::Unix(s) => s.set_write_timeout(t),
+        }
+    }
+
+    fn set_timeouts(&self, t: Option<Duration>) -> io::Result<()> {
+        self.set_read_timeout(t)?;
+        self.set_write_timeout(t)
+    }
+
+    fn shutdown(&self) {
+        let _ = match self {
+            Stream::Tcp(s) => s.shutdown(Shutdown::Both),
+            Stream::Unix(s) => s.shutdown(Shutdown::Both),
+        };
+    }
+}
+
+impl Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.read(buf),
+            Stream::Unix(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.write(buf),
+            Stream::Unix(s) => s.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.flush(),
+            Stream::Unix(s) => s.flush(),
+        }
+    }
+}
+
+/// Write a command on the pub/sub connection, if it is connected; a failure closes it (the
+/// reader then sees the loss and reconnects).
+fn send(writer: &mut Option<Stream>, args: &[&[u8]]) {
+    if let Some(w) = writer.as_mut() {
+        if w.write_all(&encode(args)).is_err() {
+            shutdown(writer);
+        }
+    }
+}
+
+/// Close the pub/sub connection: the reader sees it end and reconnects.
+fn shutdown(writer: &mut Option<Stream>) {
+    if let Some(w) = writer.take() {
+        w.shutdown();
+    }
+}
+
+/// A command as RESP: an array of bulk strings.
+fn encode(args: &[&[u8]]) -> Vec<u8> {
+    let mut out = format!("*{}\r\n", args.len()).into_bytes();
+    for arg in args {
+        out.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
+        out.extend_from_slice(arg);
+        out.extend_from_slice(b"\r\n");
+    }
+    out
+}
+
+/// A RESP2 reply (what a subscribed connection receives). Only arrays of bulk strings are read
+/// for what they hold; the other kinds are shown in errors (`Debug`).
+#[derive(Debug)]
+#[allow(dead_code)]
+enum Frame {
+    Simple(Vec<u8>),
+    Error(String),
+    Int(i64),
+    Bulk(Vec<u8>),
+    Nil,
+    Array(Vec<Frame>),
+}
+
+/// Read one frame from a blocking stream (for the `AUTH` reply).
+fn read_frame(stream: &mut Stream, buf: &mut Vec<u8>) -> io::Result<Frame> {
+    loop {
+        if let Some((frame, used)) = parse(buf)? {
+            buf.drain(..used);
+            return Ok(frame);
+        }
+        let mut chunk = [0u8; 1024];
+        match stream.read(&mut chunk)? {
+            0 => return Err(io::ErrorKind::UnexpectedEof.into()),
+            n => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+}
+
+/// The first complete frame of `buf` and how many bytes it took; `None` if incomplete.
+fn parse(buf: &[u8]) -> io::Result<Option<(Frame, usize)>> {
+    let bad = || {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            "malformed reply on the feed connection",
+        )
+    };
+    let Some(end) = buf.windows(2).position(|w| w == b"\r\n") else {
+        return Ok(None);
+    };
+    let (kind, line) = (buf.first().copied().ok_or_else(bad)?, &buf[1..end]);
+    let next = end + 2;
+    let number = || -> io::Result<i64> {
+        std::str::from_utf8(line)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(bad)
+    };
+    Ok(match kind {
+        b'+' => Some((Frame::Simple(line.to_vec()), next)),
+        b'-' => Some((
+            Frame::Error(String::from_utf8_lossy(line).into_owned()),
+            next,
+        )),
+        b':' => Some((Frame::Int(number()?), next)),
+        b'$' => {
+            let n = number()?;
+            if n < 0 {
+                return Ok(Some((Frame::Nil, next)));
+            }
+            let n = n as usize;
+            if buf.len() < next + n + 2 {
+                return Ok(None);
+            }
+            Some((Frame::Bulk(buf[next..next + n].to_vec()), next + n + 2))
+        }
+        b'*' | b'>' => {
+            let n = number()?;
+            let mut items = Vec::new();
+            let mut at = next;
+            for _ in 0..n.max(0) {
+                match parse(&buf[at..])? {
+                    Some((item, used)) => {
+                        items.push(item);
+                        at += used;
+                    }
+                    None => return Ok(None),
+                }
+            }
+            Some((Frame::Array(items), at))
+        }
+        _ => return Err(bad()),
+    })
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_parse_whole_or_not_at_all() {
+        let msg = b"*3\r\n$8\r\nsmessage\r\n$3\r\nch1\r\n$11\r\n1 acquired \r\n";
+        let (frame, used) = parse(msg).unwrap().unwrap();
+        assert_eq!(used, msg.len());
+        let Frame::Array(items) = frame else { panic!() };
+        assert!(matches!(&items[2], Frame::Bulk(b) if b == b"1 acquired "));
+        for cut in 0..msg.len() {
+            assert!(parse(&msg[..cut]).unwrap().is_none(), "cut at {cut}");
+        }
+        assert!(matches!(
+            parse(b"+PONG\r\n").unwrap(),
+            Some((Frame::Simple(_), 7))
+        ));
+        assert!(matches!(
+            parse(b":3\r\n").unwrap(),
+            Some((Frame::Int(3), 4))
+        ));
+        assert!(parse(b"?x\r\n").is_err());
+        assert_eq!(encode(&[b"PING"]), b"*1\r\n$4\r\nPING\r\n");
+    }
+}
