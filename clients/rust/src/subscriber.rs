@@ -21,7 +21,7 @@ use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream, ToSocketAddrs};
 use std::os::unix::net::UnixStream;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, Weak};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -40,6 +40,8 @@ pub(crate) struct Subscriber {
     control: Mutex<Option<Connection>>,
     /// The keys and the pub/sub connection's writing side.
     shared: Mutex<Shared>,
+    /// Signalled after each resynchronisation (a watch waits for its first).
+    synced: Condvar,
 }
 
 /// What watchers and the thread share.
@@ -110,13 +112,16 @@ impl Subscriber {
                 endpoint: endpoint.with_timeouts(endpoint.connect_timeout, endpoint.io_timeout),
                 control: Mutex::new(None),
                 shared: Mutex::new(Shared::default()),
+                synced: Condvar::new(),
             })
         }))
     }
 
     /// Watch `keys` for `listener` until the returned [`Watching`] is dropped. A blocking call:
-    /// it connects if needed and sends `LOCK.WATCH` for each key; the first state of each is
-    /// read by the thread and given to the listener's `resync`.
+    /// it connects if needed, sends `LOCK.WATCH` for each key, and returns once the thread has
+    /// read each key's state with the subscription in place (given to the listener's `resync`):
+    /// from then on every change of the keys reaches the listener, or a disconnection does.
+    /// The wait is bounded by the I/O timeout.
     pub(crate) fn watch(
         self: &Arc<Self>,
         keys: &[String],
@@ -167,7 +172,32 @@ impl Subscriber {
             }
             watching.ids.push((key.clone(), id));
         }
-        Ok(watching)
+        drop(control);
+        let deadline = Instant::now() + self.endpoint.io_timeout;
+        let mut shared = lock(&self.shared);
+        loop {
+            let synced = watching.ids.iter().all(|(key, id)| {
+                shared.keys.get(key).is_none_or(|w| {
+                    w.listeners.iter().any(|e| e.id == *id && e.synced)
+                })
+            });
+            if synced {
+                return Ok(watching);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                drop(shared);
+                return Err(io_error(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "the feed's first read of the watched keys did not come in time",
+                )));
+            }
+            shared = self
+                .synced
+                .wait_timeout(shared, left)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
     }
 
     /// Remove listener `id` of `key`; the last one unsubscribes and unwatches the key.
@@ -410,6 +440,7 @@ impl Subscriber {
             for (listener, again) in to {
                 listener.resync(&key, &state, again);
             }
+            self.synced.notify_all();
         }
     }
 
