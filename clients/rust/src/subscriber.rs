@@ -177,9 +177,10 @@ impl Subscriber {
         let mut shared = lock(&self.shared);
         loop {
             let synced = watching.ids.iter().all(|(key, id)| {
-                shared.keys.get(key).is_none_or(|w| {
-                    w.listeners.iter().any(|e| e.id == *id && e.synced)
-                })
+                shared
+                    .keys
+                    .get(key)
+                    .is_none_or(|w| w.listeners.iter().any(|e| e.id == *id && e.synced))
             });
             if synced {
                 return Ok(watching);
