@@ -5,7 +5,7 @@
 //! campaigns with blocking calls, with an [`aio::Client`](crate::aio::Client) with `async`
 //! ones (`aio/election.rs`).
 
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::mpsc::{self, Receiver};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -217,10 +217,7 @@ pub struct Observer {
 impl Observer {
     /// The next change, waiting up to `timeout`; `None` if none came.
     pub fn next_timeout(&self, timeout: Duration) -> Option<Change> {
-        match self.changes.recv_timeout(timeout) {
-            Ok(change) => Some(change),
-            Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => None,
-        }
+        self.changes.recv_timeout(timeout).ok()
     }
 
     /// The next change if one is there already.
