@@ -493,6 +493,75 @@ mod tests {
         );
     }
 
+    /// Every loss is the first one reported (a guard keeps the first): record them all.
+    struct Told(Mutex<Vec<String>>);
+
+    impl Report for Told {
+        fn report(&self, reason: LossReason) {
+            self.0.lock().unwrap().push(format!("{reason:?}"));
+        }
+    }
+
+    /// A guard's listener on `key` held as `target` with token 5; what it reports for `message`.
+    fn heard(target: crate::hold::Target, message: &str) -> (Heard, Vec<String>) {
+        use crate::hold::{Acquisition, Settled};
+        let acquisition = Acquisition::new(target, &None, Duration::from_secs(9), None, None);
+        let Settled::Granted(hold) = acquisition.unwrap().settle(Ok(Some(vec![5]))) else {
+            panic!("granted");
+        };
+        let told = Arc::new(Told(Mutex::new(Vec::new())));
+        let watch = HoldWatch::new(Arc::new(hold), Arc::clone(&told) as Arc<dyn Report>);
+        let heard = watch.message("k", &Message::parse(message.as_bytes()).unwrap());
+        let told = told.0.lock().unwrap().clone();
+        (heard, told)
+    }
+
+    #[test]
+    fn a_guard_hears_its_own_losses_only() {
+        use crate::command::Mode;
+        use crate::hold::Target;
+        let alone = || Target::exclusive("k");
+        let permit = || Target::One {
+            key: "k".into(),
+            mode: Mode::Shared { limit: Some(3) },
+        };
+        let said = |reasons: &[&str]| reasons.iter().map(|r| r.to_string()).collect::<Vec<_>>();
+        for (target, message, reasons) in [
+            (alone(), "2 released 5 0 me", said(&["Released"])),
+            (alone(), "2 expired 5 0 me", said(&["Expired"])),
+            (alone(), "2 lost 5 0 me", said(&["SessionEnded"])),
+            (alone(), "2 deleted 0 0 ", said(&["Deleted"])),
+            (alone(), "2 flushed 0 0 ", said(&["Flushed"])),
+            (alone(), "2 swapped 0 0 ", said(&["Swapped"])),
+            (alone(), "2 demoted 0 0 ", said(&["Demoted"])),
+            (
+                alone(),
+                "2 handoff 6 100 you",
+                said(&["Taken { owner: \"you\", token: 6 }"]),
+            ),
+            (
+                alone(),
+                "2 acquired 6 100 you",
+                said(&["Taken { owner: \"you\", token: 6 }"]),
+            ),
+            (alone(), "2 extended 5 100 me", said(&[])),
+            (alone(), "2 delayed 5 100 me", said(&[])),
+            // Someone else's hold on a shared key: not mine.
+            (permit(), "2 acquired 6 100 you", said(&[])),
+            (permit(), "2 released 6 0 you", said(&[])),
+            (permit(), "2 expired 6 0 you", said(&[])),
+            (permit(), "2 expired 5 0 me", said(&["Expired"])),
+            (permit(), "2 deleted 0 0 ", said(&["Deleted"])),
+        ] {
+            assert_eq!(heard(target, message), (Heard::Done, reasons), "{message}");
+        }
+        // A handoff on a shared key: some hold ended, maybe mine: read the key again.
+        assert_eq!(
+            heard(permit(), "2 handoff 6 100 you"),
+            (Heard::Resync, said(&[]))
+        );
+    }
+
     #[test]
     fn an_observer_reports_each_change_once() {
         let seen = Arc::new(Mutex::new(Vec::new()));

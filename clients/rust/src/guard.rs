@@ -211,8 +211,9 @@ impl Guard {
     }
 
     /// The channel on which the watchdog reports a loss, once. Use it to wait for a loss next to
-    /// other work (`try_recv` in a loop, `recv_timeout`). Nothing is sent without a watchdog or
-    /// a session, and the channel stays open as long as the guard lives. A guard taken in a
+    /// other work (`try_recv` in a loop, `recv_timeout`). Nothing is sent without a watchdog, a
+    /// watch of the change feed ([`Guard::watch`]) or a session, and the channel stays open as
+    /// long as the guard lives. A guard taken in a
     /// session is sent the session's loss ([`LossReason::SessionEnded`],
     /// [`LossReason::BoundConnectionClosed`], or a failed keepalive as
     /// [`LossReason::ExtendFailed`]).

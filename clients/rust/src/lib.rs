@@ -13,6 +13,14 @@
 //! [`bound`](SessionBuilder::bound), an end the moment this process's connection closes, so that
 //! waiters do not sit out a TTL after a crash.
 //!
+//! A guard can watch its keys through the server's change feed ([`Guard::watch`],
+//! [`Client::watch_losses`]): its loss signal then fires the moment the server ends the hold
+//! (expired, deleted, flushed, its session ended, taken by another owner), at the client's own
+//! deadline if no renewal succeeded, and when the feed's connection is lost. An [`Election`]
+//! elects one leader among candidates on a lock key: [`Election::campaign`] waits in the FIFO
+//! queue and returns the [`Leadership`] (its term is the fencing token), [`Election::observe`]
+//! reports every change of leader, "no leader" included.
+//!
 //! ```no_run
 //! use std::time::Duration;
 //! use redis_lock_client::Client;
@@ -150,6 +158,14 @@
 //!   tell of its loss), [`SessionBuilder`] and [`SessionInfo`], then the sync [`Session`].
 //! - `bound.rs`: a bound session's dedicated connection and the thread that waits on it (both
 //!   APIs).
+//! - `feed.rs`: the change feed as the client reads it: `LOCK.WATCH`/`LOCK.UNWATCH`/`LOCK.INFO`,
+//!   a message, a key's state, and what each means to a guard (`HoldWatch`: a loss of mine?)
+//!   and to an election's observer (`Picture`: who leads now?), with no I/O.
+//! - `subscriber.rs`: the feed's two connections per client (watch and pub/sub) and the thread
+//!   that reads them, delivers messages in order, resynchronises after a gap or a reconnect and
+//!   fires the guards' own deadlines (both APIs).
+//! - `election.rs`: [`Election`] for both APIs (generic over the client), and the sync
+//!   [`Leadership`] and [`Observer`].
 //! - `redlock.rs`: the Redlock round (`Round`, `Vote`, `decide`: quorum and validity math,
 //!   where to release) and how tokens are combined, then the sync [`Redlock`].
 //! - `locks.rs`: [`Semaphore`], [`ReadWriteLock`] and [`MultiLock`], one type each for both

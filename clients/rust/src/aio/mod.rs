@@ -1,5 +1,6 @@
 //! The async API on tokio (cargo feature `tokio`): [`Client`], [`Guard`], [`Semaphore`],
-//! [`ReadWriteLock`], [`MultiLock`], [`Redlock`], [`RedlockGuard`] and [`fenced_call`] with the
+//! [`ReadWriteLock`], [`MultiLock`], [`Redlock`], [`RedlockGuard`], [`Session`], [`Election`]
+//! (with [`Leadership`] and the [`Observer`] stream) and [`fenced_call`] with the
 //! semantics of their sync namesakes at the crate root. The commands, the reply checks, what an
 //! acquisition's reply means, the error types, the watchdog's schedule and the Redlock decision
 //! are the same code; what differs is how they send and wait.
