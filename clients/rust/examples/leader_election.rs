@@ -90,10 +90,21 @@ pub fn run(url: &str) -> Result<Vec<Change>, Error> {
 
     let first: Leading = leaders.recv_timeout(wait).map_err(no_leader)?;
     next_change("elected")?;
-    println!("killing {}'s connection", first.value);
     let mut conn = redis::Client::open(url)
         .and_then(|c| c.get_connection())
         .map_err(Error::Connection)?;
+    // Kill the leader once the two others wait in the queue (`waiters` of LOCK.INFO), so that
+    // the next takes over in the same step.
+    let queued = Instant::now();
+    while waiters(&mut conn, "service:leader")? < 2 {
+        if queued.elapsed() > wait {
+            return Err(Error::InvalidArgument(
+                "the candidates did not queue within 10 s",
+            ));
+        }
+        thread::sleep(Duration::from_millis(1));
+    }
+    println!("killing {}'s connection", first.value);
     let killed = Instant::now();
     redis::cmd("CLIENT")
         .arg("KILL")
@@ -120,6 +131,20 @@ pub fn run(url: &str) -> Result<Vec<Change>, Error> {
         candidate.join().expect("a candidate panicked")?;
     }
     Ok(seen)
+}
+
+/// The `waiters` field of `LOCK.INFO key` (0 when no one holds it).
+fn waiters(conn: &mut redis::Connection, key: &str) -> Result<i64, Error> {
+    let info: Option<Vec<redis::Value>> = redis::cmd("LOCK.INFO")
+        .arg(key)
+        .query(conn)
+        .map_err(Error::Server)?;
+    let fields = info.unwrap_or_default();
+    let waiters = fields.chunks(2).find_map(|pair| match pair {
+        [redis::Value::BulkString(name), redis::Value::Int(n)] if name == b"waiters" => Some(*n),
+        _ => None,
+    });
+    Ok(waiters.unwrap_or(0))
 }
 
 #[allow(dead_code)]

@@ -2,16 +2,16 @@
 //! client (its clones, and the sessions opened on it, share it), started by the first watch.
 //!
 //! - The *watch* connection, an ordinary unpooled connection, sends `LOCK.WATCH` and
-//!   `LOCK.UNWATCH` (a watch lasts as long as the connection that sent it) and the `LOCK.INFO`
-//!   of a resynchronisation.
+//!   `LOCK.UNWATCH` (a watch lasts as long as the connection that sent it) and the read of a
+//!   resynchronisation (`LOCK.INFO` and `LOCK.WATCH` in a `MULTI`: the state and its sequence
+//!   number).
 //! - The *pub/sub* connection has `SSUBSCRIBE`d to the channels of the watched keys. A RESP2
 //!   connection that has subscribed sends no other command, so it is a plain socket with a
 //!   small RESP reader: one handle reads in the thread, a clone of it writes `SSUBSCRIBE`,
 //!   `SUNSUBSCRIBE` and `PING` from whichever thread watches, without waking the reader.
 //!
 //! The thread delivers each key's messages to its listeners ([`Listener`]) in order, skipping
-//! those older than a listener's watch, and reads the key again with `LOCK.INFO` (a
-//! resynchronisation) once a subscription is in place, when a listener joins, after a gap in the
+//! those older than a listener's watch, and reads the key again (a resynchronisation) once a subscription is in place, when a listener joins, after a gap in the
 //! sequence numbers and when a listener asks. It also fires listeners' own deadlines. When a
 //! connection is lost (an error, an end of stream, or no answer to a ping within two
 //! [`PING_EVERY`]), every listener is told, and the thread reconnects, watches and subscribes
@@ -30,7 +30,7 @@ use redis::{Connection, ConnectionAddr};
 use crate::client::Endpoint;
 use crate::command::Command;
 use crate::error::Error;
-use crate::feed::{self, Heard, Listener, Message, PING_EVERY};
+use crate::feed::{self, Heard, KeyState, Listener, Message, PING_EVERY};
 
 /// The feed of one server: its two connections, the watched keys and their listeners.
 pub(crate) struct Subscriber {
@@ -93,10 +93,48 @@ pub(crate) struct Watching {
     _listener: Arc<dyn Listener>,
 }
 
+impl Watching {
+    /// Stop delivering to the listener now (no I/O: it hears nothing more once this returns),
+    /// and return what is left to tell the server: the `LOCK.UNWATCH` of the keys it was the
+    /// last listener of, a blocking call (the async API runs it on the blocking pool).
+    pub(crate) fn detach(mut self) -> Unwatch {
+        let ids = std::mem::take(&mut self.ids);
+        let keys = ids
+            .iter()
+            .filter(|(key, id)| self.subscriber.detach(key, *id))
+            .map(|(key, _)| key.clone())
+            .collect();
+        Unwatch {
+            subscriber: Arc::clone(&self.subscriber),
+            keys,
+        }
+    }
+}
+
 impl Drop for Watching {
     fn drop(&mut self) {
-        for (key, id) in &self.ids {
-            self.subscriber.unwatch(key, *id);
+        let ids = std::mem::take(&mut self.ids);
+        for (key, id) in ids {
+            if self.subscriber.detach(&key, id) {
+                self.subscriber.unwatch(&key);
+            }
+        }
+    }
+}
+
+/// The server's side of an ended watch ([`Watching::detach`]).
+pub(crate) struct Unwatch {
+    /// The feed.
+    subscriber: Arc<Subscriber>,
+    /// The keys no one watches any more.
+    keys: Vec<String>,
+}
+
+impl Unwatch {
+    /// Send `LOCK.UNWATCH` for each key that is still unwatched (a blocking call).
+    pub(crate) fn run(self) {
+        for key in &self.keys {
+            self.subscriber.unwatch(key);
         }
     }
 }
@@ -201,27 +239,37 @@ impl Subscriber {
         }
     }
 
-    /// Remove listener `id` of `key`; the last one unsubscribes and unwatches the key.
-    fn unwatch(&self, key: &str, id: u64) {
-        let mut control = lock(&self.control);
+    /// Remove listener `id` of `key`; the last one unsubscribes the key: true if the server's
+    /// watch is to be ended too ([`Subscriber::unwatch`]).
+    fn detach(&self, key: &str, id: u64) -> bool {
         let mut shared = lock(&self.shared);
         let shared = &mut *shared;
         let Some(watched) = shared.keys.get_mut(key) else {
-            return;
+            return false;
         };
         watched.listeners.retain(|e| e.id != id);
         if !watched.listeners.is_empty() {
-            return;
+            return false;
         }
         let watched = shared.keys.remove(key).expect("found above");
         shared.channels.remove(&watched.channel);
         send(&mut shared.writer, &[b"SUNSUBSCRIBE", &watched.channel]);
+        true
+    }
+
+    /// `LOCK.UNWATCH key`, unless someone watches the key again by now (a watch sends
+    /// `LOCK.WATCH` holding the watch connection, as this does).
+    fn unwatch(&self, key: &str) {
+        let mut control = lock(&self.control);
+        if lock(&self.shared).keys.contains_key(key) {
+            return;
+        }
         if let Some(conn) = control.as_mut() {
             if feed::unwatch(key).run(conn).is_err() {
                 *control = None;
                 // The server ends this connection's watches as it closes; the others are
                 // watched again by the thread's reconnect.
-                shutdown(&mut shared.writer);
+                shutdown(&mut lock(&self.shared).writer);
             }
         }
     }
@@ -255,11 +303,20 @@ impl Subscriber {
         control: &mut Option<Connection>,
         command: &Command<T>,
     ) -> Result<T, Error> {
+        self.on_control_with(control, |conn| command.run(conn))
+    }
+
+    /// [`Subscriber::on_control`] for requests that are not one command.
+    fn on_control_with<T>(
+        &self,
+        control: &mut Option<Connection>,
+        run: impl FnOnce(&mut Connection) -> Result<T, Error>,
+    ) -> Result<T, Error> {
         if control.is_none() {
             *control = Some(self.connect_control()?);
         }
         let conn = control.as_mut().expect("opened above");
-        let result = command.run(conn);
+        let result = run(conn);
         if !crate::command::in_step(&result) {
             *control = None;
             shutdown(&mut lock(&self.shared).writer);
@@ -417,14 +474,18 @@ impl Subscriber {
                 return Ok(());
             };
             let mut control = lock(&self.control);
-            let state = self.on_control(&mut control, &feed::info(&key))?;
+            let state = match self.on_control_with(&mut control, |conn| read_key(conn, &key)) {
+                Ok(state) => state,
+                // `WRONGTYPE`: the key is no lock any more, so no one holds it.
+                Err(Error::Server(_)) => KeyState::default(),
+                Err(e) => return Err(e),
+            };
             let mut shared = lock(&self.shared);
             let Some(watched) = shared.keys.get_mut(&key) else {
                 continue;
             };
-            if let Some(seq) = state.seq {
-                watched.last_seq = Some(watched.last_seq.map_or(seq, |l| l.max(seq)));
-            }
+            // `last_seq` stays: it counts the messages received, which the key's other
+            // listeners may still be owed; only those read again skip what the state shows.
             let mut to = Vec::new();
             for e in watched.listeners.iter_mut().filter(|e| e.pending) {
                 e.pending = false;
@@ -491,8 +552,16 @@ impl Subscriber {
         let keys: Vec<String> = lock(&self.shared).keys.keys().cloned().collect();
         let mut watched = Vec::new();
         for key in keys {
-            let (channel, seq) = self.on_control(&mut control, &feed::watch(&key))?;
-            watched.push((key, channel, seq));
+            match self.on_control(&mut control, &feed::watch(&key)) {
+                Ok((channel, seq)) => watched.push((key, channel, seq)),
+                // Not a lock any more (`WRONGTYPE`): its listeners read it as free.
+                Err(Error::Server(_)) => {
+                    if let Some(w) = lock(&self.shared).keys.get_mut(&key) {
+                        w.listeners.iter_mut().for_each(|e| e.pending = true);
+                    }
+                }
+                Err(e) => return Err(e),
+            }
         }
         let mut shared = lock(&self.shared);
         let shared = &mut *shared;
@@ -502,10 +571,11 @@ impl Subscriber {
             let Some(w) = shared.keys.get_mut(&key) else {
                 continue; // unwatched meanwhile
             };
+            // A new connection: after a failover the sequence starts again (it may be lower).
             w.channel = channel.clone();
             w.last_seq = Some(seq);
             for e in &mut w.listeners {
-                e.from_seq = e.from_seq.max(seq);
+                e.from_seq = seq;
             }
             send(&mut writer, &[b"SSUBSCRIBE", &channel]);
             shared.channels.insert(channel, key);
@@ -521,6 +591,24 @@ impl Subscriber {
         let ping = Command::new(redis::cmd("PING"), |_| Ok(()));
         self.on_control(&mut control, &ping)
     }
+}
+
+/// The key's state and its sequence number at that state, in one step (`MULTI`: `LOCK.INFO`,
+/// then `LOCK.WATCH` again, which answers the current sequence number: `LOCK.INFO` of a free
+/// key is nil, with no `seq`).
+fn read_key(conn: &mut Connection, key: &str) -> Result<KeyState, Error> {
+    let (info, watch) = (feed::info(key), feed::watch(key));
+    let replies: Vec<redis::Value> = redis::pipe()
+        .atomic()
+        .add_command(info.cmd.clone())
+        .add_command(watch.cmd.clone())
+        .query(conn)
+        .map_err(Error::from_redis)?;
+    let [state, watched] = <[redis::Value; 2]>::try_from(replies)
+        .map_err(|v| crate::command::unexpected("MULTI", redis::Value::Array(v)))?;
+    let mut state = info.read(Ok(state))?;
+    state.seq = Some(watch.read(Ok(watched))?.1);
+    Ok(state)
 }
 
 /// The thread: read frames, deliver them, resynchronise, fire deadlines, ping when idle;
@@ -810,7 +898,6 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::feed::KeyState;
 
     /// A listener that records the seq of each message it is given.
     struct Seen(Mutex<Vec<u64>>);

@@ -24,8 +24,7 @@ fn run(conn: &mut Connection, cmd: &mut redis::Cmd) {
     let _: redis::Value = cmd.query(conn).unwrap();
 }
 
-/// `CLIENT LIST` lines of this test's connections that have subscribed (the feed's pub/sub
-/// connection), and those that sent `LOCK.WATCH` last (its watch connection).
+/// The `CLIENT LIST` lines.
 fn clients(conn: &mut Connection) -> Vec<String> {
     let list: String = redis::cmd("CLIENT").arg("LIST").query(conn).unwrap();
     list.lines().map(str::to_string).collect()
@@ -231,12 +230,12 @@ macro_rules! shared_tests {
             let (_server, client, mut conn) = watching!();
             let key = unique_key("watch-conn");
             let guard = io!(client.acquire(&key, ms(9000))).unwrap().unwrap();
-            // The watch connection's last command: the LOCK.INFO of the first read, once the
-            // subscription is in place.
+            // The watch connection's last command: the first read once the subscription is in
+            // place, `LOCK.INFO` and `LOCK.WATCH` in a `MULTI`.
             support::wait_until("the first read", PROMPTLY, || {
-                ids_by_last_command(&mut conn, "lock.info").len() == 1
+                ids_by_last_command(&mut conn, "exec").len() == 1
             });
-            let watcher = ids_by_last_command(&mut conn, "lock.info")[0];
+            let watcher = ids_by_last_command(&mut conn, "exec")[0];
             let since = Instant::now();
             run(&mut conn, redis::cmd("CLIENT").arg("KILL").arg("ID").arg(watcher));
             // Noticed at the next ping (every second), within two.
@@ -260,6 +259,21 @@ macro_rules! shared_tests {
                 since,
                 LossReason::SessionEnded | LossReason::BoundConnectionClosed(_)
             );
+        }}
+
+        api_test! { fn a_key_overwritten_by_another_type_ends_its_hold_only() {
+            let (_server, client, mut conn) = watching!();
+            let (a, b) = (unique_key("overwritten"), unique_key("bystander"));
+            let guard_a = io!(client.acquire(&a, ms(9000))).unwrap().unwrap();
+            let guard_b = io!(client.acquire(&b, ms(9000))).unwrap().unwrap();
+            let since = Instant::now();
+            run(&mut conn, redis::cmd("SET").arg(&a).arg("not a lock"));
+            assert_lost!(guard_a, since, LossReason::Deleted);
+            // The feed goes on for the other key: no disconnection, and its next loss arrives.
+            assert!(io!(wait_lost(&guard_b, ms(200))).is_none());
+            let since = Instant::now();
+            run(&mut conn, redis::cmd("DEL").arg(&b));
+            assert_lost!(guard_b, since, LossReason::Deleted);
         }}
 
         api_test! { fn every_lock_kind_watches() {

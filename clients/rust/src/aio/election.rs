@@ -171,9 +171,10 @@ impl futures_core::Stream for Observer {
 impl Drop for Observer {
     fn drop(&mut self) {
         if let Some(watching) = self.watching.take() {
+            let unwatch = watching.detach();
             match tokio::runtime::Handle::try_current() {
-                Ok(runtime) => drop(runtime.spawn_blocking(move || drop(watching))),
-                Err(_) => drop(watching),
+                Ok(runtime) => drop(runtime.spawn_blocking(move || unwatch.run())),
+                Err(_) => unwatch.run(),
             }
         }
     }

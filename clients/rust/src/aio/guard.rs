@@ -78,7 +78,8 @@ impl Guard {
     pub async fn release(mut self) -> Result<bool, Error> {
         self.stop_watchdog().await;
         if let Some(watching) = self.watching.take() {
-            let _ = tokio::task::spawn_blocking(move || drop(watching)).await;
+            let unwatch = watching.detach();
+            let _ = tokio::task::spawn_blocking(move || unwatch.run()).await;
         }
         self.released = true;
         self.run(&self.hold.release()).await
@@ -237,8 +238,10 @@ impl Drop for Guard {
             watchdog.abort();
         }
         if let Some(watching) = self.watching.take() {
-            // Unwatching may wait on the watch connection: off the runtime's threads.
-            drop(self.runtime.spawn_blocking(move || drop(watching)));
+            // The listener hears nothing from now on; the server's `LOCK.UNWATCH` may wait on
+            // the watch connection: off the runtime's threads.
+            let unwatch = watching.detach();
+            drop(self.runtime.spawn_blocking(move || unwatch.run()));
         }
         if self.released {
             return;
