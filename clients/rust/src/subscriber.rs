@@ -93,6 +93,7 @@ pub(crate) struct Watching {
     _listener: Arc<dyn Listener>,
 }
 
+#[cfg(feature = "tokio")]
 impl Watching {
     /// Stop delivering to the listener now (no I/O: it hears nothing more once this returns),
     /// and return what is left to tell the server: the `LOCK.UNWATCH` of the keys it was the
@@ -123,6 +124,7 @@ impl Drop for Watching {
 }
 
 /// The server's side of an ended watch ([`Watching::detach`]).
+#[cfg(feature = "tokio")]
 pub(crate) struct Unwatch {
     /// The feed.
     subscriber: Arc<Subscriber>,
@@ -130,6 +132,7 @@ pub(crate) struct Unwatch {
     keys: Vec<String>,
 }
 
+#[cfg(feature = "tokio")]
 impl Unwatch {
     /// Send `LOCK.UNWATCH` for each key that is still unwatched (a blocking call).
     pub(crate) fn run(self) {
