@@ -1,7 +1,8 @@
 //! Leader election against a real server, sync and async from one definition: a campaign
 //! waits its turn and leads with a larger term than every earlier leader; `resign` hands over
 //! to the next candidate at once; a leader in a bound session that is killed is succeeded within
-//! milliseconds; a leader process paused past its TTL is succeeded with a larger term, is told
+//! milliseconds, and so is a leader process killed with SIGKILL; a leader process paused past
+//! its TTL is succeeded with a larger term, is told
 //! of its loss when it resumes, and its fenced write is refused; an observer reports every
 //! change, "no leader" included, never a false "no leader" in a handoff, and resynchronises
 //! (marked as such) after its pub/sub connection is killed. Then the example.
@@ -140,6 +141,64 @@ fn paused_leader(child: &str) {
     assert!(next.resign().unwrap());
 }
 
+/// `LEADER_BOUND` set: the child campaigns in a bound session (`killed_leader`).
+const LEADER_BOUND: &str = "REDIS_LOCK_CLIENT_TEST_LEADER_BOUND";
+
+/// The parent side of "a leader process killed with SIGKILL": runs this binary's test `child`
+/// as a process that campaigns in a bound session and prints `leading <term>`, queues a
+/// candidate here, SIGKILLs the child, and checks that the candidate leads within milliseconds
+/// (the server ends the session as the dead process's connection closes), with a larger term.
+fn killed_leader(child: &str) {
+    let server = Server::start();
+    let name = unique_key("killed-leader");
+    let mut child = ChildProcess(
+        Command::new(std::env::current_exe().unwrap())
+            .args([child, "--exact", "--nocapture", "--test-threads=1"])
+            .env(LEADER_URL, server.url())
+            .env(LEADER_NAME, &name)
+            .env(LEADER_BOUND, "1")
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let stdout = BufReader::new(child.0.stdout.take().unwrap());
+    let line = stdout
+        .lines()
+        .map_while(Result::ok)
+        .find_map(|line| {
+            line.split_once("leading ")
+                .map(|(_, t)| t.trim().to_string())
+        })
+        .expect("the child leads");
+    let old_term: u64 = line.parse().unwrap();
+    let url = server.url();
+    let (name2, (tx, rx)) = (name.clone(), mpsc::channel());
+    let candidate = thread::spawn(move || {
+        let client = redis_lock_client::Client::open(&url).unwrap();
+        let session = redis_lock_client::Session::builder(&client, Duration::from_secs(10))
+            .bound(true)
+            .open()
+            .unwrap();
+        let election =
+            redis_lock_client::Election::new(&client, &name2, Duration::ZERO).session(&session);
+        let leadership = election.campaign("next").unwrap();
+        tx.send(Instant::now()).unwrap();
+        let term = leadership.term();
+        assert!(leadership.resign().unwrap());
+        term
+    });
+    server.wait_blocked(1);
+    let killed = Instant::now();
+    child.0.kill().unwrap();
+    let led = rx
+        .recv_timeout(PROMPTLY * 5)
+        .expect("the next candidate leads");
+    let took = led.saturating_duration_since(killed);
+    println!("killed leader process: the next candidate led {took:?} after SIGKILL");
+    assert!(took < PROMPTLY, "{took:?}");
+    assert!(candidate.join().unwrap() > old_term);
+}
+
 macro_rules! shared_tests {
     () => {
         api_test! { fn a_campaign_leads_and_resign_hands_over() {
@@ -260,14 +319,24 @@ macro_rules! shared_tests {
             ));
         }}
 
-        // The leader of `paused_leader`, run as a child process: campaigns, prints `leading
-        // <term>`, waits for its loss (the parent SIGSTOPs it past its TTL meanwhile), prints it,
-        // tries a fenced write with its old term and prints whether it was refused.
+        // The leader of `paused_leader` and `killed_leader`, run as a child process: campaigns,
+        // prints `leading <term>`; for `paused_leader` waits for its loss (the parent SIGSTOPs it
+        // past its TTL meanwhile), prints it, tries a fenced write with its old term and prints
+        // whether it was refused; for `killed_leader` waits to be killed.
         api_test! { current_thread fn leader_child_process() {
             let (Ok(url), Ok(name)) = (std::env::var(LEADER_URL), std::env::var(LEADER_NAME)) else {
                 return;
             };
             let client = Client::open(&url).unwrap();
+            if std::env::var(LEADER_BOUND).is_ok() {
+                // `killed_leader`: lead in a bound session until killed.
+                let session = io!(Session::builder(&client, ms(10_000)).bound(true).open()).unwrap();
+                let election = Election::new(&client, &name, Duration::ZERO).session(&session);
+                let leadership = io!(election.campaign("killed")).unwrap();
+                println!("leading {}", leadership.term());
+                io!(sleep(Duration::from_secs(30)));
+                std::process::exit(1);
+            }
             let election = Election::new(&client, &name, ms(300));
             let leadership = io!(election.campaign("paused")).unwrap();
             println!("leading {}", leadership.term());
@@ -283,6 +352,12 @@ macro_rules! shared_tests {
             }
             std::process::exit(0);
         }}
+
+        #[test]
+        fn a_leader_process_killed_with_sigkill_is_succeeded_at_once() {
+            let module = module_path!().rsplit("::").next().unwrap();
+            killed_leader(&format!("{module}::leader_child_process"));
+        }
 
         #[test]
         fn a_leader_paused_past_its_ttl_is_succeeded_and_fenced_off() {
