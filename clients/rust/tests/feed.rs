@@ -4,7 +4,8 @@
 //! the client's own deadline passing with no renewal, a loss between the grant and the watch,
 //! and a lost feed connection; a hold renewed by its watchdog through many periods reports
 //! nothing; every lock kind (permit, reader, several keys) watches; the guards of one client
-//! share one watch and one pub/sub connection.
+//! share one watch and one pub/sub connection; a key turned into another type ends its own hold
+//! only. Then, sync only: a cluster (the feed on the node of each key).
 
 mod apis;
 mod support;
@@ -309,4 +310,60 @@ macro_rules! shared_tests {
     };
 }
 
-apis::both!(shared_tests);
+apis::both!(
+    shared_tests,
+    sync: {
+        /// A cluster of three masters: on the node of each key (`Client::for_key`), a guard's
+        /// feed reports its key deleted, for a key with a hash tag, one without, and one with
+        /// braces that are not a tag; an election observed there sees its leader and "no
+        /// leader".
+        #[test]
+        fn on_a_cluster_the_feed_follows_the_node_of_the_key() {
+            let dir = support::test_dir("feed-cluster");
+            let nodes = support::cluster::start(3, 0, &dir);
+            let seed = Client::open(&nodes[0].url()).unwrap().watch_losses();
+            // Keys node 0 does not serve: their client is another node's.
+            let elsewhere = |key: &String| {
+                let r: redis::RedisResult<redis::Value> =
+                    redis::cmd("LOCK.FENCE").arg(key).query(&mut nodes[0].conn());
+                r.is_err()
+            };
+            let pick = |form: fn(u32) -> String| (0..).map(form).find(elsewhere).unwrap();
+            let keys = [
+                pick(|i| format!("{{feed-cluster-{i}}}:a")),
+                pick(|i| format!("feed-cluster-b-{i}")),
+                pick(|i| format!("feed{{}}cluster{{c-{i}")),
+            ];
+            for key in &keys {
+                let key = key.as_str();
+                let node = seed.for_key(key).unwrap();
+                let guard = node.acquire(key, ms(9000)).unwrap().unwrap();
+                assert!(guard.is_watching());
+                let owner = nodes
+                    .iter()
+                    .find(|n| {
+                        let token: redis::RedisResult<Option<u64>> =
+                            redis::cmd("LOCK.FENCE").arg(key).query(&mut n.conn());
+                        token.ok().flatten() == Some(guard.token())
+                    })
+                    .expect("the key's node holds it");
+                let since = Instant::now();
+                run(&mut owner.conn(), redis::cmd("DEL").arg(key));
+                let reason = guard.wait_lost(PROMPTLY);
+                println!("cluster: {key}: {reason:?} {:?} after DEL", since.elapsed());
+                assert!(matches!(reason, Some(LossReason::Deleted)), "{key}: {reason:?}");
+            }
+
+            let name = &pick(|i| format!("feed-cluster-leader-{i}"));
+            let node = seed.for_key(name).unwrap();
+            let election = Election::new(&node, name, ms(3000));
+            let observer = election.observe().unwrap();
+            let next = || observer.next_timeout(PROMPTLY).expect("a change");
+            assert_eq!(next().leader, None);
+            let leadership = election.campaign("a").unwrap();
+            assert_eq!(next().leader.map(|l| l.term), Some(leadership.term()));
+            assert!(leadership.resign().unwrap());
+            assert_eq!(next().leader, None);
+        }
+    },
+);
