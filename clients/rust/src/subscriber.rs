@@ -63,8 +63,11 @@ struct Shared {
 struct Watched {
     /// Its channel, as `LOCK.WATCH` named it.
     channel: Vec<u8>,
-    /// The last sequence number seen (a message or `LOCK.INFO`), for gaps.
+    /// The last sequence number received, for gaps.
     last_seq: Option<u64>,
+    /// The server confirmed the subscription: its listeners can be read (before that, a read
+    /// could miss a change made between it and the subscription).
+    confirmed: bool,
     /// Who follows it.
     listeners: Vec<Entry>,
 }
@@ -206,6 +209,7 @@ impl Subscriber {
                     let watched = Watched {
                         channel,
                         last_seq: Some(seq),
+                        confirmed: false,
                         listeners: vec![entry],
                     };
                     shared.keys.insert(key.clone(), watched);
@@ -267,13 +271,11 @@ impl Subscriber {
         if lock(&self.shared).keys.contains_key(key) {
             return;
         }
-        if let Some(conn) = control.as_mut() {
-            if feed::unwatch(key).run(conn).is_err() {
-                *control = None;
-                // The server ends this connection's watches as it closes; the others are
-                // watched again by the thread's reconnect.
-                shutdown(&mut lock(&self.shared).writer);
-            }
+        // Without a watch connection there is nothing to end: the server ended its watches as
+        // it closed (and the thread's reconnect watches only the keys still watched). A broken
+        // one is closed, and the pub/sub connection with it (`on_control`).
+        if control.is_some() {
+            let _ = self.on_control(&mut control, &feed::unwatch(key));
         }
     }
 
@@ -415,6 +417,7 @@ impl Subscriber {
                 let mut shared = lock(&self.shared);
                 let key = shared.channels.get(&channel).cloned();
                 if let Some(watched) = key.and_then(|k| shared.keys.get_mut(&k)) {
+                    watched.confirmed = true;
                     watched.listeners.iter_mut().for_each(|e| e.pending = true);
                 }
             }
@@ -470,7 +473,7 @@ impl Subscriber {
                 shared
                     .keys
                     .iter()
-                    .find(|(_, w)| w.listeners.iter().any(|e| e.pending))
+                    .find(|(_, w)| w.confirmed && w.listeners.iter().any(|e| e.pending))
                     .map(|(k, _)| k.clone())
             };
             let Some(key) = key else {
@@ -560,6 +563,7 @@ impl Subscriber {
                 // Not a lock any more (`WRONGTYPE`): its listeners read it as free.
                 Err(Error::Server(_)) => {
                     if let Some(w) = lock(&self.shared).keys.get_mut(&key) {
+                        w.confirmed = true; // no subscription to wait for
                         w.listeners.iter_mut().for_each(|e| e.pending = true);
                     }
                 }
@@ -577,6 +581,7 @@ impl Subscriber {
             // A new connection: after a failover the sequence starts again (it may be lower).
             w.channel = channel.clone();
             w.last_seq = Some(seq);
+            w.confirmed = false;
             for e in &mut w.listeners {
                 e.from_seq = seq;
             }
@@ -935,6 +940,7 @@ mod tests {
         let watched = Watched {
             channel: b"ch".to_vec(),
             last_seq: Some(3),
+            confirmed: true,
             listeners: vec![entry(1, &early, 3), entry(2, &late, 5)],
         };
         lock(&sub.shared).keys.insert("k".into(), watched);
