@@ -233,6 +233,10 @@ mod tests {
         send_sync::<LossReason>();
         send::<Guard>();
         send::<RedlockGuard>();
+        send_sync::<Election>();
+        send::<Leadership>();
+        send::<Observer>();
+        send_sync::<Change>();
     }
 
     /// The async types are shared between tasks the same way, and guards can be held across
@@ -248,6 +252,9 @@ mod tests {
         send_sync::<aio::Session>();
         send_sync::<aio::Guard>();
         send_sync::<aio::RedlockGuard>();
+        send_sync::<aio::Election>();
+        send_sync::<aio::Leadership>();
+        send_sync::<aio::Observer>();
     }
 
     #[test]

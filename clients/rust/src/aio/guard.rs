@@ -154,9 +154,10 @@ impl Guard {
         self.loss.borrow().clone()
     }
 
-    /// Wait until the watchdog reports a loss, and return it (at once if it already did).
-    /// Without a watchdog, or while renewals succeed, it waits forever: use it in
-    /// `tokio::select!` next to the work, or under `tokio::time::timeout`.
+    /// Wait until the watchdog (or the feed: [`Guard::watch`]; or the session) reports a loss,
+    /// and return it (at once if it already did). Without any of them, or while the hold lives,
+    /// it waits forever: use it in `tokio::select!` next to the work, or under
+    /// `tokio::time::timeout`.
     pub async fn lost(&self) -> LossReason {
         let mut loss = self.loss.subscribe();
         let reason = match loss.wait_for(Option::is_some).await {
