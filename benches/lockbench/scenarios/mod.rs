@@ -21,6 +21,7 @@ pub mod peers;
 pub mod rwlock;
 pub mod scale;
 pub mod semaphore;
+pub mod feed_latency;
 pub mod session_crash;
 pub mod session_end;
 pub mod session_keepalive;
@@ -155,6 +156,13 @@ pub const ALL: &[Entry] = &[
         servers: Servers::First,
         uncontended: false,
         make: session_end::new,
+    },
+    Entry {
+        id: "feed_latency",
+        title: "Loss notice and leader failover through the change feed",
+        servers: Servers::First,
+        uncontended: false,
+        make: feed_latency::new,
     },
 ];
 

@@ -61,6 +61,8 @@ pub(super) fn run(ctx: *mut raw::RedisModuleCtx, mut work: Vec<Work>) {
             Work::ExpireSessionsAfterPause => sessions::end_expired(ctx, true),
         }
     }
+    // The change feed's messages for what this did, now rather than a timer later.
+    crate::redis::feed::flush(ctx);
 }
 
 fn arm_held_timer(ctx: *mut raw::RedisModuleCtx) {
