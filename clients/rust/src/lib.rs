@@ -163,7 +163,8 @@
 //!   and to an election's observer (`Picture`: who leads now?), with no I/O.
 //! - `subscriber.rs`: the feed's two connections per client (watch and pub/sub) and the thread
 //!   that reads them, delivers messages in order, resynchronises after a gap or a reconnect and
-//!   fires the guards' own deadlines (both APIs).
+//!   fires the guards' own deadlines (both APIs); `pubsub.rs`: the pub/sub connection as a plain
+//!   socket with a small RESP reader.
 //! - `election.rs`: [`Election`] for both APIs (generic over the client), and the sync
 //!   [`Leadership`] and [`Observer`].
 //! - `redlock.rs`: the Redlock round (`Round`, `Vote`, `decide`: quorum and validity math,
@@ -193,6 +194,7 @@ mod feed;
 mod guard;
 mod hold;
 mod locks;
+mod pubsub;
 mod redlock;
 mod session;
 mod subscriber;

@@ -277,6 +277,22 @@ macro_rules! shared_tests {
             assert_lost!(guard_b, since, LossReason::Deleted);
         }}
 
+        api_test! { fn the_feed_authenticates_as_the_url_says() {
+            let (server, _client, mut conn) = crate::apis::setup!();
+            // Connections made from now on must authenticate (this one already is).
+            run(&mut conn, redis::cmd("CONFIG").arg("SET").arg("requirepass").arg("feed-secret"));
+            let without = Client::open(&server.url()).unwrap().watch_losses();
+            assert!(io!(without.acquire(&unique_key("refused"), ms(9000))).is_err());
+            let url = format!("redis://:feed-secret@127.0.0.1:{}/", server.port());
+            let client = Client::open(&url).unwrap().watch_losses();
+            let key = unique_key("authenticated");
+            let guard = io!(client.acquire(&key, ms(9000))).unwrap().unwrap();
+            assert!(guard.is_watching());
+            let since = Instant::now();
+            run(&mut conn, redis::cmd("DEL").arg(&key));
+            assert_lost!(guard, since, LossReason::Deleted);
+        }}
+
         api_test! { fn every_lock_kind_watches() {
             let (server, client, mut conn) = watching!();
             let other = Client::open(&server.url()).unwrap();
