@@ -208,13 +208,19 @@ fn failover(srv: &Server, key: &str, bound: bool, ttl: u64) -> (f64, f64) {
         out.read_line(&mut reply).unwrap();
         reply.trim().to_string()
     };
-    let mut acquire = format!("LOCK.ACQUIRE {key} leader-1 {}", if bound { 0 } else { ttl });
+    let mut acquire = format!(
+        "LOCK.ACQUIRE {key} leader-1 {}",
+        if bound { 0 } else { ttl }
+    );
     if bound {
         let id = ask(&mut leader, format!("LOCK.SESSION OPEN {ttl} BOUND"));
         acquire.push_str(&format!(" SESSION {id}"));
     }
     let reply = ask(&mut leader, acquire);
-    assert!(reply.parse::<i64>().is_ok(), "the leader's acquire: {reply}");
+    assert!(
+        reply.parse::<i64>().is_ok(),
+        "the leader's acquire: {reply}"
+    );
     let mut sub = Watcher::start(srv, key);
     let mut ctl = srv.connect();
     let blocked = info_u64(&mut ctl, "clients", "blocked_clients");
@@ -231,7 +237,13 @@ fn failover(srv: &Server, key: &str, bound: bool, ttl: u64) -> (f64, f64) {
             .unwrap();
         Instant::now()
     });
-    wait_info(&mut ctl, "clients", "blocked_clients", Duration::from_secs(10), |v| v > blocked);
+    wait_info(
+        &mut ctl,
+        "clients",
+        "blocked_clients",
+        Duration::from_secs(10),
+        |v| v > blocked,
+    );
     let killed = Instant::now();
     leader.kill().unwrap();
     let _ = leader.wait();
@@ -247,8 +259,14 @@ impl Scenario for FeedLatency {
         eprintln!("[f1] feed latency: {runs} runs per loss kind, leader failover");
         for (what, how) in [
             ("`DEL` of the key", "del"),
-            ("the holder's `BOUND` session ended (`CLIENT KILL`)", "session"),
-            ("taken by another client after the hold's deadline", "takeover"),
+            (
+                "the holder's `BOUND` session ended (`CLIENT KILL`)",
+                "session",
+            ),
+            (
+                "taken by another client after the hold's deadline",
+                "takeover",
+            ),
         ] {
             let ms = (0..runs)
                 .map(|i| loss(env.srv, &format!("bench:feed:{how}:{i}"), how))
