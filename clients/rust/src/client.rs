@@ -12,6 +12,7 @@ use crate::error::Error;
 use crate::guard::Guard;
 use crate::hold::{Acquisition, Durable, Settled, Target};
 use crate::session::{Session, SessionState};
+use crate::subscriber::Subscriber;
 
 /// How long opening a connection may take, unless [`Client::with_timeouts`] says otherwise.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -41,6 +42,8 @@ pub struct Client {
     pub(crate) owner: Option<String>,
     /// The session every acquisition is made in ([`Client::with_session`]), if any.
     pub(crate) session: Option<Arc<SessionState>>,
+    /// Every guard watches its key's change feed ([`Client::watch_losses`]).
+    pub(crate) watch: bool,
 }
 
 /// The server a client talks to and its limits: what the sync and the async client share.
@@ -157,6 +160,8 @@ pub(crate) struct Inner {
     endpoint: Endpoint,
     /// Connections that answered their last command correctly, ready for reuse.
     idle: Mutex<Vec<Connection>>,
+    /// The change feed's connections and thread, started by the first watch.
+    pub(crate) feed: std::sync::OnceLock<Arc<Subscriber>>,
 }
 
 impl std::ops::Deref for Inner {
@@ -178,6 +183,7 @@ impl Client {
             inner: Arc::new(Inner::new(Endpoint::open(url)?)),
             owner: None,
             session: None,
+            watch: false,
         })
     }
 
@@ -238,6 +244,19 @@ impl Client {
         }
     }
 
+    /// The same server, with every guard watching its keys' change feed while held
+    /// ([`Guard::watch`]): its loss signal ([`Guard::lost`]) then fires as soon as the server
+    /// reports the hold gone (expired, deleted, flushed, its session ended, taken by another
+    /// owner), at the client's own deadline if no renewal succeeded, and when the feed's
+    /// connection is lost. An acquire whose watch cannot be set up fails (the grant is
+    /// released).
+    pub fn watch_losses(self) -> Client {
+        Client {
+            watch: true,
+            ..self
+        }
+    }
+
     /// In a Redis Cluster: a client for the node that serves `key`, with this client's
     /// credentials, timeouts and owner (and no session). Asks this client's node with
     /// `LOCK.FENCE key`: the same client if it serves the key, else the node its `MOVED`
@@ -257,6 +276,7 @@ impl Client {
                     inner: Arc::new(Inner::new(endpoint)),
                     owner: self.owner.clone(),
                     session: None,
+                    watch: self.watch,
                 })
             }
             Err(e) => Err(e),
@@ -337,7 +357,13 @@ impl Client {
                     });
                     Err(durable.shortfall(acknowledged, released))
                 }
-                _ => Ok(Some(Guard::new(self.clone(), hold))),
+                _ => {
+                    let mut guard = Guard::new(self.clone(), hold);
+                    if self.watch {
+                        guard.watch()?;
+                    }
+                    Ok(Some(guard))
+                }
             },
             Settled::Busy => Ok(None),
             Settled::Failed { error, clean_up } => {
@@ -355,6 +381,7 @@ impl Inner {
         Inner {
             endpoint,
             idle: Mutex::new(Vec::new()),
+            feed: std::sync::OnceLock::new(),
         }
     }
 

@@ -24,7 +24,7 @@ pub(crate) struct Command<T> {
 
 impl<T: 'static> Command<T> {
     /// A command whose error replies are the caller's errors as they are.
-    fn new(
+    pub(crate) fn new(
         cmd: redis::Cmd,
         parse: impl Fn(Value) -> Result<T, Error> + Send + Sync + 'static,
     ) -> Self {

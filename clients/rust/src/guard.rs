@@ -7,8 +7,10 @@ use std::time::Duration;
 use crate::client::Client;
 use crate::command::{self, Command};
 use crate::error::Error;
+use crate::feed::HoldWatch;
 use crate::hold::Hold;
-use crate::watchdog::{Lease, LossReason, LossSignal, Watchdog};
+use crate::subscriber::{Subscriber, Watching};
+use crate::watchdog::{Lease, LossReason, LossSignal, Report, Watchdog};
 
 /// A lock held on one server: an exclusive lock ([`Client::acquire`]), a shared hold
 /// ([`Semaphore`](crate::Semaphore), [`ReadWriteLock`](crate::ReadWriteLock)), or exclusive
@@ -33,6 +35,9 @@ pub struct Guard {
     loss: Arc<LossSignal>,
     /// The receiving side of the loss channel.
     loss_rx: Receiver<LossReason>,
+    /// The watch of the keys' change feed, if started ([`Guard::watch`]); dropped before the
+    /// release.
+    watching: Option<Watching>,
     /// Set once [`Guard::release`] ran, so that `Drop` does not release again.
     released: bool,
 }
@@ -95,6 +100,7 @@ impl Guard {
             watchdog: None,
             loss,
             loss_rx,
+            watching: None,
             released: false,
         }
     }
@@ -106,7 +112,8 @@ impl Guard {
     /// changes. On success the watchdog, if running, renews with `ttl` from then on.
     pub fn extend(&self, ttl: Duration) -> Result<bool, Error> {
         let (extend, ms) = self.hold.extend(ttl)?;
-        Ok(self.hold.extended(ms, self.run(&extend)?))
+        let sent = std::time::Instant::now();
+        Ok(self.hold.extended(ms, sent, self.run(&extend)?))
     }
 
     /// Release the lock now (`LOCK.RELEASE`), after stopping the watchdog. `Ok(true)`: it was
@@ -114,6 +121,7 @@ impl Guard {
     /// lost. On `Err` the lock lapses at its deadline.
     pub fn release(mut self) -> Result<bool, Error> {
         self.stop_watchdog();
+        self.watching = None;
         self.released = true;
         self.run(&self.hold.release())
     }
@@ -203,8 +211,9 @@ impl Guard {
     }
 
     /// The channel on which the watchdog reports a loss, once. Use it to wait for a loss next to
-    /// other work (`try_recv` in a loop, `recv_timeout`). Nothing is sent without a watchdog or
-    /// a session, and the channel stays open as long as the guard lives. A guard taken in a
+    /// other work (`try_recv` in a loop, `recv_timeout`). Nothing is sent without a watchdog, a
+    /// watch of the change feed ([`Guard::watch`]) or a session, and the channel stays open as
+    /// long as the guard lives. A guard taken in a
     /// session is sent the session's loss ([`LossReason::SessionEnded`],
     /// [`LossReason::BoundConnectionClosed`], or a failed keepalive as
     /// [`LossReason::ExtendFailed`]).
@@ -240,6 +249,39 @@ impl Guard {
         }
     }
 
+    /// Watch the lock's keys through the server's change feed while the guard lives (one watch
+    /// connection and one pub/sub connection per [`Client`], shared by its guards): the loss
+    /// signal ([`Guard::lost`], [`Guard::wait_lost`], [`Guard::is_lost`]) then fires as soon as
+    /// the feed reports a loss the server caused: [`LossReason::Expired`],
+    /// [`LossReason::SessionEnded`] (`lost`), [`LossReason::Deleted`], [`LossReason::Flushed`],
+    /// [`LossReason::Swapped`], [`LossReason::Demoted`], [`LossReason::Released`] (by someone
+    /// else), [`LossReason::Taken`] (granted to another owner); at the client's own deadline
+    /// ([`LossReason::Expired`]: the grant's or the last successful extend's sending plus the
+    /// TTL, as the server may notice an expiry late); and when the feed's connection is lost
+    /// ([`LossReason::FeedDisconnected`]). While renewals succeed (a watchdog, or
+    /// [`Guard::extend`]) it stays silent.
+    ///
+    /// A blocking call: `LOCK.WATCH` for each key, the first of them also connects. The state
+    /// of each key is read once the subscription is in place (`LOCK.INFO`), so a loss between
+    /// the grant and the watch is reported too ([`LossReason::NotHeld`]). Watching again does
+    /// nothing; [`Client::watch_losses`] watches every guard as it is granted.
+    pub fn watch(&mut self) -> Result<(), Error> {
+        if self.watching.is_some() {
+            return Ok(());
+        }
+        let inner = &self.client.inner;
+        let subscriber = Subscriber::of(inner, &inner.feed);
+        let report = Arc::clone(&self.loss) as Arc<dyn Report>;
+        let listener = Arc::new(HoldWatch::new(Arc::clone(&self.hold), report));
+        self.watching = Some(subscriber.watch(self.hold.keys(), listener)?);
+        Ok(())
+    }
+
+    /// True while the guard watches its keys' feed ([`Guard::watch`]).
+    pub fn is_watching(&self) -> bool {
+        self.watching.is_some()
+    }
+
     fn spawn_watchdog(&mut self, period: Option<Duration>) -> Result<(), Error> {
         self.stop_watchdog();
         let lease = Lease {
@@ -263,6 +305,7 @@ impl Drop for Guard {
     /// are written to stderr: the lock then lapses at its deadline.
     fn drop(&mut self) {
         self.stop_watchdog();
+        self.watching = None;
         if self.released {
             return;
         }

@@ -10,7 +10,8 @@
 //!   extend and check it, and that fence a write with its token.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use crate::command::{self, block_ms, hold_ttl_ms, pick_owner, Command, Failure, Mode};
 use crate::error::Error;
@@ -80,6 +81,9 @@ pub(crate) struct Acquisition {
     block_ms: Option<u64>,
     /// `SESSION id`: the session the hold is taken in, if any.
     session: Option<String>,
+    /// When the request was made: the server grants it later, so the hold's deadline is at
+    /// least this plus the TTL.
+    started: Instant,
 }
 
 /// What an acquisition's reply means for the caller.
@@ -124,6 +128,7 @@ impl Acquisition {
             ttl_ms,
             block_ms,
             session: session.map(str::to_string),
+            started: Instant::now(),
         })
     }
 
@@ -157,14 +162,24 @@ impl Acquisition {
     /// retrying, so it is left alone (the caller can retry or release).
     pub(crate) fn settle(self, reply: Result<Option<Vec<u64>>, Failure>) -> Settled {
         match reply {
-            Ok(Some(tokens)) => Settled::Granted(Hold {
-                target: self.target,
-                owner: self.owner,
-                generated: self.generated,
-                tokens,
-                ttl_ms: AtomicU64::new(self.ttl_ms),
-                in_session: self.session.is_some(),
-            }),
+            Ok(Some(tokens)) => {
+                // A blocking grant came at some moment of the wait, which the client does not
+                // know: it counts from the reply's arrival (later than the grant by the reply's
+                // trip from the server).
+                let renewed = match self.block_ms {
+                    Some(_) => Instant::now(),
+                    None => self.started,
+                };
+                Settled::Granted(Hold {
+                    target: self.target,
+                    owner: self.owner,
+                    generated: self.generated,
+                    tokens,
+                    ttl_ms: AtomicU64::new(self.ttl_ms),
+                    in_session: self.session.is_some(),
+                    renewed: Mutex::new(renewed),
+                })
+            }
             Ok(None) => Settled::Busy,
             Err(Failure { error, maybe_sent }) => {
                 let clean_up =
@@ -191,6 +206,9 @@ pub(crate) struct Hold {
     ttl_ms: AtomicU64,
     /// Held in a session: it ends with the session too, and a zero TTL is allowed.
     in_session: bool,
+    /// When the grant or the last successful extend was sent: the client's own, conservative
+    /// deadline is this plus the TTL.
+    renewed: Mutex<Instant>,
 }
 
 impl Hold {
@@ -255,6 +273,32 @@ impl Hold {
         command::fenced(key, self.tokens[i], write)
     }
 
+    /// True for a shared hold (a reader, a permit): others may hold the key with it.
+    pub(crate) fn shared(&self) -> bool {
+        matches!(
+            self.target,
+            Target::One {
+                mode: Mode::Shared { .. },
+                ..
+            }
+        )
+    }
+
+    /// The client's own deadline of the hold: when the last successful grant or extend was
+    /// sent, plus the TTL (the server's deadline is no earlier). `None` for a session hold with
+    /// no deadline of its own.
+    pub(crate) fn local_deadline(&self) -> Option<Instant> {
+        let ttl = self.ttl();
+        let renewed = *self.renewed.lock().unwrap_or_else(PoisonError::into_inner);
+        (!ttl.is_zero()).then(|| renewed + ttl)
+    }
+
+    /// A renewal sent at `sent` succeeded: the local deadline moves.
+    pub(crate) fn renewed(&self, sent: Instant) {
+        let mut renewed = self.renewed.lock().unwrap_or_else(PoisonError::into_inner);
+        *renewed = (*renewed).max(sent);
+    }
+
     /// True for a hold taken in a session.
     pub(crate) fn in_session(&self) -> bool {
         self.in_session
@@ -272,10 +316,12 @@ impl Hold {
         Ok((self.extend_ms(ms), ms))
     }
 
-    /// Record the outcome of an extend to `ms`: on success, later renewals use `ms`.
-    pub(crate) fn extended(&self, ms: u64, extended: bool) -> bool {
+    /// Record the outcome of an extend to `ms` sent at `sent`: on success, later renewals use
+    /// `ms`, and the local deadline counts from `sent`.
+    pub(crate) fn extended(&self, ms: u64, sent: Instant, extended: bool) -> bool {
         if extended {
             self.ttl_ms.store(ms, Ordering::Relaxed);
+            self.renewed(sent);
         }
         extended
     }

@@ -13,6 +13,14 @@
 //! [`bound`](SessionBuilder::bound), an end the moment this process's connection closes, so that
 //! waiters do not sit out a TTL after a crash.
 //!
+//! A guard can watch its keys through the server's change feed ([`Guard::watch`],
+//! [`Client::watch_losses`]): its loss signal then fires the moment the server ends the hold
+//! (expired, deleted, flushed, its session ended, taken by another owner), at the client's own
+//! deadline if no renewal succeeded, and when the feed's connection is lost. An [`Election`]
+//! elects one leader among candidates on a lock key: [`Election::campaign`] waits in the FIFO
+//! queue and returns the [`Leadership`] (its term is the fencing token), [`Election::observe`]
+//! reports every change of leader, "no leader" included.
+//!
 //! ```no_run
 //! use std::time::Duration;
 //! use redis_lock_client::Client;
@@ -150,6 +158,15 @@
 //!   tell of its loss), [`SessionBuilder`] and [`SessionInfo`], then the sync [`Session`].
 //! - `bound.rs`: a bound session's dedicated connection and the thread that waits on it (both
 //!   APIs).
+//! - `feed.rs`: the change feed as the client reads it: `LOCK.WATCH`/`LOCK.UNWATCH`/`LOCK.INFO`,
+//!   a message, a key's state, and what each means to a guard (`HoldWatch`: a loss of mine?)
+//!   and to an election's observer (`Picture`: who leads now?), with no I/O.
+//! - `subscriber.rs`: the feed's two connections per client (watch and pub/sub) and the thread
+//!   that reads them, delivers messages in order, resynchronises after a gap or a reconnect and
+//!   fires the guards' own deadlines (both APIs); `pubsub.rs`: the pub/sub connection as a plain
+//!   socket with a small RESP reader.
+//! - `election.rs`: [`Election`] for both APIs (generic over the client), and the sync
+//!   [`Leadership`] and [`Observer`].
 //! - `redlock.rs`: the Redlock round (`Round`, `Vote`, `decide`: quorum and validity math,
 //!   where to release) and how tokens are combined, then the sync [`Redlock`].
 //! - `locks.rs`: [`Semaphore`], [`ReadWriteLock`] and [`MultiLock`], one type each for both
@@ -171,17 +188,23 @@ pub mod aio;
 mod bound;
 mod client;
 mod command;
+mod election;
 mod error;
+mod feed;
 mod guard;
 mod hold;
 mod locks;
+mod pubsub;
 mod redlock;
 mod session;
+mod subscriber;
 pub(crate) mod watchdog;
 
 pub use client::{Client, DEFAULT_CONNECT_TIMEOUT, DEFAULT_IO_TIMEOUT};
 pub use command::{FENCED_CALL_LUA, FENCE_CHECK_LUA};
+pub use election::{Election, Leadership, Observer};
 pub use error::{Error, RedlockError};
+pub use feed::{Change, Leader};
 pub use guard::{fenced_call, Guard};
 pub use locks::{MultiLock, ReadWriteLock, Semaphore};
 pub use redlock::{
@@ -212,6 +235,10 @@ mod tests {
         send_sync::<LossReason>();
         send::<Guard>();
         send::<RedlockGuard>();
+        send_sync::<Election>();
+        send::<Leadership>();
+        send::<Observer>();
+        send_sync::<Change>();
     }
 
     /// The async types are shared between tasks the same way, and guards can be held across
@@ -227,6 +254,9 @@ mod tests {
         send_sync::<aio::Session>();
         send_sync::<aio::Guard>();
         send_sync::<aio::RedlockGuard>();
+        send_sync::<aio::Election>();
+        send_sync::<aio::Leadership>();
+        send_sync::<aio::Observer>();
     }
 
     #[test]

@@ -161,7 +161,6 @@ macro_rules! in_session {
         }
     };
 }
-#[cfg(feature = "tokio")]
 pub(crate) use in_session;
 
 impl Semaphore<Client> {

@@ -41,6 +41,36 @@ pub enum LossReason {
     ///
     /// [`SessionBuilder::bound`]: crate::SessionBuilder::bound
     BoundConnectionClosed(Arc<Error>),
+    /// The key's change feed reported the hold released, though this guard did not release it
+    /// (another client holding as the same owner released it, or the hold's session was closed
+    /// elsewhere).
+    Released,
+    /// The hold reached its deadline: the feed reported its expiry, or the client's own
+    /// conservative deadline (the grant's or last successful renewal's sending, plus the TTL)
+    /// passed with no renewal, whichever came first (the server may notice an expiry late).
+    Expired,
+    /// The feed reported the key deleted (`DEL`, `UNLINK`, `RENAME` away, `RESTORE ...
+    /// REPLACE`, `MOVE`, eviction), with every hold on it.
+    Deleted,
+    /// The feed reported the key's database flushed (`FLUSHDB`, `FLUSHALL`).
+    Flushed,
+    /// The feed reported the key's database swapped away (`SWAPDB`).
+    Swapped,
+    /// The feed reported that the server became a replica (a failover, `REPLICAOF`): it holds
+    /// no lock of its own any more.
+    Demoted,
+    /// The feed reported the key granted to another holder: this hold had ended (an exclusive
+    /// lock has one holder).
+    Taken {
+        /// The new holder's owner.
+        owner: String,
+        /// The new holder's token.
+        token: u64,
+    },
+    /// The connection of the key's change feed was lost (the server closed it, restarted, or
+    /// the network failed): the holder can no longer learn of a loss at once, so it counts the
+    /// lock as lost (fail-safe). The hold may still be live until its deadline.
+    FeedDisconnected(Arc<Error>),
 }
 
 impl fmt::Display for LossReason {
@@ -51,6 +81,18 @@ impl fmt::Display for LossReason {
             LossReason::SessionEnded => write!(f, "the lock's session ended"),
             LossReason::BoundConnectionClosed(e) => {
                 write!(f, "the bound session's connection closed: {e}")
+            }
+            LossReason::Released => write!(f, "the lock was released elsewhere"),
+            LossReason::Expired => write!(f, "the lock expired"),
+            LossReason::Deleted => write!(f, "the lock's key was deleted"),
+            LossReason::Flushed => write!(f, "the lock's database was flushed"),
+            LossReason::Swapped => write!(f, "the lock's database was swapped (SWAPDB)"),
+            LossReason::Demoted => write!(f, "the server became a replica"),
+            LossReason::Taken { owner, token } => {
+                write!(f, "the lock was granted to {owner:?} (token {token})")
+            }
+            LossReason::FeedDisconnected(e) => {
+                write!(f, "the lock's change feed connection was lost: {e}")
             }
         }
     }
@@ -100,6 +142,8 @@ pub(crate) trait Renewable: Send + Sync + 'static {
     fn renewal(&self) -> Command<bool>;
     /// What a renewal answered with false means.
     fn gone(&self) -> LossReason;
+    /// A renewal sent at `sent` succeeded.
+    fn renewed(&self, _sent: Instant) {}
 }
 
 impl Renewable for Hold {
@@ -113,6 +157,10 @@ impl Renewable for Hold {
 
     fn gone(&self) -> LossReason {
         LossReason::NotHeld
+    }
+
+    fn renewed(&self, sent: Instant) {
+        Hold::renewed(self, sent)
     }
 }
 
@@ -235,8 +283,9 @@ fn run<L: Report>(lease: Lease<Inner, L>, stop: Receiver<()>) {
             client.io_timeout,
             client.connect_timeout,
         );
+        let sent = Instant::now();
         let reply = client.with_conn(io, connect, &renewal);
-        if let Some(reason) = loss_of(reply, &*lease.hold) {
+        if let Some(reason) = loss_of(reply, sent, &*lease.hold) {
             lease.loss.report(reason);
             return;
         }
@@ -249,10 +298,18 @@ fn renewal_period(period: Option<Duration>, ttl: Duration) -> Duration {
     period.unwrap_or(ttl / 3).max(Duration::from_millis(1))
 }
 
-/// What a renewal's outcome means: `None` while the lock (or session) lives, else why it is lost.
-pub(crate) fn loss_of(renewal: Result<bool, Error>, hold: &dyn Renewable) -> Option<LossReason> {
+/// What the outcome of a renewal sent at `sent` means: `None` while the lock (or session)
+/// lives, else why it is lost.
+pub(crate) fn loss_of(
+    renewal: Result<bool, Error>,
+    sent: Instant,
+    hold: &dyn Renewable,
+) -> Option<LossReason> {
     match renewal {
-        Ok(true) => None,
+        Ok(true) => {
+            hold.renewed(sent);
+            None
+        }
         Ok(false) => Some(hold.gone()),
         Err(e) => Some(LossReason::ExtendFailed(Arc::new(e))),
     }

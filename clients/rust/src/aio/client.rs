@@ -40,6 +40,8 @@ pub struct Client {
     pub(crate) owner: Option<String>,
     /// The session every acquisition is made in ([`Client::with_session`]), if any.
     pub(crate) session: Option<Arc<SessionState>>,
+    /// Every guard watches its key's change feed ([`Client::watch_losses`]).
+    pub(crate) watch: bool,
 }
 
 /// What a [`Client`] and its guards share.
@@ -51,6 +53,9 @@ pub(crate) struct Inner {
     shared: Mutex<Option<MultiplexedConnection>>,
     /// Idle connections for blocking acquires that got their reply.
     idle: Mutex<Vec<Waiter>>,
+    /// The change feed's connections and thread (the sync client's: a thread in both APIs),
+    /// started by the first watch.
+    pub(crate) feed: std::sync::OnceLock<Arc<crate::subscriber::Subscriber>>,
 }
 
 impl std::ops::Deref for Inner {
@@ -70,11 +75,11 @@ impl Client {
     /// The same server with other timeouts (see [`crate::Client::with_timeouts`]). The returned
     /// client has connections of its own.
     pub fn with_timeouts(self, connect: Duration, io: Duration) -> Client {
-        Client::from_parts(
-            self.inner.with_timeouts(connect, io),
-            self.owner,
-            self.session,
-        )
+        let endpoint = self.inner.with_timeouts(connect, io);
+        Client {
+            watch: self.watch,
+            ..Client::from_parts(endpoint, self.owner, self.session)
+        }
     }
 
     /// The same server, each grant acknowledged by `replicas` replicas before an acquire
@@ -82,7 +87,10 @@ impl Client {
     /// own.
     pub fn durable(self, replicas: u32, timeout: Duration) -> Client {
         let endpoint = self.inner.with_durable(replicas, timeout);
-        Client::from_parts(endpoint, self.owner, self.session)
+        Client {
+            watch: self.watch,
+            ..Client::from_parts(endpoint, self.owner, self.session)
+        }
     }
 
     /// The same server, with every acquisition made as `owner` (see
@@ -100,6 +108,15 @@ impl Client {
         Client {
             session: Some(Arc::clone(session.state())),
             ..self.clone()
+        }
+    }
+
+    /// The same server, with every guard watching its keys' change feed while held (see
+    /// [`crate::Client::watch_losses`] and [`Guard::watch`]).
+    pub fn watch_losses(self) -> Client {
+        Client {
+            watch: true,
+            ..self
         }
     }
 
@@ -121,7 +138,9 @@ impl Client {
                 ..
             }) if e.kind() == redis::ErrorKind::Moved => {
                 let endpoint = inner.redirected(&e)?;
-                Ok(Client::from_parts(endpoint, self.owner.clone(), None))
+                let mut client = Client::from_parts(endpoint, self.owner.clone(), None);
+                client.watch = self.watch;
+                Ok(client)
             }
             Err(failure) => Err(failure.error),
         }
@@ -177,9 +196,11 @@ impl Client {
                 endpoint,
                 shared: Mutex::new(None),
                 idle: Mutex::new(Vec::new()),
+                feed: std::sync::OnceLock::new(),
             }),
             owner,
             session,
+            watch: false,
         }
     }
 
@@ -250,7 +271,13 @@ impl Client {
                         };
                         Err(durable.shortfall(acknowledged, released))
                     }
-                    _ => Ok(Some(Guard::new(client.clone(), hold))),
+                    _ => {
+                        let mut guard = Guard::new(client.clone(), hold);
+                        match client.watch {
+                            true => guard.watch().await.map(|()| Some(guard)),
+                            false => Ok(Some(guard)),
+                        }
+                    }
                 },
                 Settled::Busy => Ok(None),
                 Settled::Failed { error, clean_up } => {

@@ -10,9 +10,11 @@ use super::client::{send_now, Client};
 use super::watchdog::{Lease, Watchdog};
 use crate::command::{self, Command};
 use crate::error::Error;
+use crate::feed::HoldWatch;
 use crate::guard::report_release_failure;
 use crate::hold::Hold;
-use crate::watchdog::LossReason;
+use crate::subscriber::{Subscriber, Watching};
+use crate::watchdog::{LossReason, Report};
 
 /// A lock held on one server; the async counterpart of [`crate::Guard`].
 ///
@@ -36,6 +38,8 @@ pub struct Guard {
     loss: Arc<watch::Sender<Option<LossReason>>>,
     /// The runtime the lock was acquired on: the watchdog and the release on drop run there.
     runtime: Handle,
+    /// The watch of the keys' change feed, if started ([`Guard::watch`]).
+    watching: Option<Watching>,
     /// Set once [`Guard::release`] ran, so that `Drop` does not release again.
     released: bool,
 }
@@ -53,6 +57,7 @@ impl Guard {
             watchdog: None,
             loss,
             runtime: Handle::current(),
+            watching: None,
             released: false,
         }
     }
@@ -63,7 +68,8 @@ impl Guard {
     /// guard. On success the watchdog, if running, renews with `ttl` from then on.
     pub async fn extend(&self, ttl: Duration) -> Result<bool, Error> {
         let (extend, ms) = self.hold.extend(ttl)?;
-        Ok(self.hold.extended(ms, self.run(&extend).await?))
+        let sent = std::time::Instant::now();
+        Ok(self.hold.extended(ms, sent, self.run(&extend).await?))
     }
 
     /// Stop the watchdog and wait for its end, then release the lock (`LOCK.RELEASE`).
@@ -71,6 +77,10 @@ impl Guard {
     /// had already been lost. On `Err` the lock lapses at its deadline.
     pub async fn release(mut self) -> Result<bool, Error> {
         self.stop_watchdog().await;
+        if let Some(watching) = self.watching.take() {
+            let unwatch = watching.detach();
+            let _ = tokio::task::spawn_blocking(move || unwatch.run()).await;
+        }
         self.released = true;
         self.run(&self.hold.release()).await
     }
@@ -144,9 +154,10 @@ impl Guard {
         self.loss.borrow().clone()
     }
 
-    /// Wait until the watchdog reports a loss, and return it (at once if it already did).
-    /// Without a watchdog, or while renewals succeed, it waits forever: use it in
-    /// `tokio::select!` next to the work, or under `tokio::time::timeout`.
+    /// Wait until the watchdog (or the feed: [`Guard::watch`]; or the session) reports a loss,
+    /// and return it (at once if it already did). Without any of them, or while the hold lives,
+    /// it waits forever: use it in `tokio::select!` next to the work, or under
+    /// `tokio::time::timeout`.
     pub async fn lost(&self) -> LossReason {
         let mut loss = self.loss.subscribe();
         let reason = match loss.wait_for(Option::is_some).await {
@@ -165,6 +176,34 @@ impl Guard {
     /// reports the sender closed once the guard is gone.
     pub fn loss_watch(&self) -> watch::Receiver<Option<LossReason>> {
         self.loss.subscribe()
+    }
+
+    /// Watch the lock's keys through the server's change feed while the guard lives (see
+    /// [`crate::Guard::watch`]): the loss is published to [`Guard::lost`], [`Guard::is_lost`]
+    /// and [`Guard::loss_watch`] as soon as the feed reports it, at the client's own deadline
+    /// with no successful renewal, or when the feed's connection is lost. The feed's
+    /// connections are a thread (shared by the client's guards); its blocking calls run on
+    /// tokio's blocking pool.
+    pub async fn watch(&mut self) -> Result<(), Error> {
+        if self.watching.is_some() {
+            return Ok(());
+        }
+        let inner = Arc::clone(&self.client.inner);
+        let report = Arc::clone(&self.loss) as Arc<dyn Report>;
+        let listener = Arc::new(HoldWatch::new(Arc::clone(&self.hold), report));
+        let keys = self.hold.keys().to_vec();
+        let watching = tokio::task::spawn_blocking(move || {
+            Subscriber::of(&inner, &inner.feed).watch(&keys, listener)
+        })
+        .await
+        .map_err(|_| super::client::runtime_gone())??;
+        self.watching = Some(watching);
+        Ok(())
+    }
+
+    /// True while the guard watches its keys' feed ([`Guard::watch`]).
+    pub fn is_watching(&self) -> bool {
+        self.watching.is_some()
     }
 
     fn spawn_watchdog(&mut self, period: Option<Duration>) {
@@ -198,6 +237,12 @@ impl Drop for Guard {
     fn drop(&mut self) {
         if let Some(watchdog) = self.watchdog.take() {
             watchdog.abort();
+        }
+        if let Some(watching) = self.watching.take() {
+            // The listener hears nothing from now on; the server's `LOCK.UNWATCH` may wait on
+            // the watch connection: off the runtime's threads.
+            let unwatch = watching.detach();
+            drop(self.runtime.spawn_blocking(move || unwatch.run()));
         }
         if self.released {
             return;

@@ -1,5 +1,6 @@
 //! The async API on tokio (cargo feature `tokio`): [`Client`], [`Guard`], [`Semaphore`],
-//! [`ReadWriteLock`], [`MultiLock`], [`Redlock`], [`RedlockGuard`] and [`fenced_call`] with the
+//! [`ReadWriteLock`], [`MultiLock`], [`Redlock`], [`RedlockGuard`], [`Session`], [`Election`]
+//! (with [`Leadership`] and the [`Observer`] stream) and [`fenced_call`] with the
 //! semantics of their sync namesakes at the crate root. The commands, the reply checks, what an
 //! acquisition's reply means, the error types, the watchdog's schedule and the Redlock decision
 //! are the same code; what differs is how they send and wait.
@@ -35,6 +36,7 @@
 //! ```
 
 mod client;
+mod election;
 mod guard;
 mod locks;
 mod redlock;
@@ -42,6 +44,7 @@ mod session;
 mod watchdog;
 
 pub use client::Client;
+pub use election::{Leadership, Observer};
 pub use guard::{fenced_call, Guard};
 pub use redlock::{Redlock, RedlockGuard};
 pub use session::Session;
@@ -52,5 +55,7 @@ pub type Semaphore = crate::Semaphore<Client>;
 pub type ReadWriteLock = crate::ReadWriteLock<Client>;
 /// [`crate::MultiLock`] on an async [`Client`]: `MultiLock::new(&client, &keys)`.
 pub type MultiLock = crate::MultiLock<Client>;
+/// [`crate::Election`] on an async [`Client`]: `Election::new(&client, name, ttl)`.
+pub type Election = crate::Election<Client>;
 /// [`crate::SessionBuilder`] on an async [`Client`]: `Session::builder(&client, ttl)`.
 pub type SessionBuilder = crate::SessionBuilder<Client>;

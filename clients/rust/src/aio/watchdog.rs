@@ -85,8 +85,10 @@ async fn run<L: Report>(lease: Lease<L>, mut stopped: oneshot::Receiver<()>) {
             client.io_timeout,
             client.connect_timeout,
         );
+        let sent = std::time::Instant::now();
         let reply = client.run(io, connect, &renewal).await;
-        if let Some(reason) = loss_of(reply.map_err(|failure| failure.error), &*lease.hold) {
+        let reply = reply.map_err(|failure| failure.error);
+        if let Some(reason) = loss_of(reply, sent, &*lease.hold) {
             lease.loss.report(reason);
             return;
         }

@@ -9,7 +9,7 @@
 //! `both!` writes `mod sync { use super::*; sync_api!(); shared_tests!(); }` and the same
 //! `mod aio` with `async_api!()`, each followed by the items given after `sync:` / `aio:`.
 //! `sync_api!()` and `async_api!()` bring the API's types under the same names (`Client`,
-//! `Guard`, `Redlock`, `Semaphore`, `ReadWriteLock`, `MultiLock`, `Session`) and helpers that differ only
+//! `Guard`, `Redlock`, `Semaphore`, `ReadWriteLock`, `MultiLock`, `Session`, `Election`) and helpers that differ only
 //! in how they wait:
 //!
 //! - `io!(call)`: the call itself, or `call.await`.
@@ -35,7 +35,7 @@ macro_rules! sync_api {
     () => {
         #[allow(unused_imports)]
         use redis_lock_client::{
-            Client, Guard, MultiLock, ReadWriteLock, Redlock, Semaphore, Session,
+            Client, Election, Guard, MultiLock, ReadWriteLock, Redlock, Semaphore, Session,
         };
 
         #[allow(unused_macros)]
@@ -105,7 +105,7 @@ macro_rules! async_api {
     () => {
         #[allow(unused_imports)]
         use redis_lock_client::aio::{
-            Client, Guard, MultiLock, ReadWriteLock, Redlock, Semaphore, Session,
+            Client, Election, Guard, MultiLock, ReadWriteLock, Redlock, Semaphore, Session,
         };
 
         #[allow(unused_macros)]
