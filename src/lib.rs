@@ -31,7 +31,7 @@ mod module {
     use redis_module::{raw, redis_module, Context, InfoContext, RedisResult, RedisString, Status};
 
     use crate::commands::{
-        acquire, extend, fence, info, load, macquire, mrelease, release, session,
+        acquire, extend, fence, info, load, macquire, mrelease, release, session, watch,
     };
     use crate::redis::session as sessions;
     use crate::redis::{acl, blocking, config, datatype::LOCK_TYPE, docs, guard, role};
@@ -62,6 +62,8 @@ mod module {
             &fence::DOC,
             &info::DOC,
             &load::DOC,
+            &watch::DOC,
+            &watch::UNWATCH_DOC,
         ] {
             if !docs::set(ctx, doc) {
                 ctx.log_notice(&format!(
@@ -137,6 +139,12 @@ mod module {
     fn lock_session(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         guard::command(ctx, args, session::run)
     }
+    fn lock_watch(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+        guard::command(ctx, args, watch::run)
+    }
+    fn lock_unwatch(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+        guard::command(ctx, args, watch::run_unwatch)
+    }
 
     // Unit tests run outside Redis, where the Redis allocator does not exist.
     #[cfg(not(test))]
@@ -171,6 +179,8 @@ mod module {
             // and every hold in it. no-monitor and no-slowlog: the id is a secret. The id (at
             // 2, when there is one) is found by the getkeys callback.
             ["lock.session", lock_session, "write no-monitor no-slowlog getkeys-api", 0, 0, 0, ""],
+            ["lock.watch", lock_watch, "write fast", 1, 1, 1, ""],
+            ["lock.unwatch", lock_unwatch, "write fast", 1, 1, 1, ""],
         ],
     }
 }

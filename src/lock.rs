@@ -10,7 +10,10 @@ use std::collections::VecDeque;
 mod multi;
 pub mod session;
 mod value;
-pub use multi::{decide_macquire, first_duplicate, KeyGrant, KeyState, MultiAcquire};
+pub use multi::{
+    busy_for, decide_macquire, decide_queued_set, first_duplicate, Ahead, KeyGrant, KeyState,
+    MultiAcquire, MAX_OVERTAKES,
+};
 pub use session::{Serial, Session, Sessions};
 pub use value::{decide_acquire, held_by, Acquire, Conflict, Lock, Mode};
 

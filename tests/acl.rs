@@ -50,7 +50,10 @@ fn commands_are_in_the_categories_the_server_supports() {
             "lock.load",
             "lock.macquire",
             "lock.mrelease",
-            "lock.release"
+            "lock.release",
+            "lock.session",
+            "lock.unwatch",
+            "lock.watch"
         ]
     );
     assert_eq!(category(&mut con, "read"), ["lock.fence", "lock.info"]);
@@ -60,7 +63,12 @@ fn commands_are_in_the_categories_the_server_supports() {
     );
     assert_eq!(
         category(&mut con, "slow"),
-        ["lock.load", "lock.macquire", "lock.mrelease"]
+        [
+            "lock.load",
+            "lock.macquire",
+            "lock.mrelease",
+            "lock.session"
+        ]
     );
     assert_eq!(
         category(&mut con, "fast"),
@@ -69,11 +77,13 @@ fn commands_are_in_the_categories_the_server_supports() {
             "lock.extend",
             "lock.fence",
             "lock.info",
-            "lock.release"
+            "lock.release",
+            "lock.unwatch",
+            "lock.watch"
         ]
     );
     if own {
-        assert_eq!(category(&mut con, "lock").len(), 8);
+        assert_eq!(category(&mut con, "lock").len(), 11);
     } else {
         assert_err(
             redis::cmd("ACL")

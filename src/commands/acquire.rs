@@ -40,6 +40,12 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     match decision {
         Acquire::Retry { token } => {
             lock_key.set_deadline(cmd.owner, deadline, now)?;
+            lock_key.feed(
+                crate::redis::feed::Kind::Extended,
+                cmd.owner,
+                token,
+                Some(deadline),
+            );
             lock_key.replicate_holder(cmd.owner, now);
             blocking::deadline_changed(ctx.ctx, &lock_key, name.as_slice(), now);
             Ok(RedisValue::Integer(token as i64))
@@ -58,6 +64,12 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
             session::track(serial, db, name.as_slice(), cmd.owner);
             lock_key.replicate_holder(cmd.owner, now);
             lock_key.notify(c"lock.acquired");
+            lock_key.feed(
+                crate::redis::feed::Kind::Acquired,
+                cmd.owner,
+                token,
+                Some(deadline),
+            );
             stats::ACQUIRED.incr();
             Ok(RedisValue::Integer(token as i64))
         }

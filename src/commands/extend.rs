@@ -26,9 +26,16 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         return Ok(RedisValue::Integer(0));
     };
     let deadline = blocking::hold_deadline(now, cmd.ttl, held.session);
+    let token = held.token;
     lock_key.set_deadline(cmd.owner, deadline, now)?;
     lock_key.replicate_holder(cmd.owner, now);
     lock_key.notify(c"lock.extended");
+    lock_key.feed(
+        crate::redis::feed::Kind::Extended,
+        cmd.owner,
+        token,
+        Some(deadline),
+    );
     stats::EXTENDED.incr();
     blocking::deadline_changed(ctx.ctx, &lock_key, name.as_slice(), now);
     Ok(RedisValue::Integer(1))

@@ -94,6 +94,10 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     if let Some(until) = lock.delayed_until(now) {
         fields.push(("delayed", RedisValue::Integer(until - now)));
     }
+    // Only while the key is watched: the seq of the last change-feed message about it.
+    if let Some(seq) = crate::redis::feed::seq(db, args[1].as_slice()) {
+        fields.push(("seq", RedisValue::Integer(seq as i64)));
+    }
     raw::reply_with_map(ctx.ctx, fields.len() as _);
     for (name, value) in fields {
         ctx.reply_with_key(RedisValueKey::String(name.to_string()));

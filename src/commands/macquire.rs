@@ -64,6 +64,12 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
                 let token = match grant {
                     KeyGrant::Retry { token } => {
                         lock_key.set_deadline(cmd.owner, deadline, now)?;
+                        lock_key.feed(
+                            crate::redis::feed::Kind::Extended,
+                            cmd.owner,
+                            token,
+                            Some(deadline),
+                        );
                         blocking::deadline_changed(ctx.ctx, lock_key, name.as_slice(), now);
                         token
                     }
@@ -80,6 +86,12 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
                         lock_key.grant(Mode::Exclusive, hold, Some(now))?;
                         session::track(serial, db, name.as_slice(), cmd.owner);
                         lock_key.notify(c"lock.acquired");
+                        lock_key.feed(
+                            crate::redis::feed::Kind::Acquired,
+                            cmd.owner,
+                            token,
+                            Some(deadline),
+                        );
                         stats::ACQUIRED.incr();
                         token
                     }

@@ -10,6 +10,7 @@ pub mod macquire;
 pub mod mrelease;
 pub mod release;
 pub mod session;
+pub mod watch;
 
 use redis_module::{Context, RedisError, RedisString};
 

@@ -46,8 +46,10 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
             stats::HOLD_US.record(((now - held.granted_at).max(0) as u64) * 1000);
         }
         let shared = current.is_some_and(|l| l.mode.is_shared());
+        let token = held.token;
         stats::RELEASED.incr();
         lock_key.notify(c"lock.released");
+        lock_key.feed(crate::redis::feed::Kind::Released, cmd.owner, token, None);
         lock_key.remove(cmd.owner, Some(now))?;
         released.push((name, shared));
     }

@@ -29,8 +29,10 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         stats::HOLD_US.record(((now - held.granted_at).max(0) as u64) * 1000);
     }
     let shared = current.is_some_and(|l| l.mode.is_shared());
+    let token = held.token;
     stats::RELEASED.incr();
     lock_key.notify(c"lock.released");
+    lock_key.feed(crate::redis::feed::Kind::Released, cmd.owner, token, None);
     lock_key.remove(cmd.owner, Some(now))?;
     let waiting = blocking::has_waiters(key::selected_db(ctx.ctx), name.as_slice());
     if shared && !waiting && lock_key.delete_if_empty()? {

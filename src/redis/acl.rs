@@ -20,7 +20,7 @@ use redis_module::{raw, Context};
 pub const OWN_CATEGORY: &str = "lock";
 
 /// Each command with its built-in categories, mirroring its command flags.
-const COMMANDS: [(&CStr, &str); 8] = [
+const COMMANDS: [(&CStr, &str); 11] = [
     (c"lock.acquire", "write fast blocking"),
     (c"lock.macquire", "write slow blocking"),
     (c"lock.mrelease", "write slow"),
@@ -29,6 +29,9 @@ const COMMANDS: [(&CStr, &str); 8] = [
     (c"lock.fence", "read fast"),
     (c"lock.info", "read fast"),
     (c"lock.load", "write slow"),
+    (c"lock.session", "write slow"),
+    (c"lock.watch", "write fast"),
+    (c"lock.unwatch", "write fast"),
 ];
 
 /// What the server let us do, for the load log line.

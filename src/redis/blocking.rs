@@ -70,7 +70,7 @@ struct Waiter {
     /// For a `LOCK.MACQUIRE` waiter: all of its keys (in the database of this queue), in
     /// argument order. Every one of their queues has an entry with this `id`, each carrying
     /// the same `timeout_timer`; the entry that is taken out first is the one retired.
-    set: Option<Rc<Vec<Vec<u8>>>>,
+    set: Option<Rc<multi::Set>>,
 }
 
 /// What a blocking acquire asks for.
@@ -407,6 +407,12 @@ pub fn serve(
         };
         lock_key.replicate_holder(&waiter.owner, now);
         lock_key.notify(c"lock.acquired");
+        lock_key.feed(
+            crate::redis::feed::Kind::HandedTo,
+            &waiter.owner,
+            token,
+            Some(deadline),
+        );
         stats::ACQUIRED.incr();
         stats::HANDED_OFF.incr();
         stats::WAIT_US.record(waiter.queued.elapsed().as_micros() as u64);
@@ -675,7 +681,7 @@ fn settle(ctx: *mut raw::RedisModuleCtx, qk: &QueueKey) {
                         .is_ok_and(|d| d != Acquire::Busy)
                         && w.set
                             .as_ref()
-                            .is_none_or(|set| multi::at_head_everywhere(qk.0, set, w.id))
+                            .is_none_or(|set| multi::might_go(qk, set, w.id))
                 })
         }),
     };
@@ -718,6 +724,7 @@ fn revoke(ctx: *mut raw::RedisModuleCtx, qk: &QueueKey, token: u64) {
     };
     let revoked = lock_key.remove(&owner, Some(now)).and_then(|_| {
         lock_key.notify(c"lock.released");
+        lock_key.feed(crate::redis::feed::Kind::Released, &owner, token, None);
         lock_key.replicate_release(&owner);
         serve(ctx, &mut lock_key, &qk.1, now)?;
         if lock_key.delete_if_empty()? {
@@ -792,10 +799,15 @@ extern "C" fn on_dataset_event(
                 // SAFETY: for this event the data is a RedisModuleSwapDbInfo.
                 let info = unsafe { &*data.cast::<raw::RedisModuleSwapDbInfo>() };
                 session::with(|s| s.swap_db(info.dbnum_first, info.dbnum_second));
+                for db in [info.dbnum_first, info.dbnum_second] {
+                    crate::redis::feed::database_event(Some(db), crate::redis::feed::Kind::Swapped);
+                }
             } else if subevent == raw::REDISMODULE_SUBEVENT_FLUSHDB_END {
                 // SAFETY: for this event the data is a RedisModuleFlushInfo.
                 let info = unsafe { &*data.cast::<raw::RedisModuleFlushInfo>() };
-                session::with(|s| s.forget_holds((info.dbnum >= 0).then_some(info.dbnum)));
+                let db = (info.dbnum >= 0).then_some(info.dbnum);
+                session::with(|s| s.forget_holds(db));
+                crate::redis::feed::database_event(db, crate::redis::feed::Kind::Flushed);
             }
         }
         let keys: Vec<QueueKey> = QUEUES.with(|q| q.borrow().keys().cloned().collect());
@@ -821,6 +833,7 @@ extern "C" fn on_role_changed(
             session::arm_timer(ctx);
             return;
         }
+        crate::redis::feed::database_event(None, crate::redis::feed::Kind::Demoted);
         // Demoted: the new primary decides when sessions end; connections here no longer
         // bind them.
         session::with(|s| {
@@ -852,6 +865,7 @@ pub fn subscribe(ctx: &Context) -> bool {
     unsafe {
         let detached = raw::RedisModule_GetDetachedThreadSafeContext.unwrap()(ctx.ctx);
         DETACHED.with(|d| d.set(detached));
+        crate::redis::feed::init(detached);
         let ok = !detached.is_null();
         let subscribe = raw::RedisModule_SubscribeToServerEvent.unwrap();
         let flush = raw::RedisModuleEvent {

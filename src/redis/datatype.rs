@@ -280,6 +280,7 @@ extern "C" fn unlink(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) 
             // SAFETY: the value is a Box<Lock> we handed to Redis; nothing else runs while it
             // is unlinked (main thread), and it is either freed next or moved to another key.
             let lock = unsafe { &mut *(value as *mut Lock) };
+            crate::redis::feed::key_unlinked(db, name, lock);
             detach_sessions(lock, db, name);
             session::key_gone(db, name);
             blocking::key_unlinked(db, name);

@@ -12,7 +12,12 @@ pub fn command(
     handler: fn(&Context, Vec<RedisString>) -> RedisResult,
 ) -> RedisResult {
     match panic::catch_unwind(AssertUnwindSafe(|| handler(ctx, args))) {
-        Ok(result) => result,
+        Ok(result) => {
+            // The change feed's messages for what this command did, in order (a no-op unless a
+            // key is watched).
+            let _ = panic::catch_unwind(AssertUnwindSafe(|| crate::redis::feed::flush(ctx.ctx)));
+            result
+        }
         Err(payload) => {
             logging::log_warning(format!(
                 "redis-lock: a command panicked ({}); the command was refused",

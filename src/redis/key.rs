@@ -12,7 +12,7 @@ use redis_module::{raw, Context, RedisString};
 
 use crate::error::{Error, Result};
 use crate::lock::{Hold, Lock, Millis, Mode};
-use crate::redis::datatype;
+use crate::redis::{datatype, feed};
 use crate::stats;
 
 /// The current wall-clock time as Redis reads it, in milliseconds since the epoch.
@@ -126,8 +126,12 @@ impl LockKey {
     /// value, or admit the hold into it after dropping the holders that expired at or before
     /// `prune` (each counts as an expiry, `lock.expired`). The key's expiry follows.
     pub fn grant(&mut self, mode: Mode, hold: Hold, prune: Option<Millis>) -> Result<()> {
+        let (ctx, name) = (self.ctx, self.name);
         match self.lock_mut()? {
             Some(lock) => {
+                if let Some(before) = prune.filter(|_| feed::watching()) {
+                    feed_pruned(ctx, name, lock, before);
+                }
                 let expired = prune.map_or(0, |before| lock.prune(before));
                 lock.admit(mode, hold);
                 if expired > 0 {
@@ -178,6 +182,9 @@ impl LockKey {
             return Ok(None);
         };
         let removed = lock.remove(owner);
+        if let Some(before) = prune.filter(|_| feed::watching()) {
+            feed_pruned(ctx, name, lock, before);
+        }
         if let Some(hold) = removed.as_ref().filter(|h| h.session != 0) {
             let name = redis_module::RedisString::string_as_slice(name);
             crate::redis::session::untrack(hold.session, selected_db(ctx), name, owner);
@@ -193,24 +200,26 @@ impl LockKey {
     /// The session `serial` ended at `at`: `owner`'s hold in it is removed (`clean`, a `CLOSE`)
     /// or lost (its deadline moves to `at`, so its lock-delay starts then), and the holders
     /// whose place was free by `at` go. False when the key has no such hold (it went away, or
-    /// was taken over after its own deadline). The caller deletes the key if it is empty.
+    /// was taken over after its own deadline); else the hold's token. The caller deletes the
+    /// key if it is empty.
     pub fn end_session_hold(
         &mut self,
         owner: &[u8],
         serial: crate::lock::Serial,
         at: Millis,
         clean: bool,
-    ) -> Result<bool> {
+    ) -> Result<Option<u64>> {
         let Some(lock) = self.lock_mut()? else {
-            return Ok(false);
+            return Ok(None);
         };
         let Some(hold) = lock
             .holders
             .iter_mut()
             .find(|h| h.owner == owner && h.session == serial)
         else {
-            return Ok(false);
+            return Ok(None);
         };
+        let token = hold.token;
         if clean {
             lock.remove(owner);
         } else {
@@ -218,7 +227,7 @@ impl LockKey {
             hold.session = 0;
         }
         lock.prune(at);
-        Ok(true)
+        Ok(Some(token))
     }
 
     /// Delete the key if no holder is left in it (true), else move its expiry to the latest
@@ -259,8 +268,20 @@ impl LockKey {
     /// Delete the key (a released lock leaves nothing behind).
     pub fn delete(&mut self) {
         if !self.key.is_null() {
+            // Our own deletion: the feed already told what ended (see `feed::deleting`).
+            feed::deleting(true);
             // SAFETY: the key is open for writing; deleting an empty key is a no-op.
             unsafe { raw::RedisModule_DeleteKey.unwrap()(self.key) };
+            feed::deleting(false);
+        }
+    }
+
+    /// The change feed: an event about one of this key's holds (nothing unless the key is
+    /// watched). `deadline` for `acquired` and `extended`.
+    pub fn feed(&self, kind: feed::Kind, owner: &[u8], token: u64, deadline: Option<Millis>) {
+        if feed::watching() {
+            let name = redis_module::RedisString::string_as_slice(self.name);
+            feed::hold_event(selected_db(self.ctx), name, kind, owner, token, deadline);
         }
     }
 
@@ -398,6 +419,26 @@ pub fn emit_strings(aof: *mut raw::RedisModuleIO, cmd: &CStr, args: &[Vec<u8>]) 
             raw::RedisModule_EmitAOF.unwrap()(aof, cmd.as_ptr(), c"v".as_ptr(), argv, argc);
         }
     });
+}
+
+/// `expired` for each holder a prune at `before` drops (only called while a key is watched).
+fn feed_pruned(
+    ctx: *mut raw::RedisModuleCtx,
+    name: *mut raw::RedisModuleString,
+    lock: &Lock,
+    before: Millis,
+) {
+    let key = redis_module::RedisString::string_as_slice(name);
+    for hold in lock.holders.iter().filter(|h| h.frees_at() <= before) {
+        feed::hold_event(
+            selected_db(ctx),
+            key,
+            feed::Kind::Expired,
+            &hold.owner,
+            hold.token,
+            None,
+        );
+    }
 }
 
 fn replicate_load(

@@ -7,6 +7,8 @@
 //! - `acl`: ACL categories for the commands, on servers that can set them.
 //! - `pause`: nothing is written while the server holds writes back (client pauses, failover).
 //! - `role`: the token jumps at start-up and when this server is promoted to primary.
+//! - `feed`: the change feed of watched lock keys (`LOCK.WATCH`), published to sharded pub/sub.
+//! - `slots`: cluster hash slots and the shortest hash tag of each.
 //! - `session`: the sessions table, its expiry timer, disconnects of bound sessions, ids.
 
 pub mod acl;
@@ -15,8 +17,10 @@ pub mod cluster;
 pub mod config;
 pub mod datatype;
 pub mod docs;
+pub mod feed;
 pub mod guard;
 pub mod key;
 pub mod pause;
 pub mod role;
 pub mod session;
+pub mod slots;

@@ -20,7 +20,7 @@ use redis_module::{raw, Context};
 use crate::error::{self, Result};
 use crate::lock::session::{self, Serial, Session, Sessions};
 use crate::lock::Millis;
-use crate::redis::{blocking, guard, key};
+use crate::redis::{blocking, guard, key, slots};
 use crate::state;
 
 thread_local! {
@@ -30,8 +30,6 @@ thread_local! {
     /// Keys whose lock-delay a session's end started: (db, key) -> when it ends.
     static DELAYED: RefCell<std::collections::HashMap<(i32, Vec<u8>), Millis>> =
         RefCell::new(Default::default());
-    /// The shortest hash tag of each cluster slot, computed at the first `OPEN`.
-    static SLOT_TAGS: RefCell<Vec<String>> = const { RefCell::new(Vec::new()) };
 }
 
 /// The longest a module timer is armed for at once: on Redis 7.0 a timer more than about 35
@@ -247,6 +245,15 @@ extern "C" fn on_client_change(
     data: *mut c_void,
 ) {
     guard::callback("client change event", (), || {
+        if subevent == raw::REDISMODULE_SUBEVENT_CLIENT_CHANGE_DISCONNECTED
+            && !data.is_null()
+            && crate::redis::feed::watching()
+        {
+            // SAFETY: as below.
+            crate::redis::feed::client_gone(unsafe {
+                (*data.cast::<raw::RedisModuleClientInfo>()).id
+            });
+        }
         if subevent != raw::REDISMODULE_SUBEVENT_CLIENT_CHANGE_DISCONNECTED
             || data.is_null()
             || !with(|s| s.any_bound())
@@ -288,117 +295,18 @@ fn new_session_tag(ctx: &Context) -> String {
     let mut rng = rand::rngs::OsRng;
     let random_slot = |rng: &mut rand::rngs::OsRng| (rng.next_u32() % 16384) as u16;
     if key::context_flags(ctx.ctx) & raw::REDISMODULE_CTX_FLAGS_CLUSTER == 0 {
-        return slot_tag(random_slot(&mut rng));
+        return slots::slot_tag(random_slot(&mut rng));
     }
     let nodes = crate::redis::cluster::nodes(ctx.ctx).unwrap_or_default();
     for _ in 0..64 {
         let slot = random_slot(&mut rng);
         if crate::redis::cluster::serves_slot(&nodes, slot as i64) {
-            return slot_tag(slot);
+            return slots::slot_tag(slot);
         }
     }
     (0..16384u16)
         .find(|slot| crate::redis::cluster::serves_slot(&nodes, *slot as i64))
-        .map_or_else(|| slot_tag(random_slot(&mut rng)), slot_tag)
-}
-
-/// The shortest tag whose cluster slot is `slot`.
-pub fn slot_tag(slot: u16) -> String {
-    SLOT_TAGS.with(|t| {
-        let mut tags = t.borrow_mut();
-        if tags.is_empty() {
-            *tags = session_tags::shortest_tags();
-        }
-        tags[slot as usize % tags.len()].clone()
-    })
-}
-
-/// The hash slot of a key, as the server computes it (CRC16/XMODEM of the hash tag or key).
-pub mod session_tags {
-    /// CRC16/XMODEM's table, one entry per byte value, built at compile time.
-    const TABLE: [u16; 256] = {
-        let mut table = [0u16; 256];
-        let mut i = 0;
-        while i < 256 {
-            let mut crc = (i as u16) << 8;
-            let mut bit = 0;
-            while bit < 8 {
-                crc = if crc & 0x8000 != 0 {
-                    (crc << 1) ^ 0x1021
-                } else {
-                    crc << 1
-                };
-                bit += 1;
-            }
-            table[i] = crc;
-            i += 1;
-        }
-        table
-    };
-
-    pub fn crc16(data: &[u8]) -> u16 {
-        data.iter().fold(0u16, |crc, byte| {
-            (crc << 8) ^ TABLE[(((crc >> 8) as u8) ^ byte) as usize]
-        })
-    }
-
-    pub fn slot_of(tag: &[u8]) -> u16 {
-        crc16(tag) & 16383
-    }
-
-    /// For every slot, the shortest alphanumeric tag that hashes to it (first found in order
-    /// of length, then of characters).
-    pub fn shortest_tags() -> Vec<String> {
-        const ALPHABET: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
-        let mut tags = vec![String::new(); 16384];
-        let mut missing = 16384;
-        // Tags of length 1, 2, 3, 4 in order, as base-62 numbers: no allocation per candidate.
-        for len in 1..=4u32 {
-            let count = (ALPHABET.len() as u64).pow(len);
-            let mut tag = [0u8; 4];
-            for n in 0..count {
-                let mut rest = n;
-                for i in (0..len as usize).rev() {
-                    tag[i] = ALPHABET[(rest % ALPHABET.len() as u64) as usize];
-                    rest /= ALPHABET.len() as u64;
-                }
-                let tag = &tag[..len as usize];
-                let slot = slot_of(tag) as usize;
-                if tags[slot].is_empty() {
-                    tags[slot] = String::from_utf8_lossy(tag).into_owned();
-                    missing -= 1;
-                    if missing == 0 {
-                        return tags;
-                    }
-                }
-            }
-        }
-        tags
-    }
-
-    #[cfg(test)]
-    mod tests {
-        use super::*;
-
-        #[test]
-        fn crc16_matches_the_cluster_spec() {
-            // The reference value in the Redis Cluster specification.
-            assert_eq!(crc16(b"123456789"), 0x31C3);
-            // CLUSTER KEYSLOT foo = 12182, {user1000} = 3443 (redis-cli on 7.0.15).
-            assert_eq!(slot_of(b"foo"), 12182);
-            assert_eq!(slot_of(b"user1000"), 3443);
-        }
-
-        #[test]
-        fn every_slot_has_a_short_tag() {
-            let tags = shortest_tags();
-            assert_eq!(tags.len(), 16384);
-            for (slot, tag) in tags.iter().enumerate() {
-                assert!((1..=4).contains(&tag.len()), "slot {slot}: {tag:?}");
-                assert_eq!(slot_of(tag.as_bytes()) as usize, slot);
-            }
-        }
-    }
+        .map_or_else(|| slots::slot_tag(random_slot(&mut rng)), slots::slot_tag)
 }
 
 /// `LOCK.SESSION RESTORE id serial ttl deadline lock-delay bound user`: the session as it is,

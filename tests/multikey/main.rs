@@ -8,6 +8,7 @@
 //! order is known. Nothing sleeps to wait for the server.
 //!
 //! Layout: `all_or_none.rs`, `errors.rs`, `key_specs_and_acl.rs`, `replication_and_aof.rs`,
+//! `overtaking.rs` (the bounded overtaking of `BLOCK` sets),
 //! `blocking_sets.rs` (`BLOCK`); the helpers they share are below.
 
 #[path = "../common/mod.rs"]
@@ -17,6 +18,7 @@ mod all_or_none;
 mod blocking_sets;
 mod errors;
 mod key_specs_and_acl;
+mod overtaking;
 mod replication_and_aof;
 
 use std::thread::{self, JoinHandle};

@@ -21,6 +21,9 @@ pub mod peers;
 pub mod rwlock;
 pub mod scale;
 pub mod semaphore;
+pub mod session_crash;
+pub mod session_end;
+pub mod session_keepalive;
 pub mod shared_memory;
 pub mod shared_throughput;
 pub mod throughput;
@@ -131,6 +134,27 @@ pub const ALL: &[Entry] = &[
         servers: Servers::First,
         uncontended: false,
         make: shared_memory::new,
+    },
+    Entry {
+        id: "session_crash",
+        title: "Crashed holder: plain lock against a BOUND session",
+        servers: Servers::First,
+        uncontended: false,
+        make: session_crash::new,
+    },
+    Entry {
+        id: "session_keepalive",
+        title: "Session keepalive of 1 to 10,000 holds (callgrind)",
+        servers: Servers::First,
+        uncontended: false,
+        make: session_keepalive::new,
+    },
+    Entry {
+        id: "session_end",
+        title: "Ending a session of 10,000 holds",
+        servers: Servers::First,
+        uncontended: false,
+        make: session_end::new,
     },
 ];
 

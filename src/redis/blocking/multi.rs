@@ -1,13 +1,19 @@
 //! Multi-key waiters (`LOCK.MACQUIRE ... BLOCK`): one entry in the queue of every key, granted
-//! the whole set at once when it is at the head of every one of those queues and every key is
-//! free (or already its owner's).
+//! the whole set at once when every key is free (or already its owner's) and it is at the head
+//! of every one of those queues, or may overtake everyone ahead of it there (the bounded
+//! overtaking of `crate::lock::multi`, which also argues why this cannot deadlock).
 //!
-//! How it fits the per-key queues: a multi-key waiter at the head of a key's queue stops that
-//! key's scan (`serve`) until the whole set can go, so nobody queued after it on that key
-//! overtakes it; keys outside its set never see it. Whenever one of its keys is served (a
-//! release, an expiry, a waiter leaving), the scan of that key finds it at the head and checks
-//! the whole set. Why that cannot deadlock is argued in `crate::lock::multi`.
+//! How it fits the per-key queues: when a multi-key waiter is at the head of a key's queue, the
+//! key's scan (`serve`) hands over to [`serve_set`], which looks at that key's waiters in
+//! order, at most [`SCAN_DEPTH`] deep, and grants the first set that may go; it stops at the
+//! first waiter that may not be overtaken, so nobody is passed but sets that wait on a busy
+//! key, each at most `lock::MAX_OVERTAKES` times. Keys outside a set never see it. Whenever one
+//! of a set's keys is served (a release, an expiry, a waiter leaving), the scan of that key
+//! finds it; a new blocking call is looked at once it has queued ([`block_set`]).
 
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::ops::Deref;
 use std::rc::Rc;
 use std::time::Instant;
 
@@ -15,18 +21,39 @@ use redis_module::{raw, Context, RedisString};
 
 use super::{
     arm_deadline_timer, block_client, defer, drop_queue_if_empty, has_waiters, hold_deadline,
-    pop_front, unblock, waiters, Outcome, Queue, QueueKey, Waiter, Wants, Work, CLIENTS, DETACHED,
-    QUEUED_KEYS, QUEUES,
+    pop_front, remove_waiter, retire, unblock, waiters, Outcome, Queue, QueueKey, Waiter, Wants,
+    Work, CLIENTS, DETACHED, QUEUED_KEYS, QUEUES,
 };
-use crate::error::{self, Error, Result};
-use crate::lock::{self, Hold, KeyGrant, KeyState, Millis, Mode, MultiAcquire};
+use crate::error::{self, Result};
+use crate::lock::{self, Ahead, Hold, KeyGrant, KeyState, Lock, Millis, Mode, MultiAcquire};
 use crate::redis::key::{self, LockKey};
 use crate::redis::session;
 use crate::{state, stats};
 
+/// How deep into a key's queue [`serve_set`] looks for a set that may overtake: bounds the work
+/// of one scan when many sets wait.
+const SCAN_DEPTH: usize = 32;
+
+/// A `LOCK.MACQUIRE` waiter's keys (in argument order) and how often it was overtaken; its
+/// entry in every queue shares this.
+pub(super) struct Set {
+    keys: Vec<Vec<u8>>,
+    /// Sets granted ahead of it so far (at most `lock::MAX_OVERTAKES`).
+    overtaken: Cell<u32>,
+}
+
+impl Deref for Set {
+    type Target = Vec<Vec<u8>>;
+
+    fn deref(&self) -> &Vec<Vec<u8>> {
+        &self.keys
+    }
+}
+
 /// Block the calling client in the queue of every one of `keys` (distinct, in argument order)
 /// until it is granted all of them, times out (`timeout` ms; 0 waits forever) or goes away.
-/// `next_expiry[i]` is when `keys[i]`'s live holder expires (or now).
+/// `next_expiry[i]` is when `keys[i]`'s live holder expires (or now). Once queued, it is granted
+/// at once if it may overtake everyone queued before it (its keys are all free).
 pub fn block_set(
     ctx: &Context,
     keys: &[&[u8]],
@@ -40,7 +67,10 @@ pub fn block_set(
         return Err(error::too_many_waiters(cap));
     }
     let (bc, id, timeout_timer) = block_client(ctx, timeout)?;
-    let set = Rc::new(keys.iter().map(|k| k.to_vec()).collect::<Vec<_>>());
+    let set = Rc::new(Set {
+        keys: keys.iter().map(|k| k.to_vec()).collect(),
+        overtaken: Cell::new(0),
+    });
     let queued = Instant::now();
     QUEUES.with(|q| {
         let mut queues = q.borrow_mut();
@@ -70,7 +100,42 @@ pub fn block_set(
     for (k, at) in keys.iter().zip(next_expiry) {
         arm_deadline_timer(ctx.ctx, &(db, k.to_vec()), *at);
     }
+    // Its keys may all be free, with only sets that wait on busy keys ahead of it.
+    let qk: QueueKey = (db, keys[0].to_vec());
+    let name = RedisString::create_from_slice(ctx.ctx, keys[0]);
+    let mut lock_key = LockKey::open_raw(
+        ctx.ctx,
+        name.inner,
+        raw::KeyMode::READ | raw::KeyMode::WRITE,
+    );
+    let candidate = Candidate {
+        id,
+        bc,
+        set: Some(set),
+        owner: wants.owner.to_vec(),
+        ttl: wants.ttl,
+        session: wants.session,
+        delay: wants.delay,
+        queued,
+    };
+    let mut locks = Locks::new(&qk);
+    let is_head = waiters_ahead(&qk, id) == 0;
+    try_set(
+        ctx.ctx,
+        &mut lock_key,
+        &qk,
+        &candidate,
+        is_head,
+        key::now(),
+        &mut locks,
+    )?;
     Ok(())
+}
+
+/// For `settle`'s replica check: may the set waiter `id` at the head of `qk`, or a set behind
+/// it, be granted now as far as queue positions go?
+pub(super) fn might_go(qk: &QueueKey, set: &[Vec<u8>], id: u64) -> bool {
+    at_head_everywhere(qk.0, set, id) || waiters(qk.0, &qk.1) > 1
 }
 
 /// True when the waiter `id` is at the head of the queue of every key in `set`.
@@ -116,53 +181,298 @@ pub(super) fn leave_other_queues(ctx: *mut raw::RedisModuleCtx, qk: &QueueKey, w
     }
 }
 
-/// What [`serve_set`] did with the multi-key waiter at the head of a queue.
+/// What [`serve_set`] did with the multi-key waiters of a queue.
 pub(super) enum SetStep {
-    /// Granted every key; it left every queue.
+    /// Granted a set every key; it left every queue.
     Granted,
-    /// Refused with an error (a key became another type, or the owner holds one SHARED); it
-    /// left every queue.
+    /// Refused the set at the head with an error (a key became another type, or the owner
+    /// holds one SHARED); it left every queue.
     Failed,
-    /// Not every key can go yet: it stays at the head, and the scan of this key stops.
+    /// No set can go yet: they stay queued, and the scan of this key stops.
     Wait,
 }
 
-/// The head of `qk`'s queue is a multi-key waiter: grant it every key of its set if it is at
-/// the head of each of their queues and each key is free (or its owner's). `lock_key` is
-/// `qk`'s key, open; the other keys are opened here (no caller has them open: every caller of
-/// `serve` has exactly one key open).
+/// A queued waiter, copied out of its queue.
+struct Candidate {
+    id: u64,
+    bc: *mut raw::RedisModuleBlockedClient,
+    /// `None` for a single-key waiter.
+    set: Option<Rc<Set>>,
+    owner: Vec<u8>,
+    ttl: Millis,
+    /// The session its grant will belong to (0: none), and the hold's lock-delay.
+    session: lock::Serial,
+    delay: Millis,
+    queued: Instant,
+}
+
+/// The first `depth` waiters of `qk`'s queue, in order.
+fn candidates(qk: &QueueKey, depth: usize) -> Vec<Candidate> {
+    QUEUES.with(|q| {
+        q.borrow().get(qk).map_or(vec![], |queue| {
+            queue
+                .waiters
+                .iter()
+                .take(depth)
+                .map(|w| Candidate {
+                    id: w.id,
+                    bc: w.bc,
+                    set: w.set.clone(),
+                    owner: w.owner.clone(),
+                    ttl: w.ttl,
+                    session: w.session,
+                    delay: w.delay,
+                    queued: w.queued,
+                })
+                .collect()
+        })
+    })
+}
+
+/// How many waiters are queued before `id` in `qk`'s queue.
+fn waiters_ahead(qk: &QueueKey, id: u64) -> usize {
+    QUEUES.with(|q| {
+        q.borrow().get(qk).map_or(0, |queue| {
+            queue.waiters.iter().take_while(|w| w.id != id).count()
+        })
+    })
+}
+
+/// The locks of the keys one scan looks at, read once each. `qk`'s own key is the caller's
+/// open handle and is read from it.
+struct Locks {
+    db: i32,
+    own: Vec<u8>,
+    /// `Err` for a key that holds another type.
+    read: HashMap<Vec<u8>, std::result::Result<Option<Lock>, ()>>,
+}
+
+impl Locks {
+    fn new(qk: &QueueKey) -> Locks {
+        Locks {
+            db: qk.0,
+            own: qk.1.clone(),
+            read: HashMap::new(),
+        }
+    }
+
+    /// Read `k` (once per scan).
+    fn load(&mut self, ctx: *mut raw::RedisModuleCtx, k: &[u8]) {
+        if k != self.own && !self.read.contains_key(k) {
+            let name = RedisString::create_from_slice(ctx, k);
+            let other = LockKey::open_raw(ctx, name.inner, raw::KeyMode::READ);
+            let lock = other.lock().map(|l| l.cloned()).map_err(|_| ());
+            self.read.insert(k.to_vec(), lock);
+        }
+    }
+
+    /// `k`'s lock, read by [`Locks::load`] before.
+    fn get<'a>(
+        &'a self,
+        lock_key: &'a LockKey,
+        k: &[u8],
+    ) -> std::result::Result<Option<&'a Lock>, ()> {
+        if k == self.own {
+            return lock_key.lock().map_err(|_| ());
+        }
+        match self.read.get(k) {
+            Some(read) => read.as_ref().map(Option::as_ref).map_err(|_| ()),
+            None => Err(()),
+        }
+    }
+
+    /// Does a waiter for `keys` as `owner` wait on a busy key?
+    fn busy(
+        &mut self,
+        ctx: *mut raw::RedisModuleCtx,
+        lock_key: &LockKey,
+        keys: &[Vec<u8>],
+        owner: &[u8],
+        now: Millis,
+    ) -> bool {
+        keys.iter().any(|k| {
+            self.load(ctx, k);
+            self.get(lock_key, k)
+                .is_ok_and(|l| lock::busy_for(l, owner, now))
+        })
+    }
+}
+
+/// The waiters queued before `c` on any of its keys, each once, with the sets among them.
+fn ahead_of(
+    ctx: *mut raw::RedisModuleCtx,
+    lock_key: &LockKey,
+    c: &Candidate,
+    set: &Set,
+    locks: &mut Locks,
+    now: Millis,
+) -> (Vec<Ahead>, Vec<Rc<Set>>) {
+    let mut seen = std::collections::HashSet::new();
+    let mut before: Vec<(Option<Rc<Set>>, Vec<u8>)> = vec![];
+    QUEUES.with(|q| {
+        let queues = q.borrow();
+        for k in set.iter() {
+            let Some(queue) = queues.get(&(locks.db, k.clone())) else {
+                continue;
+            };
+            for w in queue.waiters.iter().take_while(|w| w.id != c.id) {
+                if seen.insert(w.id) {
+                    before.push((w.set.clone(), w.owner.clone()));
+                }
+            }
+        }
+    });
+    let mut ahead = Vec::with_capacity(before.len());
+    let mut sets = vec![];
+    for (s, owner) in before {
+        match s {
+            None => ahead.push(Ahead {
+                set: false,
+                overtaken: 0,
+                busy: true,
+            }),
+            Some(s) => {
+                let busy = locks.busy(ctx, lock_key, &s, &owner, now);
+                ahead.push(Ahead {
+                    set: true,
+                    overtaken: s.overtaken.get(),
+                    busy,
+                });
+                sets.push(s);
+            }
+        }
+    }
+    (ahead, sets)
+}
+
+/// What [`try_set`] found for one set.
+enum Turn {
+    Granted,
+    Failed,
+    /// It waits; `passable`: a set behind it may still overtake it.
+    Wait {
+        passable: bool,
+    },
+}
+
+/// Multi-key waiters are at the head of `qk`'s queue: grant the first set in it (at most
+/// [`SCAN_DEPTH`] deep) whose keys are all free and that is at the head of each of their queues
+/// or may overtake everyone ahead of it there. The scan stops at the first waiter that may not
+/// be overtaken (a single-key waiter, a set waiting on nothing busy, or one passed
+/// `lock::MAX_OVERTAKES` times). `lock_key` is `qk`'s key, open; the other keys are opened
+/// here (no caller has them open: every caller of `serve` has exactly one key open).
 pub(super) fn serve_set(
     ctx: *mut raw::RedisModuleCtx,
     lock_key: &mut LockKey,
     qk: &QueueKey,
     now: Millis,
 ) -> Result<SetStep> {
-    let head = QUEUES.with(|q| {
-        let queues = q.borrow();
-        let w = queues.get(qk)?.waiters.iter().next()?;
-        Some((
-            w.id,
-            w.set.clone()?,
-            w.owner.clone(),
-            w.ttl,
-            w.queued,
-            w.session,
-            w.delay,
-        ))
-    });
-    let Some((id, set, owner, ttl, queued, serial, delay)) = head else {
-        return Ok(SetStep::Wait);
+    let mut locks = Locks::new(qk);
+    for (pos, c) in candidates(qk, SCAN_DEPTH).iter().enumerate() {
+        if c.set.is_none() {
+            break;
+        }
+        match try_set(ctx, lock_key, qk, c, pos == 0, now, &mut locks)? {
+            Turn::Granted => return Ok(SetStep::Granted),
+            Turn::Failed => return Ok(SetStep::Failed),
+            Turn::Wait { passable: true } => {}
+            Turn::Wait { passable: false } => break,
+        }
+    }
+    Ok(SetStep::Wait)
+}
+
+/// Grant the set waiter `c` of `qk`'s queue if it may go now (see [`serve_set`]); a set at the
+/// head (`is_head`) that can never be granted as asked is failed.
+fn try_set(
+    ctx: *mut raw::RedisModuleCtx,
+    lock_key: &mut LockKey,
+    qk: &QueueKey,
+    c: &Candidate,
+    is_head: bool,
+    now: Millis,
+    locks: &mut Locks,
+) -> Result<Turn> {
+    let Some(set) = c.set.clone() else {
+        return Ok(Turn::Wait { passable: false });
     };
-    if !session::alive(serial) {
-        if let Some(waiter) = pop_front(ctx, qk) {
+    if !session::alive(c.session) {
+        // Its session ended while it waited: it is never granted.
+        let waiter = if is_head {
+            pop_front(ctx, qk)
+        } else {
+            let waiter = remove_waiter(ctx, c.bc, Some(c.id));
+            if let Some(waiter) = &waiter {
+                retire(ctx, waiter);
+            }
+            waiter
+        };
+        if let Some(waiter) = waiter {
             let msg = error::session_ended_while_waiting().to_string();
             unblock(waiter.bc, Outcome::Failed(msg));
         }
-        return Ok(SetStep::Failed);
+        return Ok(Turn::Failed);
     }
-    if !at_head_everywhere(qk.0, &set, id) {
-        return Ok(SetStep::Wait);
+    let (ahead, passed) = ahead_of(ctx, lock_key, c, &set, locks, now);
+    for k in set.iter() {
+        locks.load(ctx, k);
     }
+    let decision = {
+        let states: std::result::Result<Vec<KeyState>, ()> = set
+            .iter()
+            .map(|k| {
+                Ok(KeyState {
+                    lock: locks.get(lock_key, k)?,
+                    ahead: false,
+                })
+            })
+            .collect();
+        states.map(|states| lock::decide_queued_set(&states, &c.owner, c.session, now, &ahead))
+    };
+    let grants = match decision {
+        Ok(Ok(MultiAcquire::Grant(grants))) => grants,
+        Ok(Ok(MultiAcquire::Busy)) => {
+            let busy = locks.busy(ctx, lock_key, &set, &c.owner, now);
+            let me = Ahead {
+                set: true,
+                overtaken: set.overtaken.get(),
+                busy,
+            };
+            return Ok(Turn::Wait {
+                passable: me.overtakable(),
+            });
+        }
+        _ if !is_head => return Ok(Turn::Wait { passable: false }),
+        failed => {
+            let msg = match failed {
+                Ok(Err((_, conflict))) => error::conflict(conflict).reply_text(),
+                _ => "WRONGTYPE one of the lock keys now holds another kind of value".into(),
+            };
+            if let Some(waiter) = pop_front(ctx, qk) {
+                unblock(waiter.bc, Outcome::Failed(msg));
+            }
+            return Ok(Turn::Failed);
+        }
+    };
+    grant(ctx, lock_key, qk, c, &set, grants, is_head, now)?;
+    for s in passed {
+        s.overtaken.set(s.overtaken.get() + 1);
+    }
+    Ok(Turn::Granted)
+}
+
+/// Give `c` every key of `set` as `grants` says, take it out of every queue and unblock it.
+#[allow(clippy::too_many_arguments)]
+fn grant(
+    ctx: *mut raw::RedisModuleCtx,
+    lock_key: &mut LockKey,
+    qk: &QueueKey,
+    c: &Candidate,
+    set: &Set,
+    grants: Vec<KeyGrant>,
+    is_head: bool,
+    now: Millis,
+) -> Result<()> {
     let names: Vec<Option<RedisString>> = set
         .iter()
         .map(|k| (*k != qk.1).then(|| RedisString::create_from_slice(ctx, k)))
@@ -174,45 +484,19 @@ pub(super) fn serve_set(
                 .map(|n| LockKey::open_raw(ctx, n.inner, raw::KeyMode::READ | raw::KeyMode::WRITE))
         })
         .collect();
-    let decision = {
-        let states: Result<Vec<KeyState>> = others
-            .iter()
-            .map(|other| {
-                Ok(KeyState {
-                    lock: match other {
-                        Some(k) => k.lock()?,
-                        None => lock_key.lock()?,
-                    },
-                    ahead: false,
-                })
-            })
-            .collect();
-        states.map(|states| lock::decide_macquire(&states, &owner, serial, now))
-    };
-    let grants = match decision {
-        Ok(Ok(MultiAcquire::Grant(grants))) => grants,
-        Ok(Ok(MultiAcquire::Busy)) => return Ok(SetStep::Wait),
-        failed => {
-            drop(others);
-            let msg = match failed {
-                Ok(Err((_, conflict))) => error::conflict(conflict),
-                Err(e) => e,
-                Ok(Ok(_)) => Error::WrongType,
-            };
-            let msg = match msg {
-                Error::WrongType => {
-                    "WRONGTYPE one of the lock keys now holds another kind of value".into()
-                }
-                other => other.reply_text(),
-            };
-            if let Some(waiter) = pop_front(ctx, qk) {
-                unblock(waiter.bc, Outcome::Failed(msg));
+    let take_out = |ctx| {
+        if is_head {
+            pop_front(ctx, qk)
+        } else {
+            let waiter = remove_waiter(ctx, c.bc, Some(c.id));
+            if let Some(waiter) = &waiter {
+                retire(ctx, waiter);
             }
-            return Ok(SetStep::Failed);
+            waiter
         }
     };
     // The ttl was checked when the waiter queued (see `serve`).
-    let deadline = hold_deadline(now, ttl, serial);
+    let deadline = hold_deadline(now, c.ttl, c.session);
     let mut tokens = Vec::with_capacity(grants.len());
     for (i, (other, grant)) in others.iter_mut().zip(grants).enumerate() {
         let k: &mut LockKey = match other {
@@ -220,18 +504,18 @@ pub(super) fn serve_set(
             None => &mut *lock_key,
         };
         let token = match grant {
-            KeyGrant::Retry { token } => k.set_deadline(&owner, deadline, now).map(|_| token),
+            KeyGrant::Retry { token } => k.set_deadline(&c.owner, deadline, now).map(|_| token),
             KeyGrant::New => {
                 let token = state::next_token(now);
                 let hold = Hold {
-                    owner: owner.clone(),
+                    owner: c.owner.clone(),
                     token,
                     deadline,
                     granted_at: now,
-                    session: serial,
-                    delay,
+                    session: c.session,
+                    delay: c.delay,
                 };
-                session::track(serial, qk.0, &set[i], &owner);
+                session::track(c.session, qk.0, &set[i], &c.owner);
                 k.grant(Mode::Exclusive, hold, Some(now)).map(|_| token)
             }
         };
@@ -242,7 +526,7 @@ pub(super) fn serve_set(
             Ok(token) => token,
             Err(e) => {
                 drop(others);
-                if let Some(waiter) = pop_front(ctx, qk) {
+                if let Some(waiter) = take_out(ctx) {
                     unblock(
                         waiter.bc,
                         Outcome::Failed("ERR could not grant the locks".into()),
@@ -253,15 +537,21 @@ pub(super) fn serve_set(
         };
         // One LOCK.LOAD per key, in the same propagation unit as the rest of the set (the
         // command, or the timer callback), which Redis wraps in MULTI/EXEC.
-        k.replicate_holder(&owner, now);
+        k.replicate_holder(&c.owner, now);
         k.notify(c"lock.acquired");
+        k.feed(
+            crate::redis::feed::Kind::HandedTo,
+            &c.owner,
+            token,
+            Some(deadline),
+        );
         stats::ACQUIRED.incr();
         tokens.push(token);
     }
     drop(others);
     stats::HANDED_OFF.incr();
-    stats::WAIT_US.record(queued.elapsed().as_micros() as u64);
-    if let Some(waiter) = pop_front(ctx, qk) {
+    stats::WAIT_US.record(c.queued.elapsed().as_micros() as u64);
+    if let Some(waiter) = take_out(ctx) {
         unblock(
             waiter.bc,
             Outcome::GrantedSet {
@@ -272,7 +562,10 @@ pub(super) fn serve_set(
             },
         );
     }
-    // The other keys' queues (if anyone waits there) are looked at again from a zero-delay
-    // timer (`leave_other_queues`), which arms their deadline timers for this grant.
-    Ok(SetStep::Granted)
+    // The keys' queues where it was at the head are looked at again from a zero-delay timer
+    // (`leave_other_queues`); whoever it passed now waits for this grant's deadline.
+    for k in set.iter() {
+        arm_deadline_timer(ctx, &(qk.0, k.clone()), deadline);
+    }
+    Ok(())
 }

@@ -110,14 +110,17 @@ fn end(ctx: *mut raw::RedisModuleCtx, ended: Session, clean: bool, now: Millis) 
         let name = RedisString::create_from_slice(ctx, &key_name);
         let mut lock_key =
             LockKey::open_raw(ctx, name.inner, raw::KeyMode::READ | raw::KeyMode::WRITE);
-        if !matches!(
-            lock_key.end_session_hold(&owner, ended.serial, now, clean),
-            Ok(true)
-        ) {
+        let Ok(Some(token)) = lock_key.end_session_hold(&owner, ended.serial, now, clean) else {
             continue;
-        }
+        };
         released += 1;
         lock_key.notify(c"lock.released");
+        let kind = if clean {
+            crate::redis::feed::Kind::Released
+        } else {
+            crate::redis::feed::Kind::Lost
+        };
+        lock_key.feed(kind, &owner, token, None);
         if let Some(until) = lock_key
             .lock()
             .ok()
@@ -179,7 +182,7 @@ pub fn apply_ended(ctx: &Context, serial: lock::Serial, at: Millis, clean: bool)
         );
         if matches!(
             lock_key.end_session_hold(&owner, serial, at, clean),
-            Ok(true)
+            Ok(Some(_))
         ) {
             let _ = lock_key.delete_if_empty();
         }
