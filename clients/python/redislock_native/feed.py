@@ -314,10 +314,9 @@ class _Core:
                     self.remove(sub)
         return effects, None
 
-    def synced(self, key, reply, sent_at, subs=None):
-        """LOCK.INFO of ``key`` read at ``sent_at``; ``subs``: only those (a new subscriber's
+    def synced(self, key, state, sent_at, subs=None):
+        """The ``State`` of ``key`` read at ``sent_at``; ``subs``: only those (a new subscriber's
         check), else every subscriber of the key and the key's seq (a resynchronisation)."""
-        state = parse_info(reply)
         if subs is None:
             subs = list(self.subs.get(key, ()))
             if state.seq is None:
@@ -380,6 +379,10 @@ def _key(key):
 
 
 def _connection_kwargs(kwargs, name):
+    """A feed connection's arguments: the client's, with nothing that could replace its socket,
+    RESP2 (a subscribed connection receives plain arrays), bytes and a name. redis-py 8's
+    maintenance notifications need RESP3: off on these two (``None``, as for a RESP2 client)."""
+    kwargs = {k: (None if "maint_notifications" in k else v) for k, v in kwargs.items()}
     return dict(
         kwargs,
         retry=Retry(NoBackoff(), 0),
@@ -388,6 +391,23 @@ def _connection_kwargs(kwargs, name):
         decode_responses=False,
         client_name=name,
     )
+
+
+def _state_commands(key):
+    """The key's state and seq in one atomic step: ``LOCK.INFO`` is nil for a free key (no seq
+    there), while ``LOCK.WATCH`` (again: a connection watches a key once) answers the seq."""
+    return [("MULTI",), ("LOCK.WATCH", key), ("LOCK.INFO", key), ("EXEC",)]
+
+
+def _state(exec_reply):
+    """``EXEC``'s reply to ``_state_commands`` as a ``State``."""
+    if exec_reply is None:
+        raise ResponseError("EXEC of the feed's state read was aborted")
+    for item in exec_reply:
+        if isinstance(item, Exception):
+            raise item
+    (_channel, seq), info = exec_reply
+    return parse_info(info)._replace(seq=int(seq))
 
 
 def _channel_of(reply):
@@ -532,7 +552,7 @@ class Feed:
                     if conns is not None:
                         self._reconcile(conns)
                     self._wait(conns, idle_since)
-                except (ConnectionError, TimeoutError, OSError) as e:
+                except Exception as e:  # a connection lost, or a reply that makes no sense: start over
                     for conn in conns or ():
                         conn.disconnect()
                     conns = None
@@ -592,9 +612,12 @@ class Feed:
 
     def _sync(self, watch, key, subs=None):
         sent_at = time.monotonic()
-        reply = self._command(watch, "LOCK.INFO", key)
+        watch.send_packed_command(watch.pack_commands(_state_commands(key)))
+        for _ in range(3):  # OK, QUEUED, QUEUED
+            watch.read_response(disconnect_on_error=False)
+        state = _state(watch.read_response(disconnect_on_error=False))
         with self._core.mutex:
-            effects = self._core.synced(key, reply, sent_at, subs)
+            effects = self._core.synced(key, state, sent_at, subs)
         self._dispatch(effects)
 
     def _wait(self, conns, idle_since):
@@ -762,7 +785,7 @@ class AsyncFeed(Feed):
                     if conns is not None:
                         await self._reconcile(conns)
                     await self._wait(conns, idle_since)
-                except (ConnectionError, TimeoutError, OSError) as e:
+                except Exception as e:
                     await self._cancel_reading()
                     for conn in conns or ():
                         await conn.disconnect()
@@ -820,8 +843,11 @@ class AsyncFeed(Feed):
 
     async def _sync(self, watch, key, subs=None):
         sent_at = time.monotonic()
-        reply = await self._command(watch, "LOCK.INFO", key)
-        await self._dispatch(self._core.synced(key, reply, sent_at, subs))
+        await watch.send_packed_command(watch.pack_commands(_state_commands(key)))
+        for _ in range(3):
+            await watch.read_response(timeout=_FOREVER, disconnect_on_error=False)
+        state = _state(await watch.read_response(timeout=_FOREVER, disconnect_on_error=False))
+        await self._dispatch(self._core.synced(key, state, sent_at, subs))
 
     async def _wait(self, conns, idle_since):
         deadline = self._core.next_deadline()
