@@ -15,7 +15,8 @@ and no health check (either could replace a connection behind the feed's back):
 - the *pub/sub* connection ``SSUBSCRIBE``\\ s to the channels (a RESP2 connection that has
   subscribed can send nothing else).
 
-Both are named (``CLIENT SETNAME``) ``redislock-feed-watch`` and ``redislock-feed-sub``. One
+Both are named (``CLIENT SETNAME``) ``redislock-feed-watch-<id>`` and ``redislock-feed-sub-<id>``
+(``Feed.id``: the process id and a counter). One
 thread (an asyncio task for ``AsyncFeed``) reads them, checks the holders' deadlines and reports;
 it starts with the first subscriber and ends, closing both connections, ``IDLE_CLOSE`` seconds
 after the last one left.
@@ -38,7 +39,9 @@ today's watchdog-only reporting.
 
 import asyncio
 import collections
+import itertools
 import logging
+import os
 import queue
 import select
 import socket
@@ -69,6 +72,7 @@ GRANTS = frozenset({"acquired", "handoff"})
 
 WATCH_NAME = "redislock-feed-watch"
 SUB_NAME = "redislock-feed-sub"
+_ids = itertools.count(1)
 
 Message = collections.namedtuple("Message", "seq event token ttl owner")
 Message.__doc__ = "One feed message: ``seq`` (int), ``event`` (str), ``token`` and ``ttl`` (ms) ints, ``owner`` bytes."
@@ -447,10 +451,16 @@ class Feed:
         self._connection_class = pool.connection_class
         self._kwargs = dict(pool.connection_kwargs)
         self._core = _Core()
+        self._name_connections()
         self._thread = None
         self._closing = False
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
+
+    def _name_connections(self):
+        self.id = f"{os.getpid()}-{next(_ids)}"
+        self.watch_name = f"{WATCH_NAME}-{self.id}"
+        self.sub_name = f"{SUB_NAME}-{self.id}"
 
     # --- what locks and observers call ---
 
@@ -511,7 +521,7 @@ class Feed:
     def _connect(self):
         conns = []
         try:
-            for name in (WATCH_NAME, SUB_NAME):
+            for name in (self.watch_name, self.sub_name):
                 conn = self._connection_class(**_connection_kwargs(self._kwargs, name))
                 conn.connect()
                 conns.append(conn)
@@ -701,6 +711,7 @@ class AsyncFeed(Feed):
         self._connection_class = pool.connection_class
         self._kwargs = dict(pool.connection_kwargs)
         self._core = _Core()
+        self._name_connections()
         self._task = None
         self._closing = False
         self._loop = asyncio.get_running_loop()
@@ -747,7 +758,7 @@ class AsyncFeed(Feed):
     async def _connect(self):
         conns = []
         try:
-            for name in (WATCH_NAME, SUB_NAME):
+            for name in (self.watch_name, self.sub_name):
                 conn = self._connection_class(**_connection_kwargs(self._kwargs, name))
                 await conn.connect()
                 conns.append(conn)

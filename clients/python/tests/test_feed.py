@@ -40,11 +40,14 @@ class Losses:
 
 
 def feed_connections(r):
+    """How many feed connections of each kind the server has (of every client object)."""
     names = [c["name"] for c in r.client_list()]
-    return names.count(feed.WATCH_NAME), names.count(feed.SUB_NAME)
+    return (sum(n.startswith(feed.WATCH_NAME + "-") for n in names),
+            sum(n.startswith(feed.SUB_NAME + "-") for n in names))
 
 
 def feed_client_id(r, name):
+    """The client id of the connection named ``name`` (``feed_for(r).sub_name``, ...)."""
     (client,) = [c for c in r.client_list() if c["name"] == name]
     return int(client["id"])
 
@@ -215,7 +218,7 @@ def test_killed_feed_connection_is_reported_fail_safe(r, key):
     lock = Lock(r, key, 30, on_lost=lost)
     assert lock.acquire()
     synced(lock)
-    assert r.client_kill_filter(_id=feed_client_id(r, feed.SUB_NAME)) == 1
+    assert r.client_kill_filter(_id=feed_client_id(r, feed.feed_for(r).sub_name)) == 1
     assert lost.wait()[1].startswith("feed connection lost: ")
     assert lock.owned()  # still held in fact: the holder only cannot count on it any more
     assert lock.release()
@@ -319,7 +322,7 @@ def test_async_deleted_and_connection_lost(server, r, key):
         sem = AsyncSemaphore(ar, key, 2, 30, on_lost=on_lost)
         assert await sem.acquire()
         await asynced(sem)
-        assert r.client_kill_filter(_id=feed_client_id(r, feed.WATCH_NAME)) == 1
+        assert r.client_kill_filter(_id=feed_client_id(r, feed.afeed_for(ar).watch_name)) == 1
         await asyncio.wait_for(seen.wait(), 5)
         assert reasons[1].startswith("feed connection lost: "), reasons
         assert await sem.release()
