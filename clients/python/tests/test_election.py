@@ -196,7 +196,7 @@ def test_async_campaign_observe_resign(server, key):
             assert await election.leader() == Leader("a", a.term)
             other = AsyncElection(ar, key)
             waiting = asyncio.ensure_future(other.campaign("b"))
-            while (await ar.execute_command("LOCK.INFO", key))[b"waiters"] != 1:
+            while feed._fields(await ar.execute_command("LOCK.INFO", key))["waiters"] != 1:
                 await asyncio.sleep(0.005)
             assert await election.resign()
             b = await waiting
