@@ -39,13 +39,6 @@ class Losses:
         return self.calls[0]
 
 
-def feed_connections(r):
-    """How many feed connections of each kind the server has (of every client object)."""
-    names = [c["name"] for c in r.client_list()]
-    return (sum(n.startswith(feed.WATCH_NAME + "-") for n in names),
-            sum(n.startswith(feed.SUB_NAME + "-") for n in names))
-
-
 def feed_client_id(r, name):
     """The client id of the connection named ``name`` (``feed_for(r).sub_name``, ...)."""
     (client,) = [c for c in r.client_list() if c["name"] == name]
@@ -283,15 +276,22 @@ def test_shared_holders_coming_and_going_are_no_loss(r, key):
 
 def test_one_watch_and_one_pubsub_connection_per_client(server, key):
     r = server.client()
-    before = feed_connections(r)
+    feed_of = feed.feed_for(r)
+
+    def connections():
+        names = [c["name"] for c in r.client_list()]
+        return names.count(feed_of.watch_name), names.count(feed_of.sub_name)
+
     locks = [Lock(r, f"{key}:{i}", 30, on_lost=Losses()) for i in range(5)]
     for lock in locks:
         assert lock.acquire()
-    wait_until("the feed's connections", lambda: feed_connections(r) == (before[0] + 1, before[1] + 1))
+    for lock in locks:
+        synced(lock)
+    assert connections() == (1, 1)
     for lock in locks:
         assert lock.release()
     # Without holders the feed closes its connections after IDLE_CLOSE.
-    wait_until("the feed idle", lambda: feed_connections(r) == before, timeout=feed.IDLE_CLOSE + 5)
+    wait_until("the feed idle", lambda: connections() == (0, 0), timeout=feed.IDLE_CLOSE + 5)
     r.close()
 
 
