@@ -210,3 +210,27 @@ def test_async_campaign_observe_resign(server, key):
         await ar.aclose()
 
     asyncio.run(main())
+
+
+def test_async_observe_resynchronises_after_its_pubsub_connection_is_killed(server, r, key):
+    async def main():
+        ar = server.aclient()
+        election = AsyncElection(ar, key)
+        async with election.observe() as changes:
+            assert (await changes.get(5)).leader is None
+            a = await election.campaign("a")
+            assert (await changes.get(5)).leader == Leader("a", a.term)
+            name = feed.afeed_for(ar).sub_name
+            (sub,) = [c for c in r.client_list() if c["name"] == name]
+            assert r.client_kill_filter(_id=int(sub["id"])) == 1
+            assert await a.resign()
+            b = await AsyncElection(ar, key).campaign("b")
+            seen = []
+            while not seen or seen[-1].leader != Leader("b", b.term):
+                seen.append(await changes.get(5))
+            assert any(change.resync for change in seen), seen
+            assert await b.resign()
+            assert (await changes.get(5)).leader is None
+        await ar.aclose()
+
+    asyncio.run(main())
