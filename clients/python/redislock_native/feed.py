@@ -782,6 +782,7 @@ class AsyncFeed(Feed):
                 elif idle_since is None:
                     idle_since = time.monotonic()
                 if self._closing or (idle_since is not None and time.monotonic() - idle_since >= IDLE_CLOSE):
+                    self._task = None  # before the awaits below: a subscriber added meanwhile starts a new task
                     return
                 if busy and conns is None:
                     try:
@@ -804,7 +805,8 @@ class AsyncFeed(Feed):
                     await self._dispatch(core.disconnected(e))
                 await self._dispatch(core.expired(time.monotonic()))
         finally:
-            self._task = None
+            if self._task is asyncio.current_task():
+                self._task = None
             await self._cancel_reading()
             for conn in conns or ():
                 await conn.disconnect()
