@@ -147,9 +147,7 @@ class Election(_ElectionBase):
     def observe(self):
         """An ``Observation``: an iterator of ``Change(leader, resync, seq)``, the first being the
         state when it started (read from LOCK.INFO, ``resync=True``). Close it when done."""
-        feed = _feed.feed_for(self.client)
-        if feed is None:
-            raise TypeError("observe() needs a redis.Redis client (the change feed is not offered in a cluster yet)")
+        feed = _feed.feed_for(self.client, self.name)
         return Observation(feed, feed.observe(self.name))
 
 

@@ -33,8 +33,11 @@ Two kinds of subscriber:
 A new subscriber of a key is checked against ``LOCK.INFO`` as soon as the key is watched and
 subscribed, so a loss between the grant and the watch is reported too. Decisions are in
 ``_Core`` (no I/O, shared by the sync and asyncio drivers); ``_SyncDriver``/``AsyncFeed`` only
-move bytes. A Redis Cluster client gets no feed (``feed_for`` answers None): its holders keep
-today's watchdog-only reporting.
+move bytes. With a ``RedisCluster`` client a key's feed is the one of the client's node client
+for that key (redis-py keeps one ``Redis`` per node): the channel lives on the key's shard. A
+failover closes that node's connections, which is reported (fail-safe); an observer reconnects
+to the same address. ``redis.asyncio``'s cluster client gets no feed (``afeed_for`` answers
+None): its holders keep the watchdog's and the session's reports.
 """
 
 import asyncio
@@ -430,10 +433,14 @@ _FEEDS = weakref.WeakKeyDictionary()
 _FEEDS_MUTEX = threading.Lock()
 
 
-def feed_for(client):
-    """The ``Feed`` of a ``redis.Redis`` client (made on first use), or None for a cluster client."""
+def feed_for(client, key=None):
+    """The ``Feed`` of a ``redis.Redis`` client (made on first use). For a ``RedisCluster``
+    client, the feed of its client of the node that serves ``key`` (the channel lives on the
+    key's shard); None for an asyncio cluster client (no node clients to build on)."""
     if not hasattr(client, "connection_pool"):
-        return None
+        if key is None or not hasattr(client, "get_redis_connection"):
+            return None
+        client = client.get_redis_connection(client.get_node_from_key(key))
     with _FEEDS_MUTEX:
         feed = _FEEDS.get(client)
         if feed is None:

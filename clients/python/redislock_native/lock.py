@@ -278,7 +278,7 @@ class Lock(_Base):
       deleted, flushed, swapped, demoted, released elsewhere, or granted to another owner), at
       the hold's own conservative deadline if no renewal succeeded by then, or when the feed's
       connection is lost. Never while renewals succeed. ``feed=False``: the watchdog or the
-      session alone reports. Not with a Redis Cluster client (no feed there yet).
+      session alone reports. With a ``RedisCluster`` client the feed is that of the key's node.
 
     A blocking ``acquire()`` is one ``LOCK.ACQUIRE ... BLOCK`` command, however long the
     wait and whatever the client's socket timeout or retry policy: it keeps its place in
@@ -321,7 +321,7 @@ class Lock(_Base):
         if self._in_session():
             self._report_lost(f"session lost: {self.session.lost_reason}")
         elif self.on_lost is not None and self.feed:
-            self._watch_feed(_feed.feed_for(self.client), self._first_deadline(sent_at, wait))
+            self._watch_feed(_feed.feed_for(self.client, self.name), self._first_deadline(sent_at, wait))
         if self.watchdog:
             self._start_watchdog()
         return True

@@ -295,6 +295,41 @@ def test_one_watch_and_one_pubsub_connection_per_client(server, key):
     r.close()
 
 
+# --- Redis Cluster: the feed of the key's node ---------------------------------------------
+
+
+def test_cluster_lock_watches_its_key_on_its_node(cluster):
+    import redis
+
+    from redislock_native import Election
+
+    rc = cluster.client()
+    try:
+        # A hash tag, none, and braces that are no tag.
+        for key in ("{a}feed", "{b}feed", "{c}feed", "plain-feed-key", "{}feed"):
+            node = rc.get_node_from_key(key)
+            lost = Losses()
+            lock = Lock(rc, key, 30, on_lost=lost)
+            assert lock.acquire(timeout=5)
+            synced(lock)
+            feed_of = feed.feed_for(rc, key)
+            direct = redis.Redis(port=node.port)
+            names = [c["name"] for c in direct.client_list()]
+            assert names.count(feed_of.watch_name) == 1 and names.count(feed_of.sub_name) == 1, key
+            direct.close()
+            assert rc.delete(key) == 1
+            assert lost.wait()[1] == "feed: deleted", key
+        election = Election(rc, "{a}leader")
+        with election.observe() as changes:
+            assert changes.get(5).leader is None
+            leadership = election.campaign("a")
+            assert changes.get(5) == feed.Change(Leader("a", leadership.term), False, 1)
+            assert leadership.resign()
+            assert changes.get(5) == feed.Change(None, False, 2)
+    finally:
+        rc.close()
+
+
 # --- asyncio ----------------------------------------------------------------------------
 
 
