@@ -8,6 +8,7 @@ from redis.exceptions import ConnectionError, LockError, TimeoutError
 
 from . import _wire
 from . import feed as _feed
+from . import feed_aio as _feed_aio
 from .fence import afenced_call
 from .lock import LockLostError, _Base
 
@@ -54,7 +55,7 @@ class AsyncLock(_Base):
         if self._in_session():
             await self._report_lost(f"session lost: {self.session.lost_reason}")
         elif self.on_lost is not None and self.feed:
-            self._watch_feed(_feed.afeed_for(self.client), self._first_deadline(sent_at, wait))
+            self._watch_feed(_feed_aio.afeed_for(self.client), self._first_deadline(sent_at, wait))
         if self.watchdog and (self._dog is None or self._dog.done()):
             self._dog = asyncio.ensure_future(self._watch())
         return True

@@ -19,6 +19,7 @@ import asyncio
 import queue
 
 from . import feed as _feed
+from . import feed_aio as _feed_aio
 from .aio import AsyncLock
 from .fence import afenced_call, fenced_call
 from .feed import Change, Leader
@@ -179,7 +180,7 @@ class AsyncElection(_ElectionBase):
 
     def observe(self):
         """An ``AsyncObservation`` (``async for change in election.observe()``)."""
-        feed = _feed.afeed_for(self.client)
+        feed = _feed_aio.afeed_for(self.client)
         if feed is None:
             raise TypeError("observe() needs a redis.asyncio.Redis client (no change feed in a cluster yet)")
         return AsyncObservation(feed, feed.observe(self.name))

@@ -17,7 +17,7 @@ import pytest
 
 from conftest import wait_until, wait_waiters
 from redislock_native import AsyncElection, Change, Election, Leader, Session, StaleTokenError, fenced_call
-from redislock_native import feed
+from redislock_native import feed, feed_aio
 
 HERE = Path(__file__).resolve().parent
 CANDIDATE = HERE / "candidate.py"
@@ -220,7 +220,7 @@ def test_async_observe_resynchronises_after_its_pubsub_connection_is_killed(serv
             assert (await changes.get(5)).leader is None
             a = await election.campaign("a")
             assert (await changes.get(5)).leader == Leader("a", a.term)
-            name = feed.afeed_for(ar).sub_name
+            name = feed_aio.afeed_for(ar).sub_name
             (sub,) = [c for c in r.client_list() if c["name"] == name]
             assert r.client_kill_filter(_id=int(sub["id"])) == 1
             assert await a.resign()

@@ -19,7 +19,7 @@ from redislock_native import (
     Semaphore,
     Session,
 )
-from redislock_native import feed
+from redislock_native import feed, feed_aio
 from redislock_native.feed import Leader, Message, State
 
 
@@ -355,7 +355,7 @@ def test_async_deleted_and_connection_lost(server, r, key):
         sem = AsyncSemaphore(ar, key, 2, 30, on_lost=on_lost)
         assert await sem.acquire()
         await asynced(sem)
-        assert r.client_kill_filter(_id=feed_client_id(r, feed.afeed_for(ar).watch_name)) == 1
+        assert r.client_kill_filter(_id=feed_client_id(r, feed_aio.afeed_for(ar).watch_name)) == 1
         await asyncio.wait_for(seen.wait(), 5)
         assert reasons[1].startswith("feed connection lost: "), reasons
         assert await sem.release()
