@@ -1,26 +1,26 @@
-"""The change feed (``LOCK.WATCH``): a holder hears of its loss at once, an observer of every change.
+"""The change feed (``LOCK.WATCH``): a holder hears of its loss at once, an observer of each change.
 
 The server publishes every change of a watched lock key to a sharded pub/sub channel of that key
 (``lock.feed:{TAG}:DB:KEY``) as one string, ``<seq> <event> <token> <ttl-ms> <owner>``, while at
 least one connection watches the key (``LOCK.WATCH key`` answers ``[channel, seq]``). ``seq``
 grows by 1 per message of the key; a gap means messages were lost (pub/sub delivers at most
-once), and ``LOCK.INFO key`` shows the same ``seq`` while the key is watched.
+once). The state and its seq are read in one step, ``MULTI``, ``LOCK.WATCH``, ``LOCK.INFO``,
+``EXEC`` (``LOCK.INFO`` is nil for a free key, with no seq to show).
 
 One ``Feed`` per client object (``feed_for(client)``; ``feed_aio.afeed_for`` for
-``redis.asyncio``), not per lock: two connections made like the client's own but outside its pool, with no retries, RESP2
-and no health check (either could replace a connection behind the feed's back):
+``redis.asyncio``), not per lock: two connections made like the client's own but outside its
+pool, with no retries, RESP2 and no health check (either could replace a connection behind the
+feed's back):
 
-- the *watch* connection sends ``LOCK.WATCH``, ``LOCK.UNWATCH`` and ``LOCK.INFO``; the server
+- the *watch* connection sends ``LOCK.WATCH``, ``LOCK.UNWATCH`` and the state reads; the server
   ends its watches when it closes;
 - the *pub/sub* connection ``SSUBSCRIBE``\\ s to the channels (a RESP2 connection that has
   subscribed can send nothing else).
 
 Both are named (``CLIENT SETNAME``) ``redislock-feed-watch-<id>`` and ``redislock-feed-sub-<id>``
-(``Feed.id``: the process id and a counter). One
-thread (an asyncio task for ``AsyncFeed``, in ``feed_aio.py``) reads them, checks the holders'
-deadlines and reports;
-it starts with the first subscriber and ends, closing both connections, ``IDLE_CLOSE`` seconds
-after the last one left.
+(``Feed.id``: the process id and a counter). One thread (an asyncio task for ``AsyncFeed``, in
+``feed_aio.py``) reads them, checks the holders' deadlines and reports; it starts with the first
+subscriber and ends, closing both connections, ``IDLE_CLOSE`` seconds after the last one left.
 
 Two kinds of subscriber:
 
@@ -28,17 +28,18 @@ Two kinds of subscriber:
   says the server ended it (``_Hold.on_message``), when its own conservative deadline passes with
   no renewal, or when either connection is lost (fail-safe: nothing tells it any more);
 - an *observer* (``Election.observe()``): every change of the key's exclusive holder, ``None``
-  for "nobody". After a gap in ``seq``, or a reconnect, the feed reads ``LOCK.INFO`` again and
-  reports the state it shows, marked ``resync=True``; terms in between may have been missed.
+  for "nobody". After a gap in ``seq``, or a reconnect, the feed reads the state again and
+  reports it, marked ``resync=True``; terms in between may have been missed.
 
-A new subscriber of a key is checked against ``LOCK.INFO`` as soon as the key is watched and
+A new subscriber of a key is checked against the state as soon as the key is watched and
 subscribed, so a loss between the grant and the watch is reported too. Decisions are in
 ``_Core`` (no I/O, shared by the sync and asyncio drivers); ``Feed`` (a thread) and
-``AsyncFeed`` (a task) only move bytes. With a ``RedisCluster`` client a key's feed is the one of the client's node client
-for that key (redis-py keeps one ``Redis`` per node): the channel lives on the key's shard. A
-failover closes that node's connections, which is reported (fail-safe); an observer reconnects
-to the same address. ``redis.asyncio``'s cluster client gets no feed (``afeed_for`` answers
-None): its holders keep the watchdog's and the session's reports.
+``AsyncFeed`` (a task) only move bytes.
+
+With a ``RedisCluster`` client a key's feed is that of redis-py's client of the key's node: the
+channel lives on the key's shard. A failover closes that node's connections, which is reported
+(fail-safe); an observer reconnects to the same address. ``redis.asyncio``'s cluster client gets
+no feed (``afeed_for`` answers None): its holders keep the watchdog's and the session's reports.
 """
 
 import collections
