@@ -107,6 +107,7 @@ scenarios![
     client_pause_replica,
     sessions_bound,
     sessions_lock_delay,
+    election_bound,
 ];
 
 /// Not a test: the body of a holder process, the test binary re-executed by the

@@ -13,7 +13,7 @@ difference, per operation) under target/bench-instructions/profile-*.txt.
 
 Environment: REDIS_SERVERS="name=path name=path" (default: Redis 7.0 from /usr/bin and 8.2
 from target/servers), REDIS_LOCK_MODULE (default target/release/libredis_lock.so),
-SETTINGS="bare aof aof+replica", CONTENDERS="cycle evalsha floor acquire setnx" (subsets for a
+SETTINGS="bare aof aof+replica", CONTENDERS="cycle evalsha floor acquire setnx watched watchonly" (subsets for a
 quicker look), SHORT/LONG (default 5000/25000: a difference of 20,000 operations),
 QUICK=1 (a smoke run: the `aof` setting only, SHORT/LONG 1000/3000),
 RECOMPUTE=1 (no new runs: recount the callgrind files already under target/bench-instructions).
@@ -64,6 +64,22 @@ CONTENDERS = {
     ),
     "acquire": ("LOCK.ACQUIRE alone", lambda k, sha: [["LOCK.ACQUIRE", k, OWNER, TTL]]),
     "setnx": ("SET NX PX alone", lambda k, sha: [["SET", k, OWNER, "NX", "PX", TTL]]),
+    # The change feed (issue 20): a cycle on a key that is watched (no subscriber), with the
+    # watch's own commands; `watchonly` is those commands alone, so watched - watchonly - cycle
+    # is what the feed adds to a watched key's cycle.
+    "watched": (
+        "LOCK.WATCH + cycle + LOCK.UNWATCH",
+        lambda k, sha: [
+            ["LOCK.WATCH", k],
+            ["LOCK.ACQUIRE", k, OWNER, TTL],
+            ["LOCK.RELEASE", k, OWNER],
+            ["LOCK.UNWATCH", k],
+        ],
+    ),
+    "watchonly": (
+        "LOCK.WATCH + LOCK.UNWATCH",
+        lambda k, sha: [["LOCK.WATCH", k], ["LOCK.UNWATCH", k]],
+    ),
 }
 
 SETTINGS = {

@@ -34,6 +34,8 @@ pub enum Kind {
     Extended,
     Expired,
     Lost,
+    /// A lost hold's lock-delay started (its end is the `expired` or `handoff` that follows).
+    Delayed,
     Deleted,
     Flushed,
     Swapped,
@@ -49,6 +51,7 @@ impl Kind {
             Kind::Extended => "extended",
             Kind::Expired => "expired",
             Kind::Lost => "lost",
+            Kind::Delayed => "delayed",
             Kind::Deleted => "deleted",
             Kind::Flushed => "flushed",
             Kind::Swapped => "swapped",
@@ -88,6 +91,8 @@ thread_local! {
     static WATCHED: Cell<usize> = const { Cell::new(0) };
     static PENDING: RefCell<Vec<Event>> = const { RefCell::new(Vec::new()) };
     static FLUSH_ARMED: Cell<bool> = const { Cell::new(false) };
+    /// Something is queued: `flush`'s fast path reads only this.
+    static QUEUED: Cell<bool> = const { Cell::new(false) };
     static DETACHED: Cell<*mut raw::RedisModuleCtx> = const { Cell::new(std::ptr::null_mut()) };
     /// The module itself is deleting a key (a release left it empty): its unlink is no news.
     static DELETING: Cell<bool> = const { Cell::new(false) };
@@ -260,12 +265,32 @@ pub fn database_event(db: Option<i32>, kind: Kind) {
             .collect()
     });
     for (d, k) in keys {
-        key_event(d, &k, kind);
+        if watched(d, &k) {
+            queue(Event {
+                db: d,
+                key: k,
+                kind,
+                token: 0,
+                ttl: 0,
+                owner: vec![],
+            });
+        }
     }
 }
 
+/// A replica (a demoted primary keeps its watches) applies its primary's changes: the feed is
+/// the primary's to publish, so nothing is queued here but the demotion itself.
 fn push(event: Event) {
+    let ctx = DETACHED.with(Cell::get);
+    if !ctx.is_null() && key::context_flags(ctx) & raw::REDISMODULE_CTX_FLAGS_SLAVE != 0 {
+        return;
+    }
+    queue(event);
+}
+
+fn queue(event: Event) {
     PENDING.with(|p| p.borrow_mut().push(event));
+    QUEUED.with(|q| q.set(true));
     // Published at the end of the command or callback that queued it (`flush`), or, for events
     // from inside the server's own operations, from this timer.
     if !FLUSH_ARMED.with(|a| a.replace(true)) {
@@ -292,10 +317,14 @@ extern "C" fn flush_timer(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
 }
 
 /// Publish every queued event, in order, a handoff as one message.
+#[inline]
 pub fn flush(ctx: *mut raw::RedisModuleCtx) {
-    if !watching() && PENDING.with(|p| p.borrow().is_empty()) {
-        return;
+    if QUEUED.with(|q| q.replace(false)) {
+        publish_queued(ctx);
     }
+}
+
+fn publish_queued(ctx: *mut raw::RedisModuleCtx) {
     let events = PENDING.with(|p| std::mem::take(&mut *p.borrow_mut()));
     let mut i = 0;
     while i < events.len() {

@@ -11,13 +11,15 @@ pub fn command(
     args: Vec<RedisString>,
     handler: fn(&Context, Vec<RedisString>) -> RedisResult,
 ) -> RedisResult {
-    match panic::catch_unwind(AssertUnwindSafe(|| handler(ctx, args))) {
-        Ok(result) => {
-            // The change feed's messages for what this command did, in order (a no-op unless a
-            // key is watched).
-            let _ = panic::catch_unwind(AssertUnwindSafe(|| crate::redis::feed::flush(ctx.ctx)));
-            result
-        }
+    let run = || {
+        let result = handler(ctx, args);
+        // The change feed's messages for what this command did, in order (one thread-local
+        // read unless something was queued).
+        crate::redis::feed::flush(ctx.ctx);
+        result
+    };
+    match panic::catch_unwind(AssertUnwindSafe(run)) {
+        Ok(result) => result,
         Err(payload) => {
             logging::log_warning(format!(
                 "redis-lock: a command panicked ({}); the command was refused",

@@ -27,6 +27,7 @@ mod common;
 #[path = "../nodes/mod.rs"]
 mod nodes;
 
+mod feed;
 mod manual_failover;
 mod masters_and_replicas;
 mod redirects;

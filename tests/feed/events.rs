@@ -196,3 +196,41 @@ fn a_demotion_is_told() {
         .unwrap();
     sub.expect(&[("acquired", "me", t), ("demoted", "", 0)]);
 }
+
+#[test]
+fn a_lock_delay_starts_with_the_loss_and_ends_with_the_next_grant() {
+    let (server, mut c) = start();
+    let key = new_key();
+    let mut sub = Subscriber::start(&server, 0, &key);
+    let mut holder = server.conn();
+    let id = match call(
+        &mut holder,
+        "LOCK.SESSION",
+        &["OPEN", "30000", "BOUND", "LOCKDELAY", "200"],
+    )
+    .unwrap()
+    {
+        Value::BulkString(id) => String::from_utf8(id).unwrap(),
+        other => panic!("{other:?}"),
+    };
+    let t = grant(&mut holder, &key, "holder", 0, &["SESSION", &id]);
+    let next = waiter(&server, &mut c, &[&key, "next", "5000", "BLOCK", "10000"]);
+    let victim: i64 = redis::cmd("CLIENT").arg("ID").query(&mut holder).unwrap();
+    redis::cmd("CLIENT")
+        .arg(&["KILL", "ID", &victim.to_string()])
+        .query::<i64>(&mut c)
+        .unwrap();
+    let tn = next.join().unwrap();
+    sub.expect(&[("acquired", "holder", t), ("lost", "holder", t)]);
+    let delayed = sub.next();
+    assert_eq!(
+        (delayed.event.as_str(), delayed.token),
+        ("delayed", t),
+        "{delayed:?}"
+    );
+    assert!((1..=200).contains(&delayed.ttl), "{delayed:?}");
+    sub.seq = delayed.seq;
+    // When the delay ends the waiter is granted: the delayed hold's end and the grant, one
+    // handoff.
+    sub.expect(&[("handoff", "next", tn)]);
+}

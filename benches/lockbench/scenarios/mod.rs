@@ -15,6 +15,7 @@ use crate::server::Server;
 pub mod contention;
 pub mod durable;
 pub mod expiry;
+pub mod feed_latency;
 pub mod memory;
 pub mod module_tax;
 pub mod peers;
@@ -155,6 +156,13 @@ pub const ALL: &[Entry] = &[
         servers: Servers::First,
         uncontended: false,
         make: session_end::new,
+    },
+    Entry {
+        id: "feed_latency",
+        title: "Loss notice and leader failover through the change feed",
+        servers: Servers::First,
+        uncontended: false,
+        make: feed_latency::new,
     },
 ];
 

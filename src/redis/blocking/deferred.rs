@@ -54,13 +54,15 @@ pub(super) fn run(ctx: *mut raw::RedisModuleCtx, mut work: Vec<Work>) {
         match item {
             Work::Settle(qk) => settle(ctx, &qk),
             Work::Revoke(qk, token) => revoke(ctx, &qk, token),
-            Work::SyncExpiry(qk) => sync_expiry(ctx, &qk),
+            Work::SyncExpiry(qk) => super::events::sync_expiry(ctx, &qk),
             Work::EndSession(session) => sessions::end_lost(ctx, *session),
             Work::CloseSession(session, bc) => sessions::end_closed(ctx, *session, bc),
             Work::ExpireSessions => sessions::end_expired(ctx, false),
             Work::ExpireSessionsAfterPause => sessions::end_expired(ctx, true),
         }
     }
+    // The change feed's messages for what this did, now rather than a timer later.
+    crate::redis::feed::flush(ctx);
 }
 
 fn arm_held_timer(ctx: *mut raw::RedisModuleCtx) {

@@ -127,6 +127,12 @@ fn end(ctx: *mut raw::RedisModuleCtx, ended: Session, clean: bool, now: Millis) 
             .flatten()
             .and_then(|l| l.delayed_until(now))
         {
+            lock_key.feed(
+                crate::redis::feed::Kind::Delayed,
+                &owner,
+                token,
+                Some(until),
+            );
             session::delay_started(db, &key_name, until);
         }
         if has_waiters(db, &key_name) {

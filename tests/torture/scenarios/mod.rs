@@ -4,7 +4,7 @@
 //!
 //! One file per family of faults: `client_faults.rs`, `restarts.rs`, `keyspace.rs`,
 //! `failover.rs`, `memory.rs`, `acl.rs`, `sessions.rs` (with its holder process in
-//! `sessions/holder.rs`); below, the helpers they share and the scenarios
+//! `sessions/holder.rs`), `election.rs` (candidates: the same processes, campaigning); below, the helpers they share and the scenarios
 //! without server faults.
 
 use std::thread;
@@ -22,6 +22,7 @@ use crate::workload::{Config, GAVE_UP};
 
 mod acl;
 mod client_faults;
+mod election;
 mod failover;
 mod keyspace;
 mod memory;
@@ -30,6 +31,7 @@ mod sessions;
 
 pub use acl::*;
 pub use client_faults::*;
+pub use election::*;
 pub use failover::*;
 pub use keyspace::*;
 pub use memory::*;

@@ -51,9 +51,21 @@ const LOCK_DELAY_MS: u64 = 150;
 /// Session holder processes alive at once.
 const HOLDERS: usize = 2;
 
-const KILL: &str = "SIGKILL of a session holder (bound connection closes)";
-const STOP: &str = "SIGSTOP of a session holder until its session expired";
-const CUT: &str = "network cut of a session holder (its proxy holds every byte) until its \
+/// The holder processes the nemesis keeps alive (`election.rs` runs candidates with it).
+pub(super) struct Holders {
+    /// How many at once.
+    pub count: usize,
+    /// Their sessions' `LOCKDELAY`, ms.
+    pub lock_delay_ms: u64,
+    /// Candidates of the election on `lock:0` (`holder.rs`), named `cand{n}`, instead of
+    /// holders of the workload's keys (`sproc{n}`).
+    pub campaign: bool,
+}
+
+pub(super) const KILL: &str = "SIGKILL of a session holder (bound connection closes)";
+pub(super) const STOP: &str = "SIGSTOP of a session holder until its session expired";
+pub(super) const CUT: &str =
+    "network cut of a session holder (its proxy holds every byte) until its \
                    session expired";
 const END: &str = "SIGKILL of a session holder at the end of its run";
 const LOST: &str = "a session holder's KEEPALIVE answered nil (or an error)";
@@ -64,7 +76,7 @@ pub fn sessions_bound() -> Scenario {
         "sessions_bound",
         "holder processes in BOUND sessions (ttl 250 ms) are SIGKILLed, SIGSTOPped past the \
          session ttl and cut off (proxy frozen) past it, while threads queue on the same keys",
-        |env| session_faults(env, 0),
+        |env| session_faults(env, &holders(0), &mut |_| {}),
     )
     .workload(workload())
     .post(|h, _| session_checks(h, 0))
@@ -75,10 +87,18 @@ pub fn sessions_lock_delay() -> Scenario {
         "sessions_lock_delay",
         "sessions_bound with LOCKDELAY 150: after each loss, no grant of what the session held \
          for 150 ms",
-        |env| session_faults(env, LOCK_DELAY_MS),
+        |env| session_faults(env, &holders(LOCK_DELAY_MS), &mut |_| {}),
     )
     .workload(workload())
     .post(|h, _| session_checks(h, LOCK_DELAY_MS))
+}
+
+fn holders(lock_delay_ms: u64) -> Holders {
+    Holders {
+        count: HOLDERS,
+        lock_delay_ms,
+        campaign: false,
+    }
 }
 
 /// Four threads on two keys, most of them waiting in `BLOCK`: every session hold has a queue.
@@ -120,9 +140,10 @@ struct SideFile {
 }
 
 impl SessionHolder {
-    fn spawn(env: &mut Env, lock_delay_ms: u64) -> SessionHolder {
+    fn spawn(env: &mut Env, holders: &Holders) -> SessionHolder {
         env.spawned += 1;
-        let name = format!("sproc{}", env.spawned);
+        let prefix = if holders.campaign { "cand" } else { "sproc" };
+        let name = format!("{prefix}{}", env.spawned);
         let dir = env.primary.dir().to_path_buf();
         let (history, side) = (
             dir.join(format!("{name}.history")),
@@ -134,10 +155,11 @@ impl SessionHolder {
             keys: env.cfg.keys,
             name: name.clone(),
             secs: env.rng.gen_range(1.0..3.0),
-            lock_delay_ms,
+            lock_delay_ms: holders.lock_delay_ms,
             seed: env.rng.gen(),
             history: history.to_string_lossy().into_owned(),
             side: side.to_string_lossy().into_owned(),
+            campaign: holders.campaign,
         };
         let stderr = File::create(dir.join(format!("{name}.stderr")))
             .unwrap_or_else(|e| panic!("cannot create {name}.stderr: {e}"));
@@ -330,7 +352,7 @@ fn writes_after_loss<'e>(
 }
 
 /// `LOCK.SESSION INFO id`'s ttl (ms left), or `None` once the session is gone.
-fn session_ttl(c: &mut Connection, id: &str) -> Option<i64> {
+pub(super) fn session_ttl(c: &mut Connection, id: &str) -> Option<i64> {
     let reply = faults::raw(c, &["LOCK.SESSION", "INFO", id]);
     let pairs: Vec<(Value, Value)> = match reply {
         Value::Nil => return None,
@@ -364,8 +386,10 @@ fn gone_within(env: &Env, c: &mut Connection, id: &str, patience: Duration) -> O
     }
 }
 
-/// The nemesis (see the module docs); `lock_delay_ms` is the sessions' `LOCKDELAY`.
-fn session_faults(env: &mut Env, lock_delay_ms: u64) {
+/// The nemesis (see the module docs), on the processes `holders` describes; `between` runs
+/// once a round, before the holder to hit is chosen (the election's observer faults).
+pub(super) fn session_faults(env: &mut Env, holders: &Holders, between: &mut dyn FnMut(&mut Env)) {
+    let spec = holders;
     let mut c = env.conn();
     // The first OPEN of a server process builds the module's table of slot tags. Before
     // 2022ebe that came out of the session's ttl (150-250 ms in a debug build here, so a first
@@ -381,8 +405,8 @@ fn session_faults(env: &mut Env, lock_delay_ms: u64) {
         faults::raw(&mut c, &["LOCK.SESSION", "CLOSE", &warm]),
         Value::Int(0)
     );
-    let mut holders: Vec<SessionHolder> = (0..HOLDERS)
-        .map(|_| SessionHolder::spawn(env, lock_delay_ms))
+    let mut holders: Vec<SessionHolder> = (0..spec.count)
+        .map(|_| SessionHolder::spawn(env, spec))
         .collect();
     let kinds = [KILL, STOP, CUT];
     let mut round = 0;
@@ -392,13 +416,14 @@ fn session_faults(env: &mut Env, lock_delay_ms: u64) {
         env.sleep((30, 100));
         for slot in holders.iter_mut() {
             if slot.exited() {
-                let fresh = SessionHolder::spawn(env, lock_delay_ms);
+                let fresh = SessionHolder::spawn(env, spec);
                 std::mem::replace(slot, fresh).finish(env, &mut c);
             }
         }
         if !env.running() {
             break;
         }
+        between(env);
         // A holder that holds a lock, if one does within 300 ms.
         let names: Vec<String> = holders.iter().map(|h| format!("{}-", h.name)).collect();
         let holding = |c: &mut Connection, env: &Env| {
@@ -467,7 +492,7 @@ fn session_faults(env: &mut Env, lock_delay_ms: u64) {
             if let Some(g) = gone {
                 kill_to_gone = kill_to_gone.max(g - killed);
             }
-            let fresh = SessionHolder::spawn(env, lock_delay_ms);
+            let fresh = SessionHolder::spawn(env, spec);
             std::mem::replace(&mut holders[i], fresh).finish(env, &mut c);
             continue;
         }

@@ -16,6 +16,13 @@
 //! Once its session is lost it stops taking locks and exits (the nemesis starts another); a
 //! write it was about to send when it lost it is still sent, as a holder that trusts its lock
 //! would: the fence must refuse it.
+//!
+//! A candidate (`Spec::campaign`, the election scenario) does the same on the one key
+//! `lock:0`, the election, with a hold that lives by its session alone: it campaigns with
+//! `LOCK.ACQUIRE lock:0 owner 0 SESSION id BLOCK 200..1000` (ttl 0: no deadline of its own),
+//! leads for 1 to 6 writes with its term (the token), resigns (`RELEASE`) and campaigns again.
+//! Its history records the campaign's ttl as [`HOLD_TTL_MS`], the checker's bound for "no
+//! deadline of its own" (no candidate lives that long).
 
 use std::fs::File;
 use std::io::Write;
@@ -49,7 +56,7 @@ pub const HOLD_TTL_MS: i64 = 60_000;
 const SLACK: Duration = Duration::from_secs(2);
 
 /// What a session holder is told, as [`SESSION_ENV`]'s value:
-/// `port keys name secs lockdelay seed history-file side-file`.
+/// `port keys name secs lockdelay seed history-file side-file campaign`.
 pub struct Spec {
     pub port: u16,
     pub keys: usize,
@@ -59,12 +66,14 @@ pub struct Spec {
     pub seed: u64,
     pub history: String,
     pub side: String,
+    /// A candidate of the election on `lock:0` (see the module docs).
+    pub campaign: bool,
 }
 
 impl Spec {
     pub fn encode(&self) -> String {
         format!(
-            "{} {} {} {} {} {} {} {}",
+            "{} {} {} {} {} {} {} {} {}",
             self.port,
             self.keys,
             self.name,
@@ -72,7 +81,8 @@ impl Spec {
             self.lock_delay_ms,
             self.seed,
             self.history,
-            self.side
+            self.side,
+            u8::from(self.campaign)
         )
     }
 
@@ -87,6 +97,7 @@ impl Spec {
             seed: f.get(5)?.parse().ok()?,
             history: f.get(6)?.to_string(),
             side: f.get(7)?.to_string(),
+            campaign: *f.get(8)? == "1",
         })
     }
 }
@@ -146,6 +157,7 @@ pub fn session_holder_main() {
             id: id.clone(),
             port: spec.port,
             keys: spec.keys,
+            campaign: spec.campaign,
             sink: sink.clone(),
             side: side.clone(),
             rng: StdRng::seed_from_u64(spec.seed),
@@ -215,6 +227,7 @@ struct SessionWorker {
     id: String,
     port: u16,
     keys: usize,
+    campaign: bool,
     sink: Arc<FileSink>,
     side: Arc<Side>,
     rng: StdRng,
@@ -229,14 +242,17 @@ impl SessionWorker {
             let key = lock_key(self.rng.gen_range(0..self.keys));
             self.attempts += 1;
             let owner = format!("{}-{}", self.name, self.attempts);
-            let block = self
-                .rng
-                .gen_bool(0.5)
-                .then(|| self.rng.gen_range(20..=300i64));
+            let block = if self.campaign {
+                Some(self.rng.gen_range(200..=1000i64))
+            } else {
+                self.rng
+                    .gen_bool(0.5)
+                    .then(|| self.rng.gen_range(20..=300i64))
+            };
             let mut cmd = redis::cmd("LOCK.ACQUIRE");
             cmd.arg(&key)
                 .arg(&owner)
-                .arg(HOLD_TTL_MS)
+                .arg(if self.campaign { 0 } else { HOLD_TTL_MS })
                 .arg("SESSION")
                 .arg(&self.id);
             if let Some(b) = block {
@@ -265,10 +281,11 @@ impl SessionWorker {
         }
     }
 
-    /// One or two writes, a short hold, then the release (a session hold is never left to
-    /// expire: its end is the session's).
+    /// One or two writes (a candidate's term: 1 to 6), a short hold, then the release (a
+    /// session hold is never left to expire: its end is the session's).
     fn hold(&mut self, key: &str, owner: &str, token: i64) {
-        for _ in 0..self.rng.gen_range(1..=2) {
+        let writes = if self.campaign { 6 } else { 2 };
+        for _ in 0..self.rng.gen_range(1..=writes) {
             if !self.write(key, owner, token) {
                 return;
             }

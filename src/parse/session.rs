@@ -1,0 +1,224 @@
+//! `LOCK.SESSION subcommand ...`: the user's forms and the internal ones (replication, AOF).
+
+use super::{integer, lock_delay_value, positive, ttl};
+use crate::error::{self, Error, Result};
+use crate::lock::Millis;
+
+/// `LOCK.SESSION subcommand ...`
+#[derive(Debug, PartialEq, Eq)]
+pub enum Session<'a> {
+    Open {
+        ttl: Millis,
+        bound: bool,
+        lock_delay: Millis,
+    },
+    KeepAlive {
+        id: &'a [u8],
+        ttl: Option<Millis>,
+    },
+    Close {
+        id: &'a [u8],
+    },
+    Attach {
+        id: &'a [u8],
+    },
+    Info {
+        id: &'a [u8],
+    },
+    /// Internal (replication and AOF): a session as the primary has it.
+    Restore {
+        id: &'a [u8],
+        serial: u64,
+        ttl: Millis,
+        deadline: Millis,
+        lock_delay: Millis,
+        bound: bool,
+        user: &'a [u8],
+    },
+    /// Internal: a keepalive's effect.
+    Renew {
+        serial: u64,
+        ttl: Millis,
+        deadline: Millis,
+    },
+    /// Internal: the session ended at `at` (primary's clock), cleanly or not.
+    Ended {
+        serial: u64,
+        at: Millis,
+        clean: bool,
+    },
+}
+
+/// `LOCK.SESSION ...`. The internal forms (`RESTORE`, `RENEW`, `ENDED`) parse here too; the
+/// command refuses them from ordinary clients.
+pub fn session<'a>(args: &[&'a [u8]]) -> Result<Session<'a>> {
+    let Some(sub) = args.get(1) else {
+        return Err(Error::WrongArity);
+    };
+    let is = |name: &[u8]| sub.eq_ignore_ascii_case(name);
+    let rest = &args[2..];
+    let id = || match rest {
+        [id] => Ok(*id),
+        _ => Err(Error::WrongArity),
+    };
+    if is(b"OPEN") {
+        let Some((ttl_arg, options)) = rest.split_first() else {
+            return Err(Error::WrongArity);
+        };
+        let ttl = ttl(ttl_arg)?;
+        let (mut bound, mut lock_delay) = (false, None);
+        let mut options = options.iter();
+        while let Some(opt) = options.next() {
+            if opt.eq_ignore_ascii_case(b"BOUND") {
+                if bound {
+                    return Err(error::option_repeated("BOUND"));
+                }
+                bound = true;
+            } else if opt.eq_ignore_ascii_case(b"LOCKDELAY") {
+                if lock_delay.is_some() {
+                    return Err(error::option_repeated("LOCKDELAY"));
+                }
+                let value = options
+                    .next()
+                    .ok_or_else(|| error::option_needs_value("LOCKDELAY", "milliseconds"))?;
+                lock_delay = Some(lock_delay_value(value)?);
+            } else {
+                return Err(error::unexpected_argument(opt));
+            }
+        }
+        Ok(Session::Open {
+            ttl,
+            bound,
+            lock_delay: lock_delay.unwrap_or(0),
+        })
+    } else if is(b"KEEPALIVE") {
+        match rest {
+            [id] => Ok(Session::KeepAlive { id, ttl: None }),
+            [id, t] => Ok(Session::KeepAlive {
+                id,
+                ttl: Some(ttl(t)?),
+            }),
+            _ => Err(Error::WrongArity),
+        }
+    } else if is(b"CLOSE") {
+        Ok(Session::Close { id: id()? })
+    } else if is(b"ATTACH") {
+        Ok(Session::Attach { id: id()? })
+    } else if is(b"INFO") {
+        Ok(Session::Info { id: id()? })
+    } else if is(b"RESTORE") {
+        let [id, serial, ttl, deadline, lock_delay, bound, user] = rest else {
+            return Err(Error::WrongArity);
+        };
+        let number = |a: &[u8]| {
+            integer(a)
+                .filter(|v| *v >= 0)
+                .ok_or_else(error::deadline_invalid)
+        };
+        Ok(Session::Restore {
+            id,
+            serial: positive(serial).ok_or_else(error::token_invalid)?,
+            ttl: number(ttl)?,
+            deadline: number(deadline)?,
+            lock_delay: number(lock_delay)?,
+            bound: number(bound)? != 0,
+            user,
+        })
+    } else if is(b"RENEW") {
+        let [serial, ttl, deadline] = rest else {
+            return Err(Error::WrongArity);
+        };
+        let number = |a: &[u8]| {
+            integer(a)
+                .filter(|v| *v >= 0)
+                .ok_or_else(error::deadline_invalid)
+        };
+        Ok(Session::Renew {
+            serial: positive(serial).ok_or_else(error::token_invalid)?,
+            ttl: number(ttl)?,
+            deadline: number(deadline)?,
+        })
+    } else if is(b"ENDED") {
+        let [serial, at, how] = rest else {
+            return Err(Error::WrongArity);
+        };
+        Ok(Session::Ended {
+            serial: positive(serial).ok_or_else(error::token_invalid)?,
+            at: integer(at)
+                .filter(|v| *v >= 0)
+                .ok_or_else(error::deadline_invalid)?,
+            clean: how.eq_ignore_ascii_case(b"CLOSED"),
+        })
+    } else {
+        Err(error::session_subcommand(sub))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with<T>(args: &[&str], f: impl FnOnce(&[&[u8]]) -> T) -> T {
+        let refs: Vec<&[u8]> = args.iter().map(|s| s.as_bytes()).collect();
+        f(&refs)
+    }
+
+    #[test]
+    fn session_subcommands() {
+        with(&["S", "open", "1000", "BOUND", "LOCKDELAY", "250"], |a| {
+            assert_eq!(
+                session(a).unwrap(),
+                Session::Open {
+                    ttl: 1000,
+                    bound: true,
+                    lock_delay: 250
+                }
+            )
+        });
+        with(&["S", "KEEPALIVE", "id", "500"], |a| {
+            assert_eq!(
+                session(a).unwrap(),
+                Session::KeepAlive {
+                    id: b"id",
+                    ttl: Some(500)
+                }
+            )
+        });
+        with(&["S", "close", "id"], |a| {
+            assert_eq!(session(a).unwrap(), Session::Close { id: b"id" })
+        });
+        with(&["S", "ENDED", "5", "100", "LOST"], |a| {
+            assert_eq!(
+                session(a).unwrap(),
+                Session::Ended {
+                    serial: 5,
+                    at: 100,
+                    clean: false
+                }
+            )
+        });
+        let bad: [(&[&str], &str); 7] = [
+            (&["S"], "ERR wrong number of arguments"),
+            (&["S", "OPEN"], "ERR wrong number of arguments"),
+            (&["S", "OPEN", "0"], "ERR ttl-ms must be a positive integer"),
+            (
+                &["S", "OPEN", "10", "BOUND", "BOUND"],
+                "ERR syntax error: BOUND given more than once",
+            ),
+            (
+                &["S", "OPEN", "10", "LOCKDELAY", "70000"],
+                "ERR LOCKDELAY must be an integer from 0 to 60000",
+            ),
+            (&["S", "INFO"], "ERR wrong number of arguments"),
+            (
+                &["S", "NOPE", "x"],
+                "ERR unknown LOCK.SESSION subcommand 'NOPE' (OPEN, KEEPALIVE, CLOSE, ATTACH, INFO)",
+            ),
+        ];
+        for (args, want) in bad {
+            with(args, |a| {
+                assert_eq!(session(a).unwrap_err().reply_text(), want, "{args:?}")
+            });
+        }
+    }
+}
