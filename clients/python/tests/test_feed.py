@@ -400,6 +400,7 @@ MINE = 100
         ("acquired", MINE + 1, b"b", False, "feed: acquired to 'b'"),
         ("handoff", MINE + 1, b"b c", False, "feed: handoff to 'b c'"),
         ("extended", MINE, b"me", False, None),
+        ("delayed", MINE, b"me", False, None),  # follows the `lost` that reported it
         ("acquired", MINE, b"me", False, None),
         ("expired", MINE - 1, b"x", True, None),  # another shared holder's
         ("acquired", MINE + 1, b"b", True, None),  # a shared holder joining
