@@ -5,6 +5,8 @@
 //!   when `python3 -c "import redis"` fails).
 //! - `clients/python/examples/concurrency_limit.py`: eight processes share a semaphore of three; never
 //!   more than three calls run at once (same redis-py condition).
+//! - `clients/python/examples/leader_election.py`: three candidates, each leader SIGKILLed in
+//!   turn, the next one leads; an observer prints every change (same redis-py condition).
 //! - `clients/node/examples/tokens.js`: tokens reach Node (ioredis) as exact numbers (skipped with a
 //!   message when `node` or `clients/node/node_modules/ioredis` is missing).
 //! - `examples/leader.rs`: two candidates take turns as leader with growing tokens, and a leader
@@ -280,6 +282,58 @@ fn python_concurrency_limit_is_never_exceeded() {
     // Every permit came back: the semaphore's key is gone.
     let mut conn = server.conn();
     assert_absent(&mut conn, &format!("limit:{}", field("api")));
+}
+
+// --- Python: leader election ------------------------------------------------------
+
+/// `clients/python/examples/leader_election.py`: three candidates in bound sessions; each
+/// leader is SIGKILLed in turn and the next one leads, the last resigns; the script's observer
+/// prints every change and checks the order, the growing terms and the final "no leader".
+#[test]
+fn python_leader_election_survives_killed_leaders() {
+    if !python_has_redis() {
+        let _ = writeln!(
+            std::io::stderr(),
+            "skipped: redis-py not installed (python_leader_election_survives_killed_leaders)"
+        );
+        return;
+    }
+    let server = Server::start();
+    let scratch = Scratch::new();
+    let script = manifest_dir().join("clients/python/examples/leader_election.py");
+    let mut child = spawn(
+        python3()
+            .arg(&script)
+            .args(["--port", &server.port().to_string(), "--candidates", "3"]),
+        &scratch,
+        "stdout",
+        "stderr",
+    );
+    let status = wait_exit(&mut child, "leader_election.py", &scratch, "stderr");
+    let (stdout, stderr) = (scratch.read("stdout"), scratch.read("stderr"));
+    assert!(
+        status.success(),
+        "leader_election.py exited with {status}; stdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    let changes: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("change "))
+        .collect();
+    assert_eq!(changes.len(), 4, "three leaders and no leader:\n{stdout}");
+    assert_eq!(changes[3], "change leader=none resync=no", "{stdout}");
+    let summary = stdout.lines().last().unwrap_or_default();
+    let fields = summary_fields(summary);
+    let field = |name: &str| {
+        fields
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_else(|| panic!("no {name}= in {summary:?}"))
+    };
+    assert_eq!(field("leaders"), "cand-1,cand-2,cand-3", "{summary}");
+    assert_eq!(field("terms_increasing"), "yes", "{summary}");
+    let mut conn = server.conn();
+    assert_absent(&mut conn, &field("election"));
 }
 
 // --- Node: exact tokens ------------------------------------------------------------

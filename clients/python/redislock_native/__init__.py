@@ -10,6 +10,10 @@
 - :class:`Session` / :class:`AsyncSession`: one lease for many holds (``LOCK.SESSION``) with one
   keepalive; ``bound=True`` ends it the moment its holder's connection closes. Locks of every
   kind take ``session=``.
+- :class:`Election` / :class:`AsyncElection`: leader election on one key (``campaign``,
+  ``leader``, ``observe``, ``resign``); the term is the fencing token.
+- Loss reported at once: a lock with ``on_lost`` watches its key through the change feed
+  (``LOCK.WATCH``, :mod:`redislock_native.feed`) while held.
 - :class:`Redlock` / :class:`AsyncRedlock`: one lock over several independent masters,
   granted by a majority.
 - :mod:`redislock_native.fence`: writes that happen only while a token is live.
@@ -19,6 +23,7 @@ The server needs the module loaded (``loadmodule /path/to/libredis_lock.so``).
 
 from .aio import AsyncLock
 from .compat import AsyncRedisPyLock, RedisPyLock
+from .election import AsyncElection, AsyncLeadership, Change, Election, Leader, Leadership
 from .fence import FENCE_CHECK_LUA, FENCED_CALL_LUA, StaleTokenError, afenced_call, fenced_call, fenced_script
 from .lock import Lock, LockLostError, NotDurableError
 from .multi import AsyncMultiLock, MultiLock
@@ -41,6 +46,12 @@ __all__ = [
     "AsyncReadLock",
     "Session",
     "AsyncSession",
+    "Election",
+    "AsyncElection",
+    "Leadership",
+    "AsyncLeadership",
+    "Leader",
+    "Change",
     "Redlock",
     "AsyncRedlock",
     "RedlockError",

@@ -2,10 +2,13 @@
 
 import asyncio
 import inspect
+import time
 
 from redis.exceptions import ConnectionError, LockError, TimeoutError
 
 from . import _wire
+from . import feed as _feed
+from . import feed_aio as _feed_aio
 from .fence import afenced_call
 from .lock import LockLostError, _Base
 
@@ -17,7 +20,8 @@ class AsyncLock(_Base):
     A task cancelled while it waits in ``acquire()`` leaves no grant behind: the waiter
     is unblocked (or its connection closed) and a grant that raced the cancellation is
     released before ``CancelledError`` propagates. ``on_lost`` may be a plain function or
-    a coroutine function; it runs in the watchdog task.
+    a coroutine function; it runs in the watchdog task, or in the change feed's task
+    (``feed=True``: see ``Lock``).
     """
 
     def __init__(self, client, name, ttl, **kwargs):
@@ -29,6 +33,7 @@ class AsyncLock(_Base):
         args, wait = self._acquire_args(blocking, timeout)
         held_before = self._token is not None
         cleanup = _nothing if held_before else self._release_quietly
+        sent_at = time.monotonic()
         if self.durable:
             _wire.check_durable(await self.client.info("server"))
             reply, acked = await _wire.aacquire_blocking(
@@ -49,6 +54,8 @@ class AsyncLock(_Base):
             return False
         if self._in_session():
             await self._report_lost(f"session lost: {self.session.lost_reason}")
+        elif self.on_lost is not None and self.feed:
+            self._watch_feed(_feed_aio.afeed_for(self.client), self._first_deadline(sent_at, wait))
         if self.watchdog and (self._dog is None or self._dog.done()):
             self._dog = asyncio.ensure_future(self._watch())
         return True
@@ -64,7 +71,11 @@ class AsyncLock(_Base):
 
     async def extend(self, ttl=None):
         """Set the deadline to now + ``ttl`` seconds (default: the lock's ttl); False if lost."""
-        return await self.client.execute_command(*self._extend_args(ttl)) == 1
+        sent_at = time.monotonic()
+        if await self.client.execute_command(*self._extend_args(ttl)) != 1:
+            return False
+        self._renewed_at(sent_at)
+        return True
 
     async def locked(self):
         """True if anyone holds the lock."""
@@ -116,6 +127,7 @@ class AsyncLock(_Base):
         """
         while True:
             await asyncio.sleep(self._period())
+            sent_at = time.monotonic()
             try:
                 reply = await _wire.acall_timed(self._pooled(), self._extend_args(None), self._period())
             except (asyncio.CancelledError, KeyboardInterrupt, SystemExit):
@@ -126,13 +138,25 @@ class AsyncLock(_Base):
             if not self._renewed(reply):
                 await self._report_lost("not held")
                 return
+            self._renewed_at(sent_at)
 
     async def _report_lost(self, reason):
-        self._lost_reason = reason
+        if not self._claim_loss(reason):
+            return
         if self.on_lost is not None:
             result = self.on_lost(self)
             if inspect.isawaitable(result):
                 await result
+
+
+    async def _feed_lost(self, sub, reason):
+        """The feed found this hold lost (in the feed's task): stop renewing, report once."""
+        if self._feed_sub is not sub:
+            return
+        dog, self._dog = self._dog, None
+        if dog is not None and dog is not asyncio.current_task():
+            dog.cancel()
+        await self._report_lost(reason)
 
 
 async def _nothing():

@@ -1,10 +1,12 @@
 """``Lock``: an exclusive lock held on the server, for a synchronous redis-py client."""
 
 import threading
+import time
 
 from redis.exceptions import ConnectionError, LockError, LockNotOwnedError, TimeoutError
 
 from . import _wire
+from . import feed as _feed
 from .fence import fenced_call
 
 
@@ -56,6 +58,7 @@ class _Base:
         durable_timeout=1.0,
         session=None,
         lock_delay=None,
+        feed=True,
     ):
         self.client = client
         self.name = name
@@ -87,8 +90,11 @@ class _Base:
             raise ValueError("durable must be a number of replicas (0: do not wait)")
         self.durable = durable
         self._durable_ms = _wire.to_ms(durable_timeout, "durable_timeout", allow_zero=True)
+        self.feed = bool(feed)
         self._token = None
         self._lost_reason = None
+        self._lost_mutex = threading.Lock()
+        self._feed_sub = None  # this hold's watch in the client's change feed (feed.py)
 
     # --- state ---
 
@@ -109,9 +115,14 @@ class _Base:
 
     @property
     def lost_reason(self):
-        """Why the watchdog stopped: ``"not held"`` (LOCK.EXTEND answered 0: expired,
-        deleted or taken), ``"extend failed: <error>"`` (no answer within its period) or
-        ``"session lost: <the session's lost_reason>"``. None while not lost."""
+        """Why the hold was found lost, None while not: from the watchdog ``"not held"``
+        (LOCK.EXTEND answered 0: expired, deleted or taken) or ``"extend failed: <error>"`` (no
+        answer within its period); from the session ``"session lost: <its lost_reason>"``; from
+        the change feed ``"feed: <event>"`` (``expired``, ``lost``, ``released``, ``deleted``,
+        ``flushed``, ``swapped``, ``demoted``), ``"feed: acquired to 'owner'"`` / ``"feed:
+        handoff to 'owner'"`` (another owner was granted it after this token), ``"feed: not held
+        (LOCK.INFO)"``, ``"deadline passed: no renewal succeeded"`` or ``"feed connection lost:
+        <error>"``. The first report wins; a hold is reported lost once."""
         return self._lost_reason
 
     def _period(self):
@@ -185,10 +196,52 @@ class _Base:
         return _wire.node_client(self.client, self.name)
 
     def _let_go(self):
-        """Before a release: not held any more, and not the session's to report."""
+        """Before a release: not held any more, and not the session's or the feed's to report."""
+        self._unwatch_feed()
         self._token = None
         if self.session is not None:
             self.session._forget(self)
+
+    # --- the change feed: loss reported at once (feed.py) ---
+
+    def _feed_tokens(self):
+        """The keys this hold watches, with its token on each."""
+        return {self.name: self._token}
+
+    def _first_deadline(self, sent_at, wait):
+        """The hold's conservative deadline after a grant whose command was sent at ``sent_at``:
+        known only for a single try (a blocking grant came at some point of the wait: the feed
+        reads the hold's ttl from LOCK.INFO instead). None for a hold with no deadline."""
+        if wait != 0 or self._ttl_ms == 0:
+            return None
+        ttl_s = self._ttl_ms / 1000
+        return sent_at + ttl_s - _feed.margin(ttl_s)
+
+    def _watch_feed(self, feed, deadline):
+        """After a grant: watch the key through ``feed`` (the client's) if a loss callback wants it."""
+        if self.on_lost is None or not self.feed or self._feed_sub is not None or feed is None:
+            return
+        self._feed_sub = feed.hold(self, self._feed_tokens(), "SHARED" in self._mode_args, deadline)
+
+    def _unwatch_feed(self):
+        sub, self._feed_sub = self._feed_sub, None
+        if sub is not None:
+            sub.feed.drop(sub)
+
+    def _renewed_at(self, sent_at):
+        """A renewal sent at ``sent_at`` succeeded: the feed's deadline moves."""
+        sub = self._feed_sub
+        if sub is not None and self._ttl_ms:
+            sub.feed.renewed(sub, sent_at, self._ttl_ms / 1000)
+
+    def _claim_loss(self, reason):
+        """Record ``reason``; False if a loss of this hold was reported already (report once)."""
+        with self._lost_mutex:
+            if self._lost_reason is not None:
+                return False
+            self._lost_reason = reason
+        self._unwatch_feed()
+        return True
 
     def __repr__(self):
         state = f"token={self._token}" if self._token is not None else "not held"
@@ -218,6 +271,14 @@ class Lock(_Base):
       reported on each hold (``lost_reason`` ``"session lost: ..."``, ``on_lost(lock)``).
     - ``lock_delay``: seconds nobody is granted the lock after this hold expired (``LOCKDELAY
       ms``); not with ``session`` (a session hold has its session's delay).
+    - ``feed`` (default True): with ``on_lost``, the hold is watched through the change feed
+      while held (``LOCK.WATCH``, ``redislock_native.feed``: one watch and one pub/sub
+      connection per client object, not per lock), so ``on_lost(lock)`` is called (from the
+      feed's thread) the moment the server reports the hold ended (expired, session lost,
+      deleted, flushed, swapped, demoted, released elsewhere, or granted to another owner), at
+      the hold's own conservative deadline if no renewal succeeded by then, or when the feed's
+      connection is lost. Never while renewals succeed. ``feed=False``: the watchdog or the
+      session alone reports. With a ``RedisCluster`` client the feed is that of the key's node.
 
     A blocking ``acquire()`` is one ``LOCK.ACQUIRE ... BLOCK`` command, however long the
     wait and whatever the client's socket timeout or retry policy: it keeps its place in
@@ -240,6 +301,7 @@ class Lock(_Base):
         args, wait = self._acquire_args(blocking, timeout)
         held_before = self._token is not None
         cleanup = (lambda: None) if held_before else self._release_quietly
+        sent_at = time.monotonic()
         if self.durable:
             _wire.check_durable(self.client.info("server"))
             reply, acked = _wire.acquire_blocking(self._pooled(), args, wait, cleanup, self._durable_args())
@@ -258,6 +320,8 @@ class Lock(_Base):
             return False
         if self._in_session():
             self._report_lost(f"session lost: {self.session.lost_reason}")
+        elif self.on_lost is not None and self.feed:
+            self._watch_feed(_feed.feed_for(self.client, self.name), self._first_deadline(sent_at, wait))
         if self.watchdog:
             self._start_watchdog()
         return True
@@ -277,7 +341,11 @@ class Lock(_Base):
     def extend(self, ttl=None):
         """Set the deadline to now + ``ttl`` seconds (default: the lock's ttl, which a given
         ``ttl`` replaces, also for the watchdog). True if held; False if lost: acquire again."""
-        return self.client.execute_command(*self._extend_args(ttl)) == 1
+        sent_at = time.monotonic()
+        if self.client.execute_command(*self._extend_args(ttl)) != 1:
+            return False
+        self._renewed_at(sent_at)
+        return True
 
     def locked(self):
         """True if anyone holds the lock (``LOCK.FENCE key``; works on replicas too)."""
@@ -323,12 +391,26 @@ class Lock(_Base):
 
     def _renew(self):
         """One renewal within the period; True if still held."""
-        return self._renewed(_wire.call_timed(self._pooled(), self._extend_args(None), self._period()))
+        sent_at = time.monotonic()
+        if not self._renewed(_wire.call_timed(self._pooled(), self._extend_args(None), self._period())):
+            return False
+        self._renewed_at(sent_at)
+        return True
 
     def _report_lost(self, reason):
-        self._lost_reason = reason
+        if not self._claim_loss(reason):
+            return
         if self.on_lost is not None:
             self.on_lost(self)
+
+    def _feed_lost(self, sub, reason):
+        """The feed found this hold lost (from the feed's thread): stop renewing, report once."""
+        if self._feed_sub is not sub:
+            return  # a hold released, or reported, since
+        dog = self._dog
+        if dog is not None:
+            dog._stopped.set()
+        self._report_lost(reason)
 
 
 class _Watchdog(threading.Thread):

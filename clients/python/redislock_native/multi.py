@@ -8,6 +8,8 @@ hash tag. There is no multi-key extend command: ``extend()``, ``owned()``, ``loc
 watchdog's renewals run one script over the keys (one atomic step on the server).
 """
 
+import time
+
 from .aio import AsyncLock
 from .lock import Lock
 
@@ -77,6 +79,9 @@ class _Multi:
     def _renewed(self, reply):
         return reply == len(self.names)
 
+    def _feed_tokens(self):
+        return dict(zip(self.names, self.tokens))
+
     def _owned_args(self):
         return ("EVAL", _OWNED_ALL_LUA, len(self.names), *self.names, *self.tokens)
 
@@ -102,7 +107,11 @@ class MultiLock(_Multi, Lock):
         return self.client.execute_command(*self._release_args()) == len(self.names)
 
     def extend(self, ttl=None):
-        return self.client.execute_command(*self._extend_args(ttl)) == len(self.names)
+        sent_at = time.monotonic()
+        if self.client.execute_command(*self._extend_args(ttl)) != len(self.names):
+            return False
+        self._renewed_at(sent_at)
+        return True
 
     def owned(self):
         return self.tokens is not None and self.client.execute_command(*self._owned_args()) == 1
@@ -127,7 +136,11 @@ class AsyncMultiLock(_Multi, AsyncLock):
         return await self.client.execute_command(*self._release_args()) == len(self.names)
 
     async def extend(self, ttl=None):
-        return await self.client.execute_command(*self._extend_args(ttl)) == len(self.names)
+        sent_at = time.monotonic()
+        if await self.client.execute_command(*self._extend_args(ttl)) != len(self.names):
+            return False
+        self._renewed_at(sent_at)
+        return True
 
     async def owned(self):
         return self.tokens is not None and await self.client.execute_command(*self._owned_args()) == 1

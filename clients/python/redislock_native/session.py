@@ -211,6 +211,13 @@ class _SessionBase:
             holds, self._holds = list(self._holds), set()
             return holds
 
+    def _quiet(self):
+        """Before ``CLOSE``: the holds stop watching the feed, which would report their release."""
+        with self._mutex:
+            holds = list(self._holds)
+        for lock in holds:
+            lock._unwatch_feed()
+
     def _let_go(self):
         """``close()``: the server released every hold cleanly; they are simply not held now."""
         with self._mutex:
@@ -278,6 +285,7 @@ class Session(_SessionBase):
         if self._id is None or self._closed:
             return None
         self._stop()
+        self._quiet()
         try:
             reply = self._command("LOCK.SESSION", "CLOSE", self._id)
         finally:
@@ -430,6 +438,7 @@ class AsyncSession(_SessionBase):
         if self._id is None or self._closed:
             return None
         await self._stop()
+        self._quiet()
         try:
             reply = await self._command("LOCK.SESSION", "CLOSE", self._id)
         finally:

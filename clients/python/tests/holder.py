@@ -15,7 +15,7 @@ from redislock_native import Lock
 
 port, key, ttl = int(sys.argv[1]), sys.argv[2], float(sys.argv[3])
 lost = threading.Event()
-lock = Lock(redis.Redis(port=port), key, ttl, watchdog=True, on_lost=lambda lk: lost.set())
+lock = Lock(redis.Redis(port=port), key, ttl, watchdog=True, on_lost=lambda lk: lost.set(), feed=False)
 assert lock.acquire(timeout=10)
 print("held", lock.token, flush=True)
 if not lost.wait(30):

@@ -168,7 +168,7 @@ def test_watchdog_reports_a_deleted_key(server, r, key):
         async def on_lost(lock):
             seen.set()
 
-        lock = AsyncLock(ar, key, 1.2, watchdog=True, on_lost=on_lost)
+        lock = AsyncLock(ar, key, 1.2, watchdog=True, on_lost=on_lost, feed=False)
         assert await lock.acquire()
         r.delete(key)
         await asyncio.wait_for(seen.wait(), 5)
@@ -186,7 +186,7 @@ def test_watchdog_of_a_stalled_event_loop_reports_the_loss(server, r, key):
     async def main():
         ar = server.aclient()
         lost = []
-        lock = AsyncLock(ar, key, 0.9, watchdog=True, on_lost=lost.append)
+        lock = AsyncLock(ar, key, 0.9, watchdog=True, on_lost=lost.append, feed=False)
         assert await lock.acquire()
         other = Lock(r, key, 30)
         got = []

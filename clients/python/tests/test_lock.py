@@ -217,7 +217,7 @@ def test_watchdog_keeps_the_lock_past_its_ttl_and_stops_on_release(r, key):
 
 def test_watchdog_reports_a_deleted_key_and_never_extends_after(r, key):
     seen = threading.Event()
-    lock = Lock(r, key, 1.2, watchdog=True, on_lost=lambda lk: seen.set())
+    lock = Lock(r, key, 1.2, watchdog=True, on_lost=lambda lk: seen.set(), feed=False)
     assert lock.acquire()
     r.delete(key)
     assert seen.wait(5)
@@ -232,7 +232,7 @@ def test_watchdog_reports_a_failed_renewal(server, key):
     # before the hold could actually expire.
     r = server.client(socket_timeout=1)
     seen = threading.Event()
-    lock = Lock(r, key, 2, watchdog=True, watchdog_period=0.2, on_lost=lambda lk: seen.set())
+    lock = Lock(r, key, 2, watchdog=True, watchdog_period=0.2, on_lost=lambda lk: seen.set(), feed=False)
     assert lock.acquire()
     server.proc.send_signal(signal.SIGSTOP)
     try:

@@ -54,7 +54,7 @@ def test_wait_for_every_key_with_one_command_past_the_socket_timeout(server, key
 
 def test_watchdog_renews_every_key_and_reports_a_loss(r, key):
     seen = threading.Event()
-    m = MultiLock(r, [f"{key}:a", f"{key}:b"], 1.2, watchdog=True, on_lost=lambda lk: seen.set())
+    m = MultiLock(r, [f"{key}:a", f"{key}:b"], 1.2, watchdog=True, on_lost=lambda lk: seen.set(), feed=False)
     assert m.acquire()
     r.config_resetstat()
     wait_until("two renewals", lambda: command_calls(r, "eval") >= 2)

@@ -63,3 +63,5 @@ def test_package_readme_snippets(server, index, capsys, request):
         assert re.fullmatch(r"held with fencing token \d+\n", capsys.readouterr().out)
     if "LOCKDELAY" in code:
         assert capsys.readouterr().out == "1\n"
+    if "Election(r" in code:
+        assert capsys.readouterr().out == "None\nworker-a:8080\nTrue\nNone\n"

@@ -150,8 +150,8 @@ def test_close_releases_to_a_waiter_at_once(server, key):
 def test_closed_from_elsewhere_is_lost_once_with_its_holds(r, key):
     on_lost, lock_lost = Losses(), Losses()
     s = Session(r, 0.6, on_lost=on_lost).open()
-    a = Lock(r, f"{key}:a", 0, session=s, on_lost=lock_lost)
-    b = Semaphore(r, f"{key}:b", 3, 0, session=s, on_lost=lock_lost)
+    a = Lock(r, f"{key}:a", 0, session=s, on_lost=lock_lost, feed=False)
+    b = Semaphore(r, f"{key}:b", 3, 0, session=s, on_lost=lock_lost, feed=False)
     assert a.acquire() and b.acquire()
     assert r.execute_command("LOCK.SESSION", "CLOSE", s.id) == 2
     wait_until("the session lost", lambda: s.lost)
@@ -174,7 +174,7 @@ def test_bound_connection_killed_is_lost_at_once(server, key):
     on_lost, lock_lost = Losses(), Losses()
     # A keepalive period of 20 s: the loss must be seen from the connection, not a keepalive.
     s = Session(r, 30, bound=True, on_lost=on_lost, keepalive_period=20).open()
-    lock = Lock(r, key, 0, session=s, on_lost=lock_lost)
+    lock = Lock(r, key, 0, session=s, on_lost=lock_lost, feed=False)
     assert lock.acquire()
     bound = s.info()["bound"]
     assert isinstance(bound, int)
@@ -406,8 +406,8 @@ def test_async_closed_from_elsewhere_is_lost_once(server, r, key):
 
         lock_lost = Losses()
         s = await AsyncSession(ar, 0.6, on_lost=on_lost).open()
-        a = AsyncLock(ar, f"{key}:a", 0, session=s, on_lost=lock_lost)
-        b = AsyncSemaphore(ar, f"{key}:b", 2, 0, session=s, on_lost=lock_lost)
+        a = AsyncLock(ar, f"{key}:a", 0, session=s, on_lost=lock_lost, feed=False)
+        b = AsyncSemaphore(ar, f"{key}:b", 2, 0, session=s, on_lost=lock_lost, feed=False)
         assert await a.acquire() and await b.acquire()
         assert r.execute_command("LOCK.SESSION", "CLOSE", s.id) == 2
         while not s.lost:
@@ -431,7 +431,7 @@ def test_async_bound_connection_killed_is_lost_at_once(server, key):
         ar = server.aclient(retry=Retry(NoBackoff(), 0))
         on_lost, lock_lost = Losses(), Losses()
         s = await AsyncSession(ar, 30, bound=True, on_lost=on_lost, keepalive_period=20).open()
-        lock = AsyncLock(ar, key, 0, session=s, on_lost=lock_lost)
+        lock = AsyncLock(ar, key, 0, session=s, on_lost=lock_lost, feed=False)
         assert await lock.acquire()
         bound = (await s.info())["bound"]
         waiter = AsyncLock(ar, key, 30)

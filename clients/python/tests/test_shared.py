@@ -85,7 +85,7 @@ def test_semaphore_wait_outlasts_the_socket_timeout_with_one_command(server, key
 
 def test_semaphore_watchdog_reports_a_deleted_key(r, key):
     seen = threading.Event()
-    sem = Semaphore(r, key, 2, 1.2, watchdog=True, on_lost=lambda s: seen.set())
+    sem = Semaphore(r, key, 2, 1.2, watchdog=True, on_lost=lambda s: seen.set(), feed=False)
     assert sem.acquire()
     r.config_resetstat()
     wait_until("a renewal", lambda: command_calls(r, "lock.extend") >= 2)
