@@ -196,8 +196,8 @@ fn watchdog_holder(
             Some(LossReason::ExtendFailed(_)) => {
                 watch.loss_extend_failed.fetch_add(1, Ordering::Relaxed)
             }
-            // No session here: the two session losses cannot happen.
-            Some(LossReason::SessionEnded | LossReason::BoundConnectionClosed(_)) | None => 0,
+            // No session and no change-feed watch here: the other reasons cannot happen.
+            Some(_) | None => 0,
         };
         let _ = guard.release();
     }
