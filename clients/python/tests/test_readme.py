@@ -21,9 +21,13 @@ def run(server, code, prelude=""):
 
 
 def test_readme_from_python(server, capsys):
-    (code,) = [s for s in snippets("README.md") if "redislock_native" in s]
-    run(server, code)
+    first, election = [s for s in snippets("README.md") if "redislock_native" in s]
+    run(server, first)
     assert re.fullmatch(r"token \d+\n", capsys.readouterr().out)
+    # The leader-election snippet: a term, the fenced write's reply, then the leader resigns.
+    run(server, election)
+    assert re.fullmatch(r"\d+\n", capsys.readouterr().out)
+    assert server.client().get("scheduler:config") == b"v2"
 
 
 PRELUDE = "import redis\nfrom redislock_native import Lock\nr = redis.Redis()\n"
