@@ -46,6 +46,17 @@
 //! The common checks (`exclusive-holds`, `stale-fenced-writes`, ...) and `sessions.rs`'s own
 //! (`session-ends-on-kill`, `session-expires-unattended`, `fenced-write-after-session-loss`)
 //! apply too.
+//!
+//! `election_failover` is the same election on a primary with an asynchronous replica (the
+//! forensic AOF of `failover.rs`): every 0.4-0.8 s, in place of that round's fault on the
+//! observer, `failover.rs`'s [`failover`] stops the replica for 200-400 ms (it misses what the
+//! leader does meanwhile), kills the primary with SIGKILL and promotes the replica. The
+//! candidates' proxies lead to the dead primary, so all of them are replaced by fresh ones on
+//! the new primary (`sessions.rs`); the observer waits for the new port and follows it,
+//! noting the server (`port=`) in each observation. A leader may believe it leads while a newer
+//! term is granted (paused, cut off, or its primary gone), and a promoted replica may hold an
+//! older leadership than the dead primary's last: its checks (`election/replicated.rs`) assert
+//! what fencing promises there and report, without failing, the overlaps.
 
 use std::collections::{BTreeMap, HashSet};
 use std::io::{self, Read, Write};
