@@ -108,6 +108,7 @@ scenarios![
     sessions_bound,
     sessions_lock_delay,
     election_bound,
+    election_failover,
 ];
 
 /// Not a test: the body of a holder process, the test binary re-executed by the

@@ -46,13 +46,25 @@
 //! The common checks (`exclusive-holds`, `stale-fenced-writes`, ...) and `sessions.rs`'s own
 //! (`session-ends-on-kill`, `session-expires-unattended`, `fenced-write-after-session-loss`)
 //! apply too.
+//!
+//! `election_failover` is the same election on a primary with an asynchronous replica (the
+//! forensic AOF of `failover.rs`): every 0.4-0.8 s, in place of that round's fault on the
+//! observer, `failover.rs`'s [`failover`] stops the replica for 200-400 ms (it misses what the
+//! leader does meanwhile), kills the primary with SIGKILL and promotes the replica. The
+//! candidates' proxies lead to the dead primary, so all of them are replaced by fresh ones on
+//! the new primary (`sessions.rs`); the observer waits for the new port and follows it,
+//! noting the server (`port=`) in each observation. A leader may believe it leads while a newer
+//! term is granted (paused, cut off, or its primary gone), and a promoted replica may hold an
+//! older leadership than the dead primary's last: its checks (`election/replicated.rs`) assert
+//! what fencing promises there and report, without failing, the overlaps.
 
 use std::collections::{BTreeMap, HashSet};
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU16, Ordering};
 use std::sync::{Arc, Mutex};
 
+use super::failover::{failover, FAILOVER, FORENSIC_AOF};
 use super::sessions::{session_faults, Holders, CUT, KILL, STOP};
 use super::*;
 use crate::checker::TOLERANCE;
@@ -71,23 +83,46 @@ pub fn election_bound() -> Scenario {
         "three candidates campaign for one key in BOUND sessions (ttl 0 holds); the leader is \
          SIGKILLed, SIGSTOPped or cut off past its session ttl; an observer follows the change \
          feed (its connections killed now and then)",
-        election_nemesis,
+        |env| campaign(env, false),
     )
-    .workload(Config {
-        workers: 0,
-        keys: 1,
-        ..Config::default()
-    })
+    .workload(one_key())
     .post(|h, _| election_checks(h))
 }
 
-fn election_nemesis(env: &mut Env) {
+pub fn election_failover() -> Scenario {
+    Scenario::new(
+        "election_failover",
+        "election_bound with an asynchronous replica: every 0.4-0.8 s the replica is \
+         SIGSTOPped (misses terms), the primary killed -9 and the replica promoted; the \
+         candidates start again on it and the observer follows it",
+        |env| campaign(env, true),
+    )
+    .server_args(FORENSIC_AOF)
+    .with_replica()
+    .workload(one_key())
+    .may_lose_writes()
+    .post(|h, _| failover_checks(h))
+}
+
+/// No workload threads: the candidates are the only clients of the one key.
+fn one_key() -> Config {
+    Config {
+        workers: 0,
+        keys: 1,
+        ..Config::default()
+    }
+}
+
+/// The candidates, the observer and the nemesis; with `failovers`, [`failover`] every 0.4-0.8 s
+/// (the replica stopped 200-400 ms first) in place of that round's fault on the observer.
+fn campaign(env: &mut Env, failovers: bool) {
     let key = lock_key(0);
     let stop = Arc::new(AtomicBool::new(false));
     let shared = Arc::new(ObserverState::default());
+    shared.port.store(env.primary.port(), Ordering::Relaxed);
     let observer = {
         let mut o = Observer {
-            port: env.primary.port(),
+            port: 0,
             key: key.clone(),
             rec: env.rec.clone(),
             state: shared.clone(),
@@ -102,7 +137,19 @@ fn election_nemesis(env: &mut Env) {
     });
     let mut c = env.conn();
     let mut sub_next = true;
+    let every = |env: &mut Env| Instant::now() + ms(env.rng.gen_range(400..=800));
+    let mut next_failover = every(env);
     let mut between = |env: &mut Env| {
+        if failovers && Instant::now() >= next_failover {
+            // Port 0: the observer waits, and never reaches a server that took the dead
+            // primary's port meanwhile.
+            shared.port.store(0, Ordering::Relaxed);
+            failover(env, (200, 400), Survival::Informational);
+            shared.port.store(env.primary.port(), Ordering::Relaxed);
+            c = env.conn();
+            next_failover = every(env);
+            return;
+        }
         if !env.rng.gen_bool(1.0 / 3.0) {
             return;
         }
@@ -168,6 +215,8 @@ fn election_nemesis(env: &mut Env) {
 /// What the observer shares with the nemesis.
 #[derive(Default)]
 struct ObserverState {
+    /// The primary's port (0 during a failover).
+    port: AtomicU16,
     /// Client ids of its (watch, subscription) connections.
     ids: Mutex<(Option<i64>, Option<i64>)>,
     /// The last seq it has read (feed or resynchronisation), in its current numbering.
@@ -176,6 +225,7 @@ struct ObserverState {
 }
 
 struct Observer {
+    /// The port of the server it follows now.
     port: u16,
     key: String,
     rec: Arc<Recorder>,
@@ -202,6 +252,10 @@ impl Observer {
 
     /// Connect, watch, subscribe, resynchronise, then read the feed until an error or the end.
     fn follow(&mut self, reason: &str) -> io::Result<()> {
+        self.port = self.state.port.load(Ordering::Relaxed);
+        if self.port == 0 {
+            return Err(io::Error::new(io::ErrorKind::NotFound, "a failover"));
+        }
         let mut watch = Raw::connect(self.port)?;
         let mut sub = Raw::connect(self.port)?;
         let ids = (watch.client_id()?, sub.client_id()?);
@@ -270,7 +324,10 @@ impl Observer {
         self.rec.observe(
             at,
             token,
-            format!("observer feed seq={seq} {event} owner={owner}"),
+            format!(
+                "observer feed seq={seq} {event} owner={owner} port={}",
+                self.port
+            ),
         );
         self.top_token = self.top_token.max(token);
         if seq > self.last_seq + 1 {
@@ -319,9 +376,11 @@ impl Observer {
             at,
             token,
             format!(
-                "observer resync seq={seq} after_token={} holder={} owner={owner} ({reason})",
+                "observer resync seq={seq} after_token={} holder={} owner={owner} port={} \
+                 ({reason})",
                 self.top_token,
-                holder.map_or("none".to_string(), |h| h.0.to_string())
+                holder.map_or("none".to_string(), |h| h.0.to_string()),
+                self.port
             ),
         );
         let what = reason.split(':').next().unwrap_or(reason);
@@ -468,4 +527,6 @@ fn parse(buf: &[u8], at: usize) -> Option<(Resp, usize)> {
 }
 
 mod checks;
+mod replicated;
 use checks::election_checks;
+use replicated::failover_checks;

@@ -3,6 +3,9 @@
 use super::*;
 use crate::common::promote;
 
+/// The kind of [`failover`]'s fault.
+pub const FAILOVER: &str = "kill -9 of the primary, promotion of the stopped replica";
+
 /// Primaries and replicas keep an AOF (`appendfsync no`: written before each reply, which is
 /// all a SIGKILL needs) only so that every token a killed primary issued can be read back.
 pub const FORENSIC_AOF: &[&str] = &["--appendonly", "yes", "--appendfsync", "no"];
@@ -62,51 +65,50 @@ fn waited_failovers(
         .may_lose_writes()
 }
 
-/// Every 0.4-0.8 s: stop the replica for `stop_ms`, kill -9 the primary, continue the replica,
-/// `REPLICAOF NO ONE`, read its holds (before the workload can reach it), point the workload
-/// at it and give it a new replica. Tokens the dead primary issued are known from its AOF.
+/// Every 0.4-0.8 s, a [`failover`].
 pub fn failovers(env: &mut Env, stop_ms: (u64, u64), survival: Survival) {
     while env.running() {
         env.sleep((400, 800));
         if !env.running() {
             break;
         }
-        let replica = env.replica.take().expect("a replica");
-        let pid = faults::server_pid(&replica);
-        env.inject("SIGSTOP of the replica", None, Effect::Keeps, true, |env| {
-            faults::signal(pid, "STOP");
-            let pause = env.rng.gen_range(stop_ms.0..=stop_ms.1);
-            thread::sleep(ms(pause));
-            (
-                (),
-                format!("pid {pid} for {pause} ms, then the primary is killed"),
-            )
-        });
-        env.observe_high_water();
-        env.target.set(None);
-        let (fault, ()) = env.inject(
-            "kill -9 of the primary, promotion of the stopped replica",
-            None,
-            Effect::MayLose,
-            true,
-            |env| {
-                env.primary.kill9();
-                faults::signal(pid, "CONT");
-                promote(&replica);
-                let mut r = replica.conn();
-                wait_until(
-                    "the promoted replica's role",
-                    Duration::from_secs(10),
-                    || info_field(&mut r, "replication", "role").as_deref() == Some("master"),
-                );
-                ((), format!("new primary on port {}", replica.port()))
-            },
-        );
-        observe_aof_tokens(env, fault, "the dead primary's AOF");
-        let dead = std::mem::replace(&mut env.primary, replica);
-        env.retired.push(dead);
-        env.snapshot(fault, survival);
-        env.target.set(Some(env.primary.port()));
-        env.replica = Some(env.start_replica());
+        failover(env, stop_ms, survival);
     }
+}
+
+/// Stop the replica for `stop_ms`, kill -9 the primary, continue the replica, `REPLICAOF NO
+/// ONE`, read its holds (before the workload can reach it), point the workload at it and give
+/// it a new replica. Tokens the dead primary issued are known from its AOF.
+pub fn failover(env: &mut Env, stop_ms: (u64, u64), survival: Survival) {
+    let replica = env.replica.take().expect("a replica");
+    let pid = faults::server_pid(&replica);
+    env.inject("SIGSTOP of the replica", None, Effect::Keeps, true, |env| {
+        faults::signal(pid, "STOP");
+        let pause = env.rng.gen_range(stop_ms.0..=stop_ms.1);
+        thread::sleep(ms(pause));
+        (
+            (),
+            format!("pid {pid} for {pause} ms, then the primary is killed"),
+        )
+    });
+    env.observe_high_water();
+    env.target.set(None);
+    let (fault, ()) = env.inject(FAILOVER, None, Effect::MayLose, true, |env| {
+        env.primary.kill9();
+        faults::signal(pid, "CONT");
+        promote(&replica);
+        let mut r = replica.conn();
+        wait_until(
+            "the promoted replica's role",
+            Duration::from_secs(10),
+            || info_field(&mut r, "replication", "role").as_deref() == Some("master"),
+        );
+        ((), format!("new primary on port {}", replica.port()))
+    });
+    observe_aof_tokens(env, fault, "the dead primary's AOF");
+    let dead = std::mem::replace(&mut env.primary, replica);
+    env.retired.push(dead);
+    env.snapshot(fault, survival);
+    env.target.set(Some(env.primary.port()));
+    env.replica = Some(env.start_replica());
 }

@@ -4,8 +4,9 @@
 //!
 //! One file per family of faults: `client_faults.rs`, `restarts.rs`, `keyspace.rs`,
 //! `failover.rs`, `memory.rs`, `acl.rs`, `sessions.rs` (with its holder process in
-//! `sessions/holder.rs`), `election.rs` (candidates: the same processes, campaigning); below, the helpers they share and the scenarios
-//! without server faults.
+//! `sessions/holder.rs`), `election.rs` (candidates: the same processes, campaigning; on one server,
+//! and with a replica and failovers, `election_failover`, its checks in `election/replicated.rs`);
+//! below, the helpers they share and the scenarios without server faults.
 
 use std::thread;
 use std::time::{Duration, Instant};

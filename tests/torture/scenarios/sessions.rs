@@ -386,25 +386,32 @@ fn gone_within(env: &Env, c: &mut Connection, id: &str, patience: Duration) -> O
     }
 }
 
-/// The nemesis (see the module docs), on the processes `holders` describes; `between` runs
-/// once a round, before the holder to hit is chosen (the election's observer faults).
-pub(super) fn session_faults(env: &mut Env, holders: &Holders, between: &mut dyn FnMut(&mut Env)) {
-    let spec = holders;
-    let mut c = env.conn();
+/// Open and close one session on the server `c` reaches (see the comment inside).
+fn warm_up(c: &mut Connection) {
     // The first OPEN of a server process builds the module's table of slot tags. Before
     // 2022ebe that came out of the session's ttl (150-250 ms in a debug build here, so a first
     // session of 250 ms reached its holder all but expired); it no longer does, but the first
     // OPEN still keeps the server busy a moment. Open and close one first, so that the
     // holders' sessions start on a server that answers at once.
-    let warm = faults::raw(&mut c, &["LOCK.SESSION", "OPEN", "10000"]);
+    let warm = faults::raw(c, &["LOCK.SESSION", "OPEN", "10000"]);
     let Value::BulkString(warm) = warm else {
         panic!("LOCK.SESSION OPEN answered {warm:?}")
     };
     let warm = String::from_utf8_lossy(&warm).into_owned();
     assert_eq!(
-        faults::raw(&mut c, &["LOCK.SESSION", "CLOSE", &warm]),
+        faults::raw(c, &["LOCK.SESSION", "CLOSE", &warm]),
         Value::Int(0)
     );
+}
+
+/// The nemesis (see the module docs), on the processes `holders` describes; `between` runs
+/// once a round, before the holder to hit is chosen (the election's observer faults and
+/// failovers: after one, every holder is replaced by a fresh one on the new primary).
+pub(super) fn session_faults(env: &mut Env, holders: &Holders, between: &mut dyn FnMut(&mut Env)) {
+    let spec = holders;
+    let mut c = env.conn();
+    let mut port = env.primary.port();
+    warm_up(&mut c);
     let mut holders: Vec<SessionHolder> = (0..spec.count)
         .map(|_| SessionHolder::spawn(env, spec))
         .collect();
@@ -424,6 +431,18 @@ pub(super) fn session_faults(env: &mut Env, holders: &Holders, between: &mut dyn
             break;
         }
         between(env);
+        if env.primary.port() != port {
+            // `between` failed the primary over (`election_failover`): the holders' proxies
+            // lead to the dead one. Retire them and start fresh ones on the new primary.
+            port = env.primary.port();
+            c = env.conn();
+            warm_up(&mut c);
+            for slot in holders.iter_mut() {
+                let fresh = SessionHolder::spawn(env, spec);
+                std::mem::replace(slot, fresh).finish(env, &mut c);
+            }
+            continue;
+        }
         // A holder that holds a lock, if one does within 300 ms.
         let names: Vec<String> = holders.iter().map(|h| format!("{}-", h.name)).collect();
         let holding = |c: &mut Connection, env: &Env| {

@@ -268,46 +268,111 @@ impl Worker {
             );
         }
         self.writes += 1;
-        let tag = format!("{token}|{read_len}|{owner}|{}.{}", self.name, self.writes);
-        let mut eval = redis::cmd("EVAL");
-        eval.arg(FENCED_APPEND)
-            .arg(2)
-            .arg(key)
-            .arg(&list)
-            .arg(token)
-            .arg(&tag);
-        let fenced = Op::FencedWrite {
-            read: read_len,
-            tag,
+        let reads = Reads {
+            fenced: (fenced_invoke, read_len),
+            plain: (plain_invoke, read),
         };
-        match self.op(
+        let writer = format!("{}.{}", self.name, self.writes);
+        write_step(self, key, owner, token, reads, &writer, |_| {})
+    }
+}
+
+/// What a read-modify-write read before its writes: when each read was sent (the write's
+/// invocation in the history), and what it answered.
+pub struct Reads {
+    /// The fenced list's `LLEN`: (sent at, length).
+    pub fenced: (Micros, i64),
+    /// The counter's `GET`: (sent at, value; 0 for none).
+    pub plain: (Micros, i64),
+}
+
+/// A client that sends and records operations as [`Worker`]'s `op` does (its outcome and, for
+/// a grant, the token; `None` if nothing was sent). The session holder processes are one too.
+pub trait Recording {
+    #[allow(clippy::too_many_arguments)]
+    fn op(
+        &mut self,
+        key: &str,
+        owner: &str,
+        op: Op,
+        token: Option<i64>,
+        cmd: &Cmd,
+        timeout: Duration,
+        invoke: Option<Micros>,
+    ) -> Option<(Outcome, Option<i64>)>;
+}
+
+impl Recording for Worker {
+    fn op(
+        &mut self,
+        key: &str,
+        owner: &str,
+        op: Op,
+        token: Option<i64>,
+        cmd: &Cmd,
+        timeout: Duration,
+        invoke: Option<Micros>,
+    ) -> Option<(Outcome, Option<i64>)> {
+        Worker::op(self, key, owner, op, token, cmd, timeout, invoke)
+    }
+}
+
+/// The write half of every holder's read-modify-write: the fenced append through
+/// [`FENCED_APPEND`] tagged `token|read|owner|writer` (`writer` unique per write, e.g.
+/// `w3.17`), then the counter's `SET` to what was read + 1, each recorded from its read's
+/// invocation. `sending` is told the tag just before the append is sent. False if a reply was
+/// lost.
+pub fn write_step(
+    c: &mut impl Recording,
+    key: &str,
+    owner: &str,
+    token: i64,
+    reads: Reads,
+    writer: &str,
+    sending: impl FnOnce(&str),
+) -> bool {
+    let (list, counter) = (fenced_key(key), plain_key(key));
+    let ((fenced_invoke, read_len), (plain_invoke, read)) = (reads.fenced, reads.plain);
+    let tag = format!("{token}|{read_len}|{owner}|{writer}");
+    let mut eval = redis::cmd("EVAL");
+    eval.arg(FENCED_APPEND)
+        .arg(2)
+        .arg(key)
+        .arg(&list)
+        .arg(token)
+        .arg(&tag);
+    sending(&tag);
+    let fenced = Op::FencedWrite {
+        read: read_len,
+        tag,
+    };
+    match c.op(
+        key,
+        owner,
+        fenced,
+        Some(token),
+        &eval,
+        SLACK,
+        Some(fenced_invoke),
+    ) {
+        Some((Outcome::Unknown, _)) | None => return false,
+        Some(_) => {}
+    }
+    let mut set = redis::cmd("SET");
+    set.arg(&counter).arg(read + 1);
+    let plain = Op::UnfencedWrite { read };
+    matches!(
+        c.op(
             key,
             owner,
-            fenced,
+            plain,
             Some(token),
-            &eval,
+            &set,
             SLACK,
-            Some(fenced_invoke),
-        ) {
-            Some((Outcome::Unknown, _)) | None => return false,
-            Some(_) => {}
-        }
-        let mut set = redis::cmd("SET");
-        set.arg(&counter).arg(read + 1);
-        let plain = Op::UnfencedWrite { read };
-        matches!(
-            self.op(
-                key,
-                owner,
-                plain,
-                Some(token),
-                &set,
-                SLACK,
-                Some(plain_invoke)
-            ),
-            Some((Outcome::Ok | Outcome::Fail, _))
-        )
-    }
+            Some(plain_invoke)
+        ),
+        Some((Outcome::Ok | Outcome::Fail, _))
+    )
 }
 
 /// `LOCK.ACQUIRE key owner ttl` with `mode`'s options.

@@ -42,6 +42,7 @@ mod lock_use;
 mod worker;
 
 pub use holders::*;
+pub use lock_use::{write_step, Reads, Recording};
 
 /// The fenced write. `KEYS[1]` lock key, `KEYS[2]` the resource list; `ARGV[1]` the writer's
 /// token, `ARGV[2]` what to append. Returns 1 if appended, 0 if the token is not the live one.

@@ -4,25 +4,25 @@
 use super::*;
 
 /// One term: its grant, and the bounds of when it was certainly live.
-struct Term<'h> {
-    grant: &'h Entry,
-    token: i64,
+pub(super) struct Term<'h> {
+    pub(super) grant: &'h Entry,
+    pub(super) token: i64,
     /// The grant's completion.
-    start: Micros,
+    pub(super) start: Micros,
     /// The earliest moment it could have ended, or its last accepted write's invocation if
     /// later.
-    end: Micros,
+    pub(super) end: Micros,
 }
 
 /// The candidate whose campaign `owner` is (`cand3-7` -> `cand3`).
-fn candidate(owner: &str) -> &str {
+pub(super) fn candidate(owner: &str) -> &str {
     owner.rsplit_once('-').map_or(owner, |(name, _)| name)
 }
 
 /// The earliest moment fault `f` could have ended `name`'s session, if it is about `name`:
 /// the `loss_from_us` of the nemesis's faults (`holder=NAME loss_from_us=T ...`), else the
 /// fault's invocation (the faults `finish` records: `NAME: ...`).
-fn loss_of(f: &crate::history::Fault, name: &str) -> Option<Micros> {
+pub(super) fn loss_of(f: &crate::history::Fault, name: &str) -> Option<Micros> {
     if f.effect != Effect::MayLose {
         return None;
     }
@@ -38,7 +38,7 @@ fn loss_of(f: &crate::history::Fault, name: &str) -> Option<Micros> {
 }
 
 /// Every term granted in `h` (candidates' grants), by start.
-fn terms(h: &History) -> Vec<Term<'_>> {
+pub(super) fn terms(h: &History) -> Vec<Term<'_>> {
     let mut terms: Vec<Term> = h
         .entries
         .iter()
@@ -99,6 +99,8 @@ pub(super) fn election_checks(h: &History) -> Vec<Check> {
             k if k == STOP => "paused",
             k if k == CUT => "cut off",
             k if k == OBSERVER_CUT => "observer connection killed",
+            k if k == FAILOVER => "failovers",
+            "SIGSTOP of the replica" => "replica stopped",
             _ => "other session ends",
         };
         *kinds.entry(kind).or_default() += 1;
@@ -189,7 +191,7 @@ fn failovers_after_kills(h: &History, terms: &[Term]) -> (Vec<Micros>, Vec<Micro
 }
 
 /// Pass: a term whose grant was invoked after another's completed has a larger token.
-fn terms_increase(terms: &[Term]) -> Check {
+pub(super) fn terms_increase(terms: &[Term]) -> Check {
     let mut c = Check::new(
         "election-terms-increase",
         "a term granted after another one completed has a larger token",
@@ -227,7 +229,7 @@ fn terms_increase(terms: &[Term]) -> Check {
 /// a resynchronisation may read again the term it last saw, and a message whose seq is not
 /// above the last resynchronisation's was published before it (and delivered after): old news,
 /// not judged.
-fn observed_terms_increase(h: &History) -> Check {
+pub(super) fn observed_terms_increase(h: &History) -> Check {
     let mut c = Check::new(
         "election-observed-terms-increase",
         "the terms the observer reports (feed messages, resynchronisations) increase",
@@ -271,7 +273,7 @@ fn observed_terms_increase(h: &History) -> Check {
 }
 
 /// Pass: no two terms certainly live at once (beyond [`TOLERANCE`]).
-fn one_leader(terms: &[Term]) -> Check {
+pub(super) fn one_leader(terms: &[Term]) -> Check {
     let mut c = Check::new(
         "election-one-leader",
         "no two leaders at once: [grant completion, earliest possible end (resignation, session \
@@ -394,7 +396,7 @@ fn stale_writes(h: &History, terms: &[Term]) -> (usize, usize) {
 
 /// Pass: no fenced write with a term is accepted once a larger term was granted (by the
 /// grant's completion before the write's invocation).
-fn writes_in_term_order(h: &History, terms: &[Term]) -> Check {
+pub(super) fn writes_in_term_order(h: &History, terms: &[Term]) -> Check {
     let mut c = Check::new(
         "election-writes-in-term-order",
         "no fenced write with a term is accepted after a larger term was granted",
@@ -414,13 +416,19 @@ fn writes_in_term_order(h: &History, terms: &[Term]) -> Check {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     //! The election checks on hand-made histories: each catches the violation written into it
     //! and accepts the same history without it.
     use super::*;
     use crate::history::{Fault, Mode, Observation};
 
-    fn entry(owner: &str, op: Op, at: (f64, f64), outcome: Outcome, token: i64) -> Entry {
+    pub(in crate::scenarios::election) fn entry(
+        owner: &str,
+        op: Op,
+        at: (f64, f64),
+        outcome: Outcome,
+        token: i64,
+    ) -> Entry {
         Entry {
             id: 0,
             client: candidate(owner).to_string(),
@@ -436,7 +444,7 @@ mod tests {
         }
     }
 
-    fn grant(owner: &str, at: (f64, f64), token: i64) -> Entry {
+    pub(in crate::scenarios::election) fn grant(owner: &str, at: (f64, f64), token: i64) -> Entry {
         let op = Op::Acquire {
             ttl: 60_000,
             block: Some(500),
@@ -445,11 +453,20 @@ mod tests {
         entry(owner, op, at, Outcome::Ok, token)
     }
 
-    fn release(owner: &str, at: (f64, f64), token: i64) -> Entry {
+    pub(in crate::scenarios::election) fn release(
+        owner: &str,
+        at: (f64, f64),
+        token: i64,
+    ) -> Entry {
         entry(owner, Op::Release, at, Outcome::Ok, token)
     }
 
-    fn write(owner: &str, at: (f64, f64), outcome: Outcome, token: i64) -> Entry {
+    pub(in crate::scenarios::election) fn write(
+        owner: &str,
+        at: (f64, f64),
+        outcome: Outcome,
+        token: i64,
+    ) -> Entry {
         let op = Op::FencedWrite {
             read: 0,
             tag: format!("{token}|{owner}"),
@@ -458,7 +475,7 @@ mod tests {
     }
 
     /// The SIGSTOP of `name` as the nemesis records it: loss possible from `from` ms.
-    fn stop(name: &str, at: (f64, f64), from: f64) -> Fault {
+    pub(in crate::scenarios::election) fn stop(name: &str, at: (f64, f64), from: f64) -> Fault {
         Fault {
             kind: STOP.to_string(),
             invoke: (at.0 * 1000.0) as i64,
@@ -474,7 +491,12 @@ mod tests {
         }
     }
 
-    fn feed(at: f64, seq: i64, event: &str, token: i64) -> Observation {
+    pub(in crate::scenarios::election) fn feed(
+        at: f64,
+        seq: i64,
+        event: &str,
+        token: i64,
+    ) -> Observation {
         Observation {
             time: (at * 1000.0) as i64,
             token,
@@ -482,11 +504,16 @@ mod tests {
         }
     }
 
-    fn resync(at: f64, after: i64, holder: i64) -> Observation {
+    pub(in crate::scenarios::election) fn resync(at: f64, after: i64, holder: i64) -> Observation {
         resync_at_seq(at, 1, after, holder)
     }
 
-    fn resync_at_seq(at: f64, seq: i64, after: i64, holder: i64) -> Observation {
+    pub(in crate::scenarios::election) fn resync_at_seq(
+        at: f64,
+        seq: i64,
+        after: i64,
+        holder: i64,
+    ) -> Observation {
         Observation {
             time: (at * 1000.0) as i64,
             token: holder,
@@ -495,7 +522,11 @@ mod tests {
     }
 
     /// The observations in time order, as the observer (one thread) records them.
-    fn history(entries: Vec<Entry>, faults: Vec<Fault>, mut obs: Vec<Observation>) -> History {
+    pub(in crate::scenarios::election) fn history(
+        entries: Vec<Entry>,
+        faults: Vec<Fault>,
+        mut obs: Vec<Observation>,
+    ) -> History {
         obs.sort_by_key(|o| o.time);
         History {
             entries,

@@ -37,7 +37,9 @@ use rand::{Rng, SeedableRng};
 use redis::{Cmd, Connection, ConnectionLike, Value};
 
 use crate::history::{wall_us, Entry, FileSink, Micros, Mode, Op, Outcome, Sink};
-use crate::workload::{connect, fenced_key, lock_key, plain_key, FENCED_APPEND, NO_REPLY};
+use crate::workload::{
+    connect, fenced_key, lock_key, plain_key, write_step, Reads, Recording, NO_REPLY,
+};
 
 /// The environment variable that turns the test binary into a session holder process.
 pub const SESSION_ENV: &str = "TORTURE_SESSION_HOLDER";
@@ -296,8 +298,9 @@ impl SessionWorker {
         let _ = self.op(key, owner, Op::Release, Some(token), &release, SLACK, None);
     }
 
-    /// A read-modify-write of each resource, as `workload/lock_use.rs` does it; the side file
-    /// notes when the fenced write is sent. False if a reply was lost.
+    /// A read-modify-write of each resource: the reads, 10-30 ms, then the workload's
+    /// [`write_step`]; the side file notes when the fenced write is sent. False if a reply was
+    /// lost.
     fn write(&mut self, key: &str, owner: &str, token: i64) -> bool {
         let (list, counter) = (fenced_key(key), plain_key(key));
         let fenced_invoke = self.sink.now();
@@ -315,46 +318,15 @@ impl SessionWorker {
         };
         self.sleep_ms((10, 30));
         self.writes += 1;
-        let tag = format!("{token}|{read_len}|{owner}|{}.{}", self.name, self.writes);
-        let mut eval = redis::cmd("EVAL");
-        eval.arg(FENCED_APPEND)
-            .arg(2)
-            .arg(key)
-            .arg(&list)
-            .arg(token)
-            .arg(&tag);
-        self.side.line(&["send", &tag, &wall_us().to_string()]);
-        let fenced = Op::FencedWrite {
-            read: read_len,
-            tag,
+        let reads = Reads {
+            fenced: (fenced_invoke, read_len),
+            plain: (plain_invoke, read),
         };
-        match self.op(
-            key,
-            owner,
-            fenced,
-            Some(token),
-            &eval,
-            SLACK,
-            Some(fenced_invoke),
-        ) {
-            Some((Outcome::Ok | Outcome::Fail, _)) => {}
-            _ => return false,
-        }
-        let mut set = redis::cmd("SET");
-        set.arg(&counter).arg(read + 1);
-        let plain = Op::UnfencedWrite { read };
-        matches!(
-            self.op(
-                key,
-                owner,
-                plain,
-                Some(token),
-                &set,
-                SLACK,
-                Some(plain_invoke)
-            ),
-            Some((Outcome::Ok | Outcome::Fail, _))
-        )
+        let writer = format!("{}.{}", self.name, self.writes);
+        let side = self.side.clone();
+        write_step(self, key, owner, token, reads, &writer, |tag| {
+            side.line(&["send", tag, &wall_us().to_string()])
+        })
     }
 
     /// Send `cmd` on the worker's connection (made if needed); `None` if none could be made.
@@ -371,10 +343,11 @@ impl SessionWorker {
         }
         Some(reply)
     }
+}
 
+impl Recording for SessionWorker {
     /// One recorded operation (see `workload/worker.rs`): its outcome and, for a grant, the
     /// token. `None` if no connection could be made (nothing recorded).
-    #[allow(clippy::too_many_arguments)]
     fn op(
         &mut self,
         key: &str,
