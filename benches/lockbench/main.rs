@@ -54,6 +54,11 @@ use scenarios::{Env, Servers, Setting};
 use server::{flushall, Server};
 
 fn main() {
+    // The leader process of the feed_latency scenario: this binary started again by it.
+    if let Ok(spec) = std::env::var(scenarios::feed_latency::LEADER_ENV) {
+        scenarios::feed_latency::leader_process(&spec);
+        return;
+    }
     if let Err(e) = run() {
         eprintln!("lockbench: {e}");
         std::process::exit(1);
