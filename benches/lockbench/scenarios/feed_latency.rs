@@ -32,6 +32,7 @@ use std::time::{Duration, Instant};
 
 use harness::feed::{FeedMessage, FeedSubscriber};
 
+use super::session_end::{renice, PRIORITY};
 use super::{Env, Scenario};
 use crate::config::Config;
 use crate::report::{f, num, obj, s, Goal, Json};
@@ -42,6 +43,7 @@ pub fn new() -> Box<dyn Scenario> {
     Box::new(FeedLatency {
         rows: Vec::new(),
         renewal_ttl_s: 9.0,
+        reniced: false,
     })
 }
 
@@ -49,6 +51,8 @@ pub struct FeedLatency {
     rows: Vec<Row>,
     /// The renewal-based row's ttl, in s.
     renewal_ttl_s: f64,
+    /// The server's main thread and this benchmark's threads ran at nice [`PRIORITY`].
+    reniced: bool,
 }
 
 struct Row {
@@ -305,6 +309,12 @@ impl Scenario for FeedLatency {
     fn run(&mut self, env: &mut Env) {
         let quick = env.cfg.quick;
         let runs = if quick { 5 } else { 20 };
+        // As in the session scenarios: the server's main thread and this thread at nice
+        // PRIORITY (the threads and the leader processes started from here inherit it), so
+        // that other work on the shared cores is not timed as the feed's.
+        let pid = info_u64(env.ctl, "server", "process_id") as u32;
+        self.reniced =
+            env.cfg.existing_port.is_none() && renice(pid, PRIORITY) && renice(0, PRIORITY);
         eprintln!(
             "[f1] feed latency: {runs} runs per loss kind (raw and through the client), renewal, leader failover"
         );
@@ -396,6 +406,10 @@ impl Scenario for FeedLatency {
         client.ms.push(g);
         client.observed_ms.push(o);
         self.rows.push(client);
+        if self.reniced {
+            renice(0, 0);
+            renice(pid, 0);
+        }
     }
     fn intro(&self, o: &mut String, _cfg: &Config) {
         let _ = writeln!(
@@ -413,10 +427,20 @@ impl Scenario for FeedLatency {
              the observer's report. Raw: `redis-cli` through a pipe as the leader, a \
              `LOCK.ACQUIRE ... BLOCK` candidate, a raw subscriber. Client: this benchmark's \
              binary as the leader (campaigning through `Election`), `Election::campaign` \
-             returning, and `Election::observe`'s change naming the new leader.\n"
+             returning, and `Election::observe`'s change naming the new leader. The server's main \
+             thread and the benchmark's threads (the client's, and the leader processes, \
+             started from them) run at nice {PRIORITY} when the benchmark may set it: the cores \
+             are shared with other work.\n"
         );
     }
     fn markdown(&self, o: &mut String) {
+        if !self.reniced {
+            let _ = writeln!(
+                o,
+                "The benchmark could not set the nice values: everything ran at its default \
+                 priority.\n"
+            );
+        }
         for raw in [true, false] {
             let _ = writeln!(
                 o,
