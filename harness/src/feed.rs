@@ -5,8 +5,9 @@
 //!
 //! [`FeedSubscriber::on`] connects; [`FeedSubscriber::watch`] sends `LOCK.WATCH key` on the same
 //! socket and [`FeedSubscriber::subscribe`] `SSUBSCRIBE channel`; [`FeedSubscriber::message`]
-//! reads the next `smessage` ([`FeedSubscriber::message_within`]: waiting at most so long), and
-//! [`FeedMessage::parse`] splits its body (`seq event token ttl owner`).
+//! reads the next `smessage` ([`FeedSubscriber::message_within`]: waiting at most so long;
+//! [`FeedSubscriber::next_message`]: split by [`FeedMessage::parse`], `seq event token ttl
+//! owner`).
 
 use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
 use std::net::TcpStream;
@@ -216,7 +217,7 @@ impl FeedSubscriber {
 
     /// The next message, parsed.
     #[track_caller]
-    pub fn next(&mut self) -> FeedMessage {
+    pub fn next_message(&mut self) -> FeedMessage {
         FeedMessage::parse(&self.message())
     }
 

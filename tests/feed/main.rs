@@ -52,7 +52,7 @@ impl Subscriber {
     /// The next message on the channel, split.
     #[track_caller]
     fn next(&mut self) -> FeedMessage {
-        self.raw.next()
+        self.raw.next_message()
     }
 
     /// The next messages as (event, owner, token), checking that seq goes up by one from the
