@@ -10,6 +10,7 @@
 //! - `load`: a pipelined load generator over raw RESP (many connections, N in flight each)
 //!   that checks every reply, with the server's CPU and `INFO commandstats` around it.
 //! - `scenarios/`: one file per scenario, registered in `scenarios::ALL`.
+//! - `instruction_goals`: the Goals table's rows of `make bench-instructions`' figures.
 //! - `report`: `BENCHMARKS.md` and `benches/results/results.json` (written by hand: no
 //!   plotting or serialisation crate).
 //! - `peers/`: the worker scripts of the real lock libraries (Python, Node).
@@ -35,6 +36,7 @@
 //! Every connection goes to 127.0.0.1 and every loop is bounded in count or time.
 
 mod config;
+mod instruction_goals;
 mod load;
 mod report;
 mod scenarios;
@@ -54,6 +56,11 @@ use scenarios::{Env, Servers, Setting};
 use server::{flushall, Server};
 
 fn main() {
+    // The leader process of the feed_latency scenario: this binary started again by it.
+    if let Ok(spec) = std::env::var(scenarios::feed_latency::LEADER_ENV) {
+        scenarios::feed_latency::leader_process(&spec);
+        return;
+    }
     if let Err(e) = run() {
         eprintln!("lockbench: {e}");
         std::process::exit(1);
@@ -167,6 +174,9 @@ fn run() -> Result<(), String> {
         total_secs: started.elapsed().as_secs_f64(),
         done,
         instructions: fs::read_to_string(root.join("benches/results/instructions.md")).ok(),
+        instruction_goals: fs::read_to_string(root.join("benches/results/instructions.json"))
+            .map(|j| instruction_goals::goals(&j))
+            .unwrap_or_default(),
     };
     let out = &cfg.out;
     fs::create_dir_all(&out.dir).map_err(|e| format!("{}: {e}", out.dir.display()))?;

@@ -230,6 +230,8 @@ pub struct Report<'a> {
     pub done: Vec<Done>,
     /// benches/results/instructions.md as `make bench-instructions` last wrote it, if it exists.
     pub instructions: Option<String>,
+    /// The instruction-count goals read from benches/results/instructions.json: (where, goal).
+    pub instruction_goals: Vec<(String, Goal)>,
 }
 
 impl Report<'_> {
@@ -313,6 +315,15 @@ impl Report<'_> {
                     verdict(g.met)
                 );
             }
+        }
+        for (place, g) in &self.instruction_goals {
+            let _ = writeln!(
+                o,
+                "| {place} | {} | {} | {} |",
+                g.goal,
+                g.measured,
+                verdict(g.met)
+            );
         }
         let _ = writeln!(
             o,

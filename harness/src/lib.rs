@@ -18,6 +18,7 @@
 //! - `clock.rs`: a shifted wall clock for one server (the LD_PRELOAD library).
 //! - `valgrind.rs`: every server under valgrind memcheck (`REDIS_LOCK_VALGRIND`).
 //! - `netns.rs`: a private network namespace for tests that filter packets.
+//! - `feed.rs`: a raw RESP2 subscriber to the change feed (`LOCK.WATCH`, `SSUBSCRIBE`).
 //! - `wait.rs`: connections, `INFO` fields, waiting on state.
 //! - `lock.rs`: the lock commands with exact reply checks, and assertions on error replies.
 //! - `paths.rs`: where the binaries, the module and the directories come from.
@@ -38,6 +39,7 @@
 
 pub mod clock;
 pub mod cluster;
+pub mod feed;
 mod lock;
 pub mod netns;
 mod paths;
