@@ -215,7 +215,7 @@ impl Lock {
             Repr::One(_) => 0,
             Repr::Many { holders, .. } => {
                 holders.capacity() * std::mem::size_of::<Hold>()
-                    + holders.iter().map(|h| h.owner.capacity()).sum::<usize>()
+                    + holders.iter().map(|h| h.owner.len()).sum::<usize>()
             }
         }
     }
@@ -327,7 +327,7 @@ impl Lock {
             }
             Repr::One(_) => return None,
             Repr::Many { holders, .. } => {
-                let at = holders.iter().position(|h| h.owner == owner)?;
+                let at = holders.iter().position(|h| *h.owner == *owner)?;
                 holders.remove(at)
             }
         };
@@ -349,7 +349,7 @@ impl Lock {
             Repr::Many { holders, .. } => {
                 match holders
                     .iter_mut()
-                    .find(|h| h.owner == owner && h.is_live(now))
+                    .find(|h| *h.owner == *owner && h.is_live(now))
                 {
                     Some(h) => {
                         h.deadline = deadline;
@@ -377,7 +377,7 @@ impl Lock {
         };
         let hold = holders
             .iter_mut()
-            .find(|h| h.owner == owner && h.session == serial)?;
+            .find(|h| *h.owner == *owner && h.session == serial)?;
         let token = hold.token;
         if clean {
             self.remove(owner);
@@ -482,7 +482,7 @@ mod tests {
 
     fn hold(owner: &str, token: u64, deadline: Millis) -> Hold {
         Hold {
-            owner: owner.as_bytes().to_vec(),
+            owner: owner.as_bytes().into(),
             token,
             deadline,
             granted_at: 0,
@@ -753,6 +753,8 @@ mod tests {
 
     #[test]
     fn other_values_keep_their_holders_in_a_vec() {
+        // Each shared holder: 56 bytes in the holders' buffer (plus its owner's allocation).
+        assert_eq!(std::mem::size_of::<Hold>(), 56);
         let long = "o".repeat(INLINE_OWNER + 1);
         let mut in_session = hold("a", 1, T0 + 100);
         in_session.session = 9;

@@ -386,7 +386,7 @@ pub fn serve(
             None => {
                 let token = state::next_token(now);
                 let hold = Hold {
-                    owner: waiter.owner.clone(),
+                    owner: waiter.owner.as_slice().into(),
                     token,
                     deadline,
                     granted_at: now,

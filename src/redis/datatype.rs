@@ -130,7 +130,7 @@ fn load_hold(rdb: *mut raw::RedisModuleIO) -> Option<Hold> {
         return None;
     }
     Some(Hold {
-        owner,
+        owner: owner.into(),
         token,
         deadline,
         granted_at: 0,
