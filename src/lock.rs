@@ -15,7 +15,7 @@ pub use multi::{
     MultiAcquire, MAX_OVERTAKES,
 };
 pub use session::{Serial, Session, Sessions};
-pub use value::{decide_acquire, held_by, Acquire, Conflict, Lock, Mode};
+pub use value::{decide_acquire, held_by, Acquire, Conflict, Lock, Mode, INLINE_OWNER};
 
 /// Milliseconds since the Unix epoch, as Redis keeps its own expiries.
 pub type Millis = i64;
@@ -27,8 +27,9 @@ pub const MAX_DEADLINE: Millis = i64::MAX / 2;
 /// A granted lock: who holds it, with which fencing token, until when.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Hold {
-    /// The owner string the client chose (binary-safe; non-empty).
-    pub owner: Vec<u8>,
+    /// The owner string the client chose (binary-safe; non-empty). A boxed slice, not a
+    /// `Vec`: no capacity word, so a `Hold` is 56 bytes and each shared holder 8 bytes less.
+    pub owner: Box<[u8]>,
     /// The fencing token minted when this hold was granted; retries keep it.
     pub token: u64,
     /// Absolute deadline; the hold is free from this millisecond on.
@@ -49,6 +50,60 @@ pub struct Hold {
 pub const NO_DEADLINE: Millis = MAX_DEADLINE;
 
 impl Hold {
+    /// The hold as [`Lock`] hands it out: borrowed owner, copied numbers.
+    pub fn view(&self) -> HoldRef<'_> {
+        HoldRef {
+            owner: &self.owner,
+            token: self.token,
+            deadline: self.deadline,
+            granted_at: self.granted_at,
+            session: self.session,
+            delay: self.delay,
+        }
+    }
+
+    /// See [`HoldRef::is_live`].
+    pub fn is_live(&self, now: Millis) -> bool {
+        self.view().is_live(now)
+    }
+
+    /// See [`HoldRef::frees_at`].
+    pub fn frees_at(&self) -> Millis {
+        self.view().frees_at()
+    }
+
+    /// See [`HoldRef::occupies`].
+    pub fn occupies(&self, now: Millis) -> bool {
+        self.view().occupies(now)
+    }
+
+    /// See [`HoldRef::is_delayed`].
+    pub fn is_delayed(&self, now: Millis) -> bool {
+        self.view().is_delayed(now)
+    }
+}
+
+/// A [`Hold`] read out of a [`Lock`]: the same fields, the owner borrowed from the value.
+///
+/// Why a view and not `&Hold`: the typical lock keeps its one holder packed inside the value
+/// (see [`Lock`]), where there is no `Hold` to point at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HoldRef<'a> {
+    /// [`Hold::owner`].
+    pub owner: &'a [u8],
+    /// [`Hold::token`].
+    pub token: u64,
+    /// [`Hold::deadline`].
+    pub deadline: Millis,
+    /// [`Hold::granted_at`].
+    pub granted_at: Millis,
+    /// [`Hold::session`].
+    pub session: Serial,
+    /// [`Hold::delay`].
+    pub delay: Millis,
+}
+
+impl HoldRef<'_> {
     /// A hold is live strictly before its deadline: at the deadline it is already free, so a
     /// waiter woken by a timer at exactly that millisecond gets the lock.
     pub fn is_live(&self, now: Millis) -> bool {
@@ -68,6 +123,18 @@ impl Hold {
     /// Lost (deadline passed) but inside its lock-delay.
     pub fn is_delayed(&self, now: Millis) -> bool {
         !self.is_live(now) && self.occupies(now)
+    }
+
+    /// An owned copy.
+    pub fn to_hold(&self) -> Hold {
+        Hold {
+            owner: self.owner.into(),
+            token: self.token,
+            deadline: self.deadline,
+            granted_at: self.granted_at,
+            session: self.session,
+            delay: self.delay,
+        }
     }
 }
 

@@ -53,7 +53,7 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         Acquire::Grant => {
             let token = state::next_token(now);
             let hold = Hold {
-                owner: cmd.owner.to_vec(),
+                owner: cmd.owner.into(),
                 token,
                 deadline,
                 granted_at: now,

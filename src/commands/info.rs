@@ -41,7 +41,7 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         .live(now)
         .map(|h| {
             let mut fields = vec![
-                ("owner", RedisValue::StringBuffer(h.owner.clone())),
+                ("owner", RedisValue::StringBuffer(h.owner.to_vec())),
                 ("token", RedisValue::Integer(h.token as i64)),
                 ("ttl", RedisValue::Integer(ttl_of(h.deadline, now))),
             ];
@@ -67,14 +67,14 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     // `token` is the largest live token (as `LOCK.FENCE key`) and `ttl` the time until the
     // last holder's deadline (as `PTTL`), and there is no single `owner`.
     let mut fields = vec![];
-    if lock.mode == Mode::Exclusive {
+    if lock.mode() == Mode::Exclusive {
         if let Some(h) = lock.live(now).next() {
-            fields.push(("owner", RedisValue::StringBuffer(h.owner.clone())));
+            fields.push(("owner", RedisValue::StringBuffer(h.owner.to_vec())));
         }
     }
     let last_deadline = lock.live(now).map(|h| h.deadline).max().unwrap_or(now);
     let limit = lock
-        .mode
+        .mode()
         .limit()
         .map_or(RedisValue::Null, |n| RedisValue::Integer(n as i64));
     fields.extend([
@@ -84,7 +84,7 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         ),
         ("ttl", RedisValue::Integer(ttl_of(last_deadline, now))),
         ("waiters", RedisValue::Integer(queue.len() as i64)),
-        ("mode", mode_name(lock.mode)),
+        ("mode", mode_name(lock.mode())),
         ("limit", limit),
         ("holders", RedisValue::Array(holders)),
         ("queue", RedisValue::Array(queue)),

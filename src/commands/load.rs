@@ -33,7 +33,7 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
             .min(key::now().saturating_add(state::max_session_ttl_ms())),
     };
     let hold = Hold {
-        owner: cmd.owner.to_vec(),
+        owner: cmd.owner.into(),
         token: cmd.token,
         deadline,
         granted_at: 0,

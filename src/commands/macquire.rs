@@ -76,7 +76,7 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
                     KeyGrant::New => {
                         let token = state::next_token(now);
                         let hold = Hold {
-                            owner: cmd.owner.to_vec(),
+                            owner: cmd.owner.into(),
                             token,
                             deadline,
                             granted_at: now,

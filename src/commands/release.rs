@@ -28,7 +28,7 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     if held.granted_at > 0 {
         stats::HOLD_US.record(((now - held.granted_at).max(0) as u64) * 1000);
     }
-    let shared = current.is_some_and(|l| l.mode.is_shared());
+    let shared = current.is_some_and(|l| l.mode().is_shared());
     let token = held.token;
     stats::RELEASED.incr();
     lock_key.notify(c"lock.released");

@@ -142,7 +142,7 @@ impl Minted {
         self.high = token;
         self.tokens.push(token);
         Hold {
-            owner,
+            owner: owner.into(),
             token,
             deadline,
             granted_at: now,
@@ -202,7 +202,7 @@ fn apply(
                     // Idempotent retry: same token; the deadline moves, either way.
                     assert_eq!(Some(token), m.hold.as_ref().map(|h| h.1));
                     let h = r.hold.as_mut().expect("retry without a hold");
-                    assert_eq!(h.owner, owner);
+                    assert_eq!(*h.owner, *owner);
                     h.deadline = deadline;
                     m.hold.as_mut().expect("model has no hold").2 = deadline;
                 }

@@ -155,7 +155,7 @@ mod tests {
         Lock::new(
             Mode::Exclusive,
             Hold {
-                owner: owner.as_bytes().to_vec(),
+                owner: owner.as_bytes().into(),
                 token,
                 deadline,
                 granted_at: 0,
@@ -247,7 +247,7 @@ mod tests {
         let shared = Lock::new(
             Mode::Shared { limit: None },
             Hold {
-                owner: b"me".to_vec(),
+                owner: b"me"[..].into(),
                 token: 3,
                 deadline: T0 + 100,
                 granted_at: 0,

@@ -10,7 +10,9 @@
 //! someone else may come in looks at the holders that still *occupy* the key: the live ones and
 //! the lost ones inside their lock-delay ([`Hold::occupies`]). [`Lock::prune`] drops the rest.
 
-use super::{Hold, Millis, Serial};
+use std::num::NonZeroU8;
+
+use super::{Hold, HoldRef, Millis, Serial};
 
 /// How a key is held, or how a caller asks to hold it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,12 +38,85 @@ impl Mode {
 }
 
 /// The value stored under a lock key.
+///
+/// Two forms, one meaning. Memory is the reason: a held lock should cost about what the
+/// `SET key owner NX PX ttl` string it replaces costs, and most locks are one exclusive holder
+/// with a short owner (a UUID is 36 bytes), no session and no lock-delay. That lock is stored
+/// as [`Inline`]: token, deadline and grant time beside the owner bytes, in the value itself,
+/// so the key's value is a single 64-byte allocation (jemalloc's 64-byte class; the test
+/// `the_typical_lock_is_one_64_byte_value` holds it there). Everything else (shared holders,
+/// a session or a lock-delay, an owner longer than [`INLINE_OWNER`] bytes, a key emptied for a
+/// handoff) is a mode and a `Vec<Hold>`, as before. The form is canonical: every mutation that
+/// leaves one plain exclusive hold goes back to [`Inline`], so the derived equality is
+/// equality of mode and holders.
+///
+/// Measured with `make bench ONLY=memory` (100,000 locks, 36-byte owners): see BENCHMARKS.md
+/// section 6 and the Goals rows on memory.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Lock {
-    /// The mode of the current holders: fixed by the first grant after the key was free.
-    pub mode: Mode,
-    /// In grant order; exactly one when exclusive. May include expired holders (see module docs).
-    pub holders: Vec<Hold>,
+pub struct Lock(Repr);
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Repr {
+    /// One exclusive hold, no session, no lock-delay, owner of at most [`INLINE_OWNER`] bytes.
+    One(Inline),
+    /// Any other value, in grant order; may be empty (a release about to hand off).
+    Many { mode: Mode, holders: Vec<Hold> },
+}
+
+/// The longest owner kept inside the value: what fits beside the three numbers and the length
+/// byte in 64 bytes.
+pub const INLINE_OWNER: usize = 39;
+
+/// A plain exclusive hold packed into the value. Why `granted_at` keeps a full word: it is a
+/// wall-clock time (hold-time statistic), and the 39 bytes left for the owner already cover the
+/// UUIDs (36) and `host:pid:thread` strings clients use.
+///
+/// `repr(C)` puts the length byte last, and it is stored plus one, so that its value 0 never
+/// occurs: the compiler keeps [`Repr`]'s tag in that byte and lays `Repr::Many` (40 bytes)
+/// out before it, which keeps `Lock` at 64 bytes rather than 72 with a tag of its own.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[repr(C)]
+struct Inline {
+    token: u64,
+    deadline: Millis,
+    granted_at: Millis,
+    /// The owner, zero after its end.
+    owner: [u8; INLINE_OWNER],
+    /// The owner's length plus one.
+    len_plus_one: NonZeroU8,
+}
+
+impl Inline {
+    /// `hold` packed, if it is a hold this form can keep.
+    fn of(mode: Mode, hold: &Hold) -> Option<Inline> {
+        if mode != Mode::Exclusive
+            || hold.session != 0
+            || hold.delay != 0
+            || hold.owner.len() > INLINE_OWNER
+        {
+            return None;
+        }
+        let mut owner = [0; INLINE_OWNER];
+        owner[..hold.owner.len()].copy_from_slice(&hold.owner);
+        Some(Inline {
+            token: hold.token,
+            deadline: hold.deadline,
+            granted_at: hold.granted_at,
+            owner,
+            len_plus_one: NonZeroU8::MIN.saturating_add(hold.owner.len() as u8),
+        })
+    }
+
+    fn view(&self) -> HoldRef<'_> {
+        HoldRef {
+            owner: &self.owner[..usize::from(self.len_plus_one.get() - 1)],
+            token: self.token,
+            deadline: self.deadline,
+            granted_at: self.granted_at,
+            session: 0,
+            delay: 0,
+        }
+    }
 }
 
 /// Why an acquire is refused with an error rather than a wait: nothing changes.
@@ -76,14 +151,77 @@ pub enum Acquire {
 impl Lock {
     /// A key's first holder.
     pub fn new(mode: Mode, hold: Hold) -> Lock {
-        Lock {
-            mode,
-            holders: vec![hold],
+        Lock(match Inline::of(mode, &hold) {
+            Some(inline) => Repr::One(inline),
+            None => Repr::Many {
+                mode,
+                holders: vec![hold],
+            },
+        })
+    }
+
+    /// A value with these holders in `mode` (a load): exclusive takes exactly one.
+    pub fn from_holders(mode: Mode, holders: Vec<Hold>) -> Lock {
+        let mut lock = Lock(Repr::Many { mode, holders });
+        lock.settle();
+        lock
+    }
+
+    /// Back to the packed form when what is left is one plain exclusive hold (see [`Lock`]).
+    fn settle(&mut self) {
+        if let Repr::Many { mode, holders } = &self.0 {
+            if let [only] = holders.as_slice() {
+                if let Some(inline) = Inline::of(*mode, only) {
+                    self.0 = Repr::One(inline);
+                }
+            }
         }
     }
 
-    pub fn live(&self, now: Millis) -> impl Iterator<Item = &Hold> {
-        self.holders.iter().filter(move |h| h.is_live(now))
+    /// The mode of the current holders: fixed by the first grant after the key was free.
+    pub fn mode(&self) -> Mode {
+        match &self.0 {
+            Repr::One(_) => Mode::Exclusive,
+            Repr::Many { mode, .. } => *mode,
+        }
+    }
+
+    /// How many holders are stored, expired ones included.
+    pub fn len(&self) -> usize {
+        match &self.0 {
+            Repr::One(_) => 1,
+            Repr::Many { holders, .. } => holders.len(),
+        }
+    }
+
+    /// No holder stored (a release left the key for a handoff or a delete).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Every stored holder, in grant order; exactly one when exclusive. May include expired
+    /// holders (see module docs).
+    pub fn holders(&self) -> impl Iterator<Item = HoldRef<'_>> + '_ {
+        let (one, many) = match &self.0 {
+            Repr::One(inline) => (Some(inline.view()), &[][..]),
+            Repr::Many { holders, .. } => (None, holders.as_slice()),
+        };
+        one.into_iter().chain(many.iter().map(Hold::view))
+    }
+
+    /// Heap bytes the value owns beyond `size_of::<Lock>()` (for `MEMORY USAGE`).
+    pub fn heap_bytes(&self) -> usize {
+        match &self.0 {
+            Repr::One(_) => 0,
+            Repr::Many { holders, .. } => {
+                holders.capacity() * std::mem::size_of::<Hold>()
+                    + holders.iter().map(|h| h.owner.len()).sum::<usize>()
+            }
+        }
+    }
+
+    pub fn live(&self, now: Millis) -> impl Iterator<Item = HoldRef<'_>> + '_ {
+        self.holders().filter(move |h| h.is_live(now))
     }
 
     pub fn live_count(&self, now: Millis) -> usize {
@@ -91,23 +229,27 @@ impl Lock {
     }
 
     /// The holders that keep others out: live, or lost and inside their lock-delay.
-    pub fn occupying(&self, now: Millis) -> impl Iterator<Item = &Hold> {
-        self.holders.iter().filter(move |h| h.occupies(now))
+    pub fn occupying(&self, now: Millis) -> impl Iterator<Item = HoldRef<'_>> + '_ {
+        self.holders().filter(move |h| h.occupies(now))
     }
 
     /// When the last lock-delay on this key ends, if one is running and no holder is live
     /// (what `LOCK.INFO` shows as `delayed`).
     pub fn delayed_until(&self, now: Millis) -> Option<Millis> {
-        self.holders
-            .iter()
+        self.holders()
             .filter(|h| h.is_delayed(now))
-            .map(Hold::frees_at)
+            .map(|h| h.frees_at())
             .max()
     }
 
     /// The live hold of `owner`.
-    pub fn holder(&self, owner: &[u8], now: Millis) -> Option<&Hold> {
+    pub fn holder(&self, owner: &[u8], now: Millis) -> Option<HoldRef<'_>> {
         self.live(now).find(|h| h.owner == owner)
+    }
+
+    /// `owner`'s stored hold, live or not.
+    pub fn entry(&self, owner: &[u8]) -> Option<HoldRef<'_>> {
+        self.holders().find(|h| h.owner == owner)
     }
 
     /// The largest live token: what `LOCK.FENCE key` returns.
@@ -124,55 +266,139 @@ impl Lock {
     /// lock-delay), so the key disappears with its last holder and never looks free during a
     /// delay. [`crate::lock::NO_DEADLINE`] means the key gets no Redis expiry.
     pub fn key_deadline(&self) -> Option<Millis> {
-        self.holders.iter().map(Hold::frees_at).max()
+        self.holders().map(|h| h.frees_at()).max()
     }
 
     /// When the next occupying holder frees its place: the moment a waiter may be admitted next.
     pub fn next_expiry(&self, now: Millis) -> Option<Millis> {
-        self.occupying(now).map(Hold::frees_at).min()
+        self.occupying(now).map(|h| h.frees_at()).min()
     }
 
     /// Drop holders whose place was free at or before `before`; returns how many went.
     pub fn prune(&mut self, before: Millis) -> usize {
-        let n = self.holders.len();
-        self.holders.retain(|h| h.frees_at() > before);
-        n - self.holders.len()
+        match &mut self.0 {
+            Repr::One(inline) if inline.view().frees_at() <= before => {
+                self.0 = Repr::Many {
+                    mode: Mode::Exclusive,
+                    holders: Vec::new(),
+                };
+                1
+            }
+            Repr::One(_) => 0,
+            Repr::Many { holders, .. } => {
+                let n = holders.len();
+                holders.retain(|h| h.frees_at() > before);
+                let gone = n - holders.len();
+                self.settle();
+                gone
+            }
+        }
     }
 
     /// Store `hold` in `mode` after [`decide_acquire`] allowed it (or a replica applies the
     /// primary's decision): an exclusive hold replaces every holder; a shared one replaces the
     /// same owner's entry or joins the others. The mode (and limit) become `mode`.
     pub fn admit(&mut self, mode: Mode, hold: Hold) {
-        if mode.is_shared() && self.mode.is_shared() {
-            match self.holders.iter_mut().find(|h| h.owner == hold.owner) {
-                Some(h) => *h = hold,
-                None => self.holders.push(hold),
+        match &mut self.0 {
+            Repr::Many {
+                mode: held,
+                holders,
+            } if mode.is_shared() && held.is_shared() => {
+                match holders.iter_mut().find(|h| h.owner == hold.owner) {
+                    Some(h) => *h = hold,
+                    None => holders.push(hold),
+                }
+                *held = mode;
             }
-        } else {
-            self.holders.clear();
-            self.holders.push(hold);
+            _ => *self = Lock::new(mode, hold),
         }
-        self.mode = mode;
     }
 
     /// Remove `owner`'s entry, live or not.
     pub fn remove(&mut self, owner: &[u8]) -> Option<Hold> {
-        let at = self.holders.iter().position(|h| h.owner == owner)?;
-        Some(self.holders.remove(at))
+        let removed = match &mut self.0 {
+            Repr::One(inline) if inline.view().owner == owner => {
+                let hold = inline.view().to_hold();
+                self.0 = Repr::Many {
+                    mode: Mode::Exclusive,
+                    holders: Vec::new(),
+                };
+                return Some(hold);
+            }
+            Repr::One(_) => return None,
+            Repr::Many { holders, .. } => {
+                let at = holders.iter().position(|h| *h.owner == *owner)?;
+                holders.remove(at)
+            }
+        };
+        self.settle();
+        Some(removed)
     }
 
     /// Move `owner`'s live deadline; false if it holds nothing live.
     pub fn set_deadline(&mut self, owner: &[u8], deadline: Millis, now: Millis) -> bool {
-        match self
-            .holders
-            .iter_mut()
-            .find(|h| h.owner == owner && h.is_live(now))
-        {
-            Some(h) => {
-                h.deadline = deadline;
-                true
+        match &mut self.0 {
+            Repr::One(inline) => {
+                let held = inline.view();
+                let mine = held.owner == owner && held.is_live(now);
+                if mine {
+                    inline.deadline = deadline;
+                }
+                mine
             }
-            None => false,
+            Repr::Many { holders, .. } => {
+                match holders
+                    .iter_mut()
+                    .find(|h| *h.owner == *owner && h.is_live(now))
+                {
+                    Some(h) => {
+                        h.deadline = deadline;
+                        true
+                    }
+                    None => false,
+                }
+            }
+        }
+    }
+
+    /// The session `serial` ended at `at`: `owner`'s hold in it is removed (`clean`) or lost
+    /// (its deadline moves to `at` and it leaves the session, so its lock-delay starts then),
+    /// and the holders whose place was free by `at` go. `None` when there is no such hold;
+    /// else its token.
+    pub fn end_session_hold(
+        &mut self,
+        owner: &[u8],
+        serial: Serial,
+        at: Millis,
+        clean: bool,
+    ) -> Option<u64> {
+        let Repr::Many { holders, .. } = &mut self.0 else {
+            return None; // the packed form has no session
+        };
+        let hold = holders
+            .iter_mut()
+            .find(|h| *h.owner == *owner && h.session == serial)?;
+        let token = hold.token;
+        if clean {
+            self.remove(owner);
+        } else {
+            hold.deadline = hold.deadline.min(at);
+            hold.session = 0;
+        }
+        self.prune(at);
+        self.settle();
+        Some(token)
+    }
+
+    /// Change each hold that belongs to a session with `f` (which may take it out of its
+    /// session: `session` 0).
+    pub fn update_session_holds(&mut self, mut f: impl FnMut(&mut Hold)) {
+        if let Repr::Many { holders, .. } = &mut self.0 {
+            holders
+                .iter_mut()
+                .filter(|h| h.session != 0)
+                .for_each(&mut f);
+            self.settle();
         }
     }
 
@@ -180,7 +406,7 @@ impl Lock {
     /// occupy the key?
     fn compatible(&self, mode: Mode, now: Millis) -> bool {
         let live = self.occupying(now).count();
-        match (mode, self.mode) {
+        match (mode, self.mode()) {
             _ if live == 0 => true,
             (Mode::Shared { limit }, Mode::Shared { .. }) => {
                 limit.is_none_or(|n| (live as u64) < n)
@@ -212,19 +438,21 @@ pub fn decide_acquire(
         if held.session != session {
             return Err(Conflict::OtherSession);
         }
-        if lock.mode.is_shared() != mode.is_shared() {
-            return Err(Conflict::OtherMode { held: lock.mode });
+        let held_mode = lock.mode();
+        if held_mode.is_shared() != mode.is_shared() {
+            return Err(Conflict::OtherMode { held: held_mode });
         }
-        if lock.mode != mode {
+        if held_mode != mode {
             return Err(Conflict::Limit {
-                limit: lock.mode.limit(),
+                limit: held_mode.limit(),
             });
         }
         return Ok(Acquire::Retry { token: held.token });
     }
-    if mode.is_shared() && lock.mode.is_shared() && lock.mode != mode {
+    let held_mode = lock.mode();
+    if mode.is_shared() && held_mode.is_shared() && held_mode != mode {
         return Err(Conflict::Limit {
-            limit: lock.mode.limit(),
+            limit: held_mode.limit(),
         });
     }
     Ok(match lock.compatible(mode, now) {
@@ -254,7 +482,7 @@ mod tests {
 
     fn hold(owner: &str, token: u64, deadline: Millis) -> Hold {
         Hold {
-            owner: owner.as_bytes().to_vec(),
+            owner: owner.as_bytes().into(),
             token,
             deadline,
             granted_at: 0,
@@ -482,20 +710,20 @@ mod tests {
         let mut l = held(S, &[("r1", T0 + 100)]);
         l.admit(S, hold("r2", 5, T0 + 50));
         l.admit(S, hold("r1", 6, T0 + 300)); // same owner: its entry, not a second one
-        assert_eq!(l.holders.len(), 2);
+        assert_eq!(l.len(), 2);
         assert_eq!(l.holder(b"r1", T0).map(|h| h.token), Some(6));
         assert_eq!(l.key_deadline(), Some(T0 + 300));
         l.admit(X, hold("w", 7, T0 + 10));
-        assert_eq!((l.mode, l.holders.len()), (X, 1));
+        assert_eq!((l.mode(), l.len()), (X, 1));
         l.admit(sem(2), hold("p", 8, T0 + 10));
-        assert_eq!((l.mode, l.holders.len()), (sem(2), 1));
+        assert_eq!((l.mode(), l.len()), (sem(2), 1));
     }
 
     #[test]
     fn prune_remove_and_set_deadline() {
         let mut l = held(S, &[("a", T0 + 100), ("b", T0 + 200), ("c", T0 + 300)]);
         assert_eq!(l.prune(T0 + 200), 2);
-        assert_eq!(l.holders.len(), 1);
+        assert_eq!(l.len(), 1);
         assert!(l.set_deadline(b"c", T0 + 50, T0));
         assert!(
             !l.set_deadline(b"c", T0 + 60, T0 + 50),
@@ -505,6 +733,100 @@ mod tests {
         assert_eq!(l.remove(b"c").map(|h| h.token), Some(3));
         assert_eq!(l.remove(b"c"), None);
         assert!(!held_by(Some(&l), b"c", T0));
+    }
+
+    #[test]
+    fn the_typical_lock_is_one_64_byte_value() {
+        // jemalloc's 64-byte class: one owner byte more inline and it would take 72 (in the
+        // 80-byte class).
+        assert_eq!(std::mem::size_of::<Lock>(), 64);
+        let uuid = "0b8f2c2e-6c1a-4f7e-9d0a-3f5b6e7c8d9e";
+        let mut h = hold(uuid, 7, T0 + 100);
+        h.granted_at = T0;
+        let l = Lock::new(X, h.clone());
+        assert_eq!(l.heap_bytes(), 0, "owner inline, no other allocation");
+        assert_eq!(l.holders().collect::<Vec<_>>(), [h.view()]);
+        assert_eq!((l.mode(), l.len()), (X, 1));
+        let longest = "o".repeat(INLINE_OWNER);
+        assert_eq!(Lock::new(X, hold(&longest, 1, T0)).heap_bytes(), 0);
+    }
+
+    #[test]
+    fn other_values_keep_their_holders_in_a_vec() {
+        // Each shared holder: 56 bytes in the holders' buffer (plus its owner's allocation).
+        assert_eq!(std::mem::size_of::<Hold>(), 56);
+        let long = "o".repeat(INLINE_OWNER + 1);
+        let mut in_session = hold("a", 1, T0 + 100);
+        in_session.session = 9;
+        let mut delayed = hold("a", 1, T0 + 100);
+        delayed.delay = 50;
+        for (mode, h) in [
+            (X, hold(&long, 1, T0 + 100)),
+            (X, in_session),
+            (X, delayed),
+            (S, hold("a", 1, T0 + 100)),
+        ] {
+            let l = Lock::new(mode, h.clone());
+            assert!(l.heap_bytes() > 0, "{mode:?} {h:?}");
+            assert_eq!(l.holders().collect::<Vec<_>>(), [h.view()]);
+            assert_eq!(l.entry(&h.owner), Some(h.view()));
+        }
+    }
+
+    #[test]
+    fn the_inline_form_behaves_like_any_other() {
+        let mut h = hold("a", 3, T0 + 100);
+        h.granted_at = T0;
+        let mut l = Lock::new(X, h.clone());
+        assert!(l.set_deadline(b"a", T0 + 200, T0));
+        assert!(!l.set_deadline(b"b", T0 + 300, T0));
+        assert!(!l.set_deadline(b"a", T0 + 300, T0 + 200), "expired");
+        assert_eq!(l.key_deadline(), Some(T0 + 200));
+        assert_eq!(l.prune(T0 + 199), 0);
+        assert_eq!(l.remove(b"b"), None);
+        let out = l.remove(b"a").unwrap();
+        assert_eq!((out.token, out.deadline, out.granted_at), (3, T0 + 200, T0));
+        assert!(l.is_empty() && l.key_deadline().is_none());
+        // Refilled for a handoff, then expired by a prune.
+        l.admit(X, hold("b", 4, T0 + 300));
+        assert_eq!(l, Lock::new(X, hold("b", 4, T0 + 300)));
+        assert_eq!(l.prune(T0 + 300), 1);
+        assert!(l.is_empty() && l.mode() == X);
+        // An exclusive grant over shared holders, and shared over exclusive.
+        let mut l = held(S, &[("r1", T0 + 100), ("r2", T0 + 100)]);
+        l.admit(X, hold("w", 5, T0 + 100));
+        assert_eq!((l.heap_bytes(), l.mode()), (0, X));
+        l.admit(S, hold("r", 6, T0 + 100));
+        assert_eq!((l.mode(), l.len()), (S, 1));
+    }
+
+    #[test]
+    fn the_form_is_canonical() {
+        let plain = hold("a", 1, T0 + 100);
+        let packed = Lock::new(X, plain.clone());
+        assert_eq!(Lock::from_holders(X, vec![plain.clone()]), packed);
+        // A hold that leaves its session (its key renamed) is a plain hold again.
+        let mut in_session = plain.clone();
+        in_session.session = 9;
+        let mut l = Lock::new(X, in_session.clone());
+        assert_eq!(
+            l.end_session_hold(b"a", 8, T0, false),
+            None,
+            "other session"
+        );
+        // Lost at T0 + 50 with no lock-delay: free at once, so the prune takes it.
+        assert_eq!(l.end_session_hold(b"a", 9, T0 + 50, false), Some(1));
+        assert!(l.is_empty());
+        let mut l = Lock::new(X, in_session.clone());
+        assert_eq!(l.end_session_hold(b"a", 9, T0, true), Some(1));
+        assert!(l.is_empty());
+        let mut l = Lock::new(X, in_session);
+        l.update_session_holds(|h| h.session = 0);
+        assert_eq!(l, packed);
+        // The last shared holder going leaves a shared key, not an exclusive one.
+        let mut l = held(S, &[("r1", T0 + 100), ("r2", T0 + 100)]);
+        l.remove(b"r1");
+        assert_eq!((l.mode(), l.len()), (S, 1));
     }
 
     #[test]

@@ -386,7 +386,7 @@ pub fn serve(
             None => {
                 let token = state::next_token(now);
                 let hold = Hold {
-                    owner: waiter.owner.clone(),
+                    owner: waiter.owner.as_slice().into(),
                     token,
                     deadline,
                     granted_at: now,
@@ -718,7 +718,7 @@ fn revoke(ctx: *mut raw::RedisModuleCtx, qk: &QueueKey, token: u64) {
         Ok(Some(lock)) => lock
             .live(now)
             .find(|h| h.token == token)
-            .map(|h| h.owner.clone()),
+            .map(|h| h.owner.to_vec()),
         _ => None,
     };
     let Some(owner) = owner.filter(|_| cluster::replicas_allow_writes(ctx)) else {

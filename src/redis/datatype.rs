@@ -69,15 +69,15 @@ extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
     guard::callback("rdb_save", (), || {
         // SAFETY: Redis passes a value of our type: a Box<Lock> we created.
         let lock = unsafe { &*value.cast::<Lock>() };
-        let (mode, limit) = match lock.mode {
+        let (mode, limit) = match lock.mode() {
             Mode::Exclusive => (0, 0),
             Mode::Shared { limit } => (1, limit.unwrap_or(0)),
         };
         raw::save_unsigned(rdb, mode);
         raw::save_unsigned(rdb, limit);
-        raw::save_unsigned(rdb, lock.holders.len() as u64);
-        for hold in &lock.holders {
-            raw::save_slice(rdb, &hold.owner);
+        raw::save_unsigned(rdb, lock.len() as u64);
+        for hold in lock.holders() {
+            raw::save_slice(rdb, hold.owner);
             raw::save_unsigned(rdb, hold.token);
             raw::save_signed(rdb, hold.deadline);
             let session_deadline = match hold.session {
@@ -95,8 +95,11 @@ extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_vo
     guard::callback("rdb_load", std::ptr::null_mut(), || {
         let lock = match encver {
             1 => load_hold(rdb).map(|hold| Lock::new(Mode::Exclusive, hold)),
-            2 => load_v2(rdb, false),
-            3 => load_v2(rdb, true).map(|lock| link_sessions(rdb, lock)),
+            2 => load_v2(rdb, false).map(|(mode, holders)| Lock::from_holders(mode, holders)),
+            3 => load_v2(rdb, true).map(|(mode, mut holders)| {
+                link_sessions(rdb, &mut holders);
+                Lock::from_holders(mode, holders)
+            }),
             _ => {
                 logging::log_warning(format!(
                     "redis-lock: cannot load a lock saved with encoding version {encver} \
@@ -109,9 +112,7 @@ extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_vo
             Some(lock) => {
                 // Whatever happens to this key next (even if it is already expired and Redis
                 // drops it), its tokens were issued: ours must stay above them.
-                lock.holders
-                    .iter()
-                    .for_each(|h| state::observe_token(h.token));
+                lock.holders().for_each(|h| state::observe_token(h.token));
                 stats::LOCK_VALUES.fetch_add(1, Relaxed);
                 Box::into_raw(Box::new(lock)).cast()
             }
@@ -129,7 +130,7 @@ fn load_hold(rdb: *mut raw::RedisModuleIO) -> Option<Hold> {
         return None;
     }
     Some(Hold {
-        owner,
+        owner: owner.into(),
         token,
         deadline,
         granted_at: 0,
@@ -138,7 +139,8 @@ fn load_hold(rdb: *mut raw::RedisModuleIO) -> Option<Hold> {
     })
 }
 
-fn load_v2(rdb: *mut raw::RedisModuleIO, with_sessions: bool) -> Option<Lock> {
+/// The mode and holders of a version 2 or 3 value.
+fn load_v2(rdb: *mut raw::RedisModuleIO, with_sessions: bool) -> Option<(Mode, Vec<Hold>)> {
     let mode = match (raw::load_unsigned(rdb).ok()?, raw::load_unsigned(rdb).ok()?) {
         (0, _) => Mode::Exclusive,
         (1, limit) => Mode::Shared {
@@ -163,14 +165,14 @@ fn load_v2(rdb: *mut raw::RedisModuleIO, with_sessions: bool) -> Option<Lock> {
             Some(hold)
         })
         .collect::<Option<Vec<_>>>()?;
-    Some(Lock { mode, holders })
+    Some((mode, holders))
 }
 
 /// Attach the loaded holds to this server's sessions (the start-up load, a replica's full
 /// sync, `DEBUG RELOAD`: the session table was loaded first, from the aux data). A hold of a
 /// session this server does not have (a key `MIGRATE`d or `RESTORE`d from another node)
 /// becomes a plain hold that ends at the earlier of its own deadline and its session's.
-fn link_sessions(rdb: *mut raw::RedisModuleIO, mut lock: Lock) -> Lock {
+fn link_sessions(rdb: *mut raw::RedisModuleIO, holders: &mut [Hold]) {
     // SAFETY: the IO handle Redis passed to rdb_load; both calls only read it (7.0+).
     let (name, db) = unsafe {
         (
@@ -183,7 +185,7 @@ fn link_sessions(rdb: *mut raw::RedisModuleIO, mut lock: Lock) -> Lock {
         false => redis_module::RedisString::string_as_slice(name),
     };
     let mut orphaned = false;
-    for hold in lock.holders.iter_mut() {
+    for hold in holders.iter_mut() {
         let session_deadline = -hold.granted_at;
         hold.granted_at = 0;
         if hold.session == 0 {
@@ -198,7 +200,6 @@ fn link_sessions(rdb: *mut raw::RedisModuleIO, mut lock: Lock) -> Lock {
     if orphaned && !name.is_empty() {
         blocking::orphans_loaded(db, name);
     }
-    lock
 }
 
 extern "C" fn aof_rewrite(
@@ -224,7 +225,7 @@ thread_local! {
 /// A rewrite without the RDB preamble has no aux data: each session is written just before
 /// the first key that has one of its holds, so the AOF recreates it before the hold.
 fn emit_sessions_once(aof: *mut raw::RedisModuleIO, lock: &Lock) {
-    for hold in lock.holders.iter().filter(|h| h.session != 0) {
+    for hold in lock.holders().filter(|h| h.session != 0) {
         if !EMITTED.with(|e| e.borrow_mut().insert(hold.session)) {
             continue;
         }
@@ -238,13 +239,8 @@ extern "C" fn mem_usage(value: *const c_void) -> usize {
     guard::callback("mem_usage", 0, || {
         // SAFETY: as in rdb_save.
         let lock = unsafe { &*value.cast::<Lock>() };
-        std::mem::size_of::<Lock>()
-            + lock.holders.capacity() * std::mem::size_of::<Hold>()
-            + lock
-                .holders
-                .iter()
-                .map(|h| h.owner.capacity())
-                .sum::<usize>()
+        // The typical lock is the box alone (see `Lock`): 64 bytes, one allocation.
+        std::mem::size_of::<Lock>() + lock.heap_bytes()
     })
 }
 
@@ -256,7 +252,7 @@ extern "C" fn free(value: *mut c_void) {
         let lock = unsafe { Box::from_raw(value.cast::<Lock>()) };
         stats::LOCK_VALUES.fetch_sub(1, Relaxed);
         let now = wall_clock_ms();
-        let expired = lock.holders.iter().filter(|h| !h.is_live(now)).count();
+        let expired = lock.holders().filter(|h| !h.is_live(now)).count();
         stats::EXPIRED.add(expired as u64);
     }
 }
@@ -294,12 +290,12 @@ extern "C" fn unlink(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) 
 /// deadline now, so a hold with no deadline of its own never lives forever. A replica does the
 /// same from the same replicated deadline, so both sides agree.
 fn detach_sessions(lock: &mut Lock, db: i32, name: &[u8]) {
-    for hold in lock.holders.iter_mut().filter(|h| h.session != 0) {
+    lock.update_session_holds(|hold| {
         let session_deadline = session::with(|s| s.get(hold.session).map(|x| x.deadline));
         session::untrack(hold.session, db, name, &hold.owner);
         hold.deadline = hold.deadline.min(session_deadline.unwrap_or(hold.deadline));
         hold.session = 0;
-    }
+    });
 }
 
 /// Aux data version 2: the token high-water mark (unsigned), the number of sessions

@@ -113,8 +113,8 @@ pub fn key_unlinked(db: i32, key: &[u8], lock: &crate::lock::Lock) {
     }
     let now = key::now();
     if lock.occupying(now).next().is_none() {
-        for hold in &lock.holders {
-            hold_event(db, key, Kind::Expired, &hold.owner, hold.token, None);
+        for hold in lock.holders() {
+            hold_event(db, key, Kind::Expired, hold.owner, hold.token, None);
         }
     } else {
         key_event(db, key, Kind::Deleted);

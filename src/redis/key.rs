@@ -11,7 +11,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use redis_module::{raw, Context, RedisString};
 
 use crate::error::{Error, Result};
-use crate::lock::{Hold, Lock, Millis, Mode};
+use crate::lock::{Hold, HoldRef, Lock, Millis, Mode};
 use crate::redis::{datatype, feed};
 use crate::stats;
 
@@ -209,31 +209,15 @@ impl LockKey {
         at: Millis,
         clean: bool,
     ) -> Result<Option<u64>> {
-        let Some(lock) = self.lock_mut()? else {
-            return Ok(None);
-        };
-        let Some(hold) = lock
-            .holders
-            .iter_mut()
-            .find(|h| h.owner == owner && h.session == serial)
-        else {
-            return Ok(None);
-        };
-        let token = hold.token;
-        if clean {
-            lock.remove(owner);
-        } else {
-            hold.deadline = hold.deadline.min(at);
-            hold.session = 0;
-        }
-        lock.prune(at);
-        Ok(Some(token))
+        Ok(self
+            .lock_mut()?
+            .and_then(|lock| lock.end_session_hold(owner, serial, at, clean)))
     }
 
     /// Delete the key if no holder is left in it (true), else move its expiry to the latest
     /// deadline left (false).
     pub fn delete_if_empty(&mut self) -> Result<bool> {
-        if self.lock()?.is_none_or(|l| l.holders.is_empty()) {
+        if self.lock()?.is_none_or(Lock::is_empty) {
             self.delete();
             return Ok(true);
         }
@@ -291,9 +275,9 @@ impl LockKey {
     /// not on a key this handle created, which has nothing to prune.
     pub fn replicate_holder(&self, owner: &[u8], now: Millis) {
         if let Ok(Some(lock)) = self.lock() {
-            if let Some(hold) = lock.holders.iter().find(|h| h.owner == owner) {
+            if let Some(hold) = lock.entry(owner) {
                 let prune = (!self.created).then_some(now);
-                replicate_load(self.ctx, self.name, lock.mode, hold, prune);
+                replicate_load(self.ctx, self.name, lock.mode(), hold, prune);
             }
         }
     }
@@ -353,11 +337,11 @@ impl Drop for LockKey {
 
 /// `LOCK.LOAD` of a hold in a session or with a lock-delay, as a vector of strings: these
 /// are off the hot path, and the combinations of options would otherwise multiply the formats.
-fn load_args(name: &[u8], mode: Mode, hold: &Hold, prune: Option<Millis>) -> Vec<Vec<u8>> {
+fn load_args(name: &[u8], mode: Mode, hold: HoldRef, prune: Option<Millis>) -> Vec<Vec<u8>> {
     let n = |v: i64| v.to_string().into_bytes();
     let mut args = vec![
         name.to_vec(),
-        hold.owner.clone(),
+        hold.owner.to_vec(),
         n(hold.token as i64),
         n(hold.deadline),
     ];
@@ -429,12 +413,12 @@ fn feed_pruned(
     before: Millis,
 ) {
     let key = redis_module::RedisString::string_as_slice(name);
-    for hold in lock.holders.iter().filter(|h| h.frees_at() <= before) {
+    for hold in lock.holders().filter(|h| h.frees_at() <= before) {
         feed::hold_event(
             selected_db(ctx),
             key,
             feed::Kind::Expired,
-            &hold.owner,
+            hold.owner,
             hold.token,
             None,
         );
@@ -445,7 +429,7 @@ fn replicate_load(
     ctx: *mut raw::RedisModuleCtx,
     name: *mut raw::RedisModuleString,
     mode: Mode,
-    hold: &Hold,
+    hold: HoldRef,
     prune: Option<Millis>,
 ) {
     if hold.session != 0 || hold.delay != 0 {
@@ -523,10 +507,10 @@ fn replicate_load(
 pub fn emit_aof(aof: *mut raw::RedisModuleIO, name: *mut raw::RedisModuleString, lock: &Lock) {
     // SAFETY: as in replicate_load.
     let emit = unsafe { raw::RedisModule_EmitAOF.unwrap() };
-    for hold in &lock.holders {
+    for hold in lock.holders() {
         if hold.session != 0 || hold.delay != 0 {
             let key = redis_module::RedisString::string_as_slice(name);
-            emit_strings(aof, c"LOCK.LOAD", &load_args(key, lock.mode, hold, None));
+            emit_strings(aof, c"LOCK.LOAD", &load_args(key, lock.mode(), hold, None));
             continue;
         }
         let (owner, owner_len) = (hold.owner.as_ptr().cast::<c_char>(), hold.owner.len());
@@ -534,7 +518,7 @@ pub fn emit_aof(aof: *mut raw::RedisModuleIO, name: *mut raw::RedisModuleString,
         // SAFETY: as in replicate_load; aof and name come from the rewrite callback.
         unsafe {
             let load = c"LOCK.LOAD".as_ptr();
-            match lock.mode {
+            match lock.mode() {
                 Mode::Exclusive => emit(
                     aof,
                     load,

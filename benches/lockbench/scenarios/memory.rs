@@ -21,6 +21,8 @@ pub struct MemoryScenario {
 }
 
 struct Memory {
+    /// `Redis 7.0.15`, `Redis 8.2.3`: which goal on memory applies.
+    server: String,
     locks: usize,
     owner_len: usize,
     key_example: String,
@@ -83,6 +85,7 @@ fn memory(srv: &Server, ctl: &mut Connection, sizes: &Sizes) -> Memory {
     flushall(ctl);
 
     Memory {
+        server: Server::name(ctl),
         locks: load.per_conn * CONNS,
         owner_len: owners[0].len(),
         key_example: "mem:17:4711".into(),
@@ -140,13 +143,27 @@ impl Scenario for MemoryScenario {
             return Vec::new();
         };
         let r = mm.lock_bytes / mm.string_bytes;
-        vec![Goal::ratio(
+        let mut goals = vec![Goal::ratio(
             "held lock <= 1.5x the memory of a SET string lock",
             r,
             (mm.lock_bytes, mm.string_bytes),
             "bytes",
             r <= 1.5,
-        )]
+        )];
+        // Issue 22, goal 2, on Redis 7.0. (On Redis 8.2 the goal is to be within 10% of a
+        // value that is one allocation: the typical lock is exactly that, one 64-byte value,
+        // checked by the unit test `the_typical_lock_is_one_64_byte_value`, so there is no
+        // second figure to measure it against here.)
+        if mm.server.starts_with("Redis 7.") {
+            goals.push(Goal::ratio(
+                "held lock <= 1.25x the memory of a SET string lock",
+                r,
+                (mm.lock_bytes, mm.string_bytes),
+                "bytes",
+                r <= 1.25,
+            ));
+        }
+        goals
     }
     fn json(&self) -> Json {
         let Some(mm) = &self.mem else {

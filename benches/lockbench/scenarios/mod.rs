@@ -90,7 +90,7 @@ pub const ALL: &[Entry] = &[
     Entry {
         id: "memory",
         title: "Memory per held lock",
-        servers: Servers::First,
+        servers: Servers::Headline,
         uncontended: false,
         make: memory::new,
     },
@@ -132,7 +132,7 @@ pub const ALL: &[Entry] = &[
     Entry {
         id: "shared_memory",
         title: "Memory per shared holder",
-        servers: Servers::First,
+        servers: Servers::Headline,
         uncontended: false,
         make: shared_memory::new,
     },

@@ -41,7 +41,7 @@ pub(super) fn sync_expiry(ctx: *mut raw::RedisModuleCtx, qk: &QueueKey) {
     let name = RedisString::create_from_slice(ctx, &qk.1);
     let mut lock_key = LockKey::open_raw(ctx, name.inner, raw::KeyMode::READ | raw::KeyMode::WRITE);
     let owners: Vec<Vec<u8>> = match lock_key.lock() {
-        Ok(Some(lock)) => lock.holders.iter().map(|h| h.owner.clone()).collect(),
+        Ok(Some(lock)) => lock.holders().map(|h| h.owner.to_vec()).collect(),
         _ => return,
     };
     if lock_key.delete_if_empty().is_ok() {

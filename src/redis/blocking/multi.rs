@@ -508,7 +508,7 @@ fn grant(
             KeyGrant::New => {
                 let token = state::next_token(now);
                 let hold = Hold {
-                    owner: c.owner.clone(),
+                    owner: c.owner.as_slice().into(),
                     token,
                     deadline,
                     granted_at: now,
