@@ -95,6 +95,7 @@ class Hold {
     this.timer = null;
     this.done = false;
     this.pending = [];
+    this.checked = new Set(); // keys checked against LOCK.INFO since the watch began
   }
 
   keys() {
@@ -113,6 +114,7 @@ class Hold {
   }
 
   onState(key, state, sentAt) {
+    this.checked.add(key);
     if (state.seq !== null) this.floor.set(key, Math.max(this.floor.get(key), state.seq));
     for (const h of state.holders) {
       if (h.token === this.tokens.get(key)) {
@@ -298,8 +300,10 @@ class Feed {
     }
     const conns = { watch, sub, generation, closing: false };
     const lost = (error) => {
-      if (conns.closing || this._conns !== conns) return;
-      this._chain = this._chain.then(() => this._disconnected(error));
+      // Checked again in the chain: a reconnect may have come first.
+      const current = () => !conns.closing && this._conns === conns;
+      if (!current()) return;
+      this._chain = this._chain.then(() => (current() ? this._disconnected(error) : undefined));
     };
     watch.onClose(lost);
     sub.onClose(lost);
