@@ -269,7 +269,11 @@ class Lock {
    * is unknown (the feed's first state read gives the deadline).
    */
   _watchFeed(sent) {
-    if (typeof this.onLost !== 'function' || !this.feed || this._feedSub !== null || this._lostReason !== null) return;
+    if (this._feedSub !== null) {
+      if (sent !== null) this._renewedFeed(sent); // an idempotent retry moved the deadline
+      return;
+    }
+    if (typeof this.onLost !== 'function' || !this.feed || this._lostReason !== null) return;
     const deadline = sent !== null && this._ttl > 0 ? { sentAt: sent, ttl: this._ttl } : null;
     this._feedSub = feedFor(this.client, this._keys()[0]).hold(this, this._feedTokens(), this._shared(), deadline);
   }

@@ -226,6 +226,20 @@ for (const kind of KINDS) {
       assert.deepEqual(lost.calls, []);
     });
 
+    await t.test("an idempotent retry of acquire moves the client's deadline as extend does", async () => {
+      const lost = losses();
+      const lock = new Lock(a, fresh('retry'), 400, { onLost: lost });
+      assert.equal(await lock.acquire(), true);
+      const token = lock.token;
+      for (let i = 0; i < 4; i++) {
+        await sleep(200); // 4 x 200 ms: twice the ttl, renewed by acquiring again
+        assert.equal(await lock.acquire({ timeout: 0 }), true);
+        assert.equal(lock.token, token);
+      }
+      assert.deepEqual(lost.calls.map((c) => c[1]), []);
+      assert.equal(await lock.release(), true);
+    });
+
     await t.test('a killed feed connection is reported, fail-safe', async () => {
       const key = fresh('killed');
       const lost = losses();
