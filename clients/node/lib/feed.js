@@ -492,9 +492,10 @@ class Feed {
     if (msg === null) return;
     if (msg.seq <= st.seq) return; // already in a state read since
     if (msg.seq > st.seq + 1) {
-      // Messages were lost: read the state again (and keep what arrives meanwhile).
+      // Messages were lost: read the state again (and keep what arrives meanwhile). This one
+      // is in that read: the server published it before it runs the read sent after it.
       st.seq = null;
-      st.pending = [data];
+      st.pending = [];
       this._chain = this._chain
         .then(() => (this._keys.get(key) === st ? this._sync(key) : undefined))
         .catch((error) => this._disconnected(error));

@@ -117,6 +117,27 @@ for (const kind of KINDS) {
       }
     });
 
+    await t.test('observe resynchronises after a gap in the sequence numbers', async () => {
+      const key = fresh('gap');
+      const election = new Election(a, key);
+      const changes = election.observe();
+      try {
+        assert.deepEqual(await changes.next(5000), { leader: null, resync: true, seq: 0 });
+        const la = await election.campaign('a');
+        assert.deepEqual(await changes.next(5000), { leader: { value: 'a', term: la.term }, resync: false, seq: 1 });
+        // A message as if seq 2 had been lost on the way (pub/sub delivers at most once): the
+        // feed reads the state again, and reports what it found.
+        const feed = feedFor(a, key);
+        const { channel } = feed._keys.get(key);
+        feed._message(channel, `3 acquired ${la.term + 5} 1000 ghost`);
+        assert.deepEqual(await changes.next(5000), { leader: { value: 'a', term: la.term }, resync: true, seq: 1 });
+        assert.equal(await la.resign(), true);
+        assert.deepEqual(await changes.next(5000), { leader: null, resync: false, seq: 2 });
+      } finally {
+        changes.close();
+      }
+    });
+
     await t.test('observe resynchronises after its pub/sub connection is killed', async () => {
       const key = fresh('resync');
       const election = new Election(a, key);
