@@ -53,9 +53,9 @@ export class Lock {
   readonly lost: boolean;
   /**
    * "not held", "extend failed: ...", "expired" (the watchdog, the ttl); "session lost: ...";
-   * "feed: <event>" (released, expired, lost, deleted, flushed, swapped, demoted), "feed:
-   * acquired to \"owner\"", "feed: handoff to \"owner\"", "feed: not held (LOCK.INFO)",
-   * "deadline passed: no renewal succeeded", "feed connection lost: ..."; or null.
+   * "feed: <event>" (released, expired, lost, deleted, flushed, swapped, demoted),
+   * `feed: acquired to "OWNER"`, `feed: handoff to "OWNER"` (the owner as JSON), "feed: not held
+   * (LOCK.INFO)", "deadline passed: no renewal succeeded", "feed connection lost: ..."; or null.
    */
   readonly lostReason: string | null;
   readonly session: Session | undefined;

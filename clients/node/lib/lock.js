@@ -79,9 +79,9 @@ class Lock {
   /**
    * "not held", "extend failed: <error>" or "expired" (the watchdog and the ttl); "session lost:
    * <the session's lostReason>"; from the change feed "feed: <event>" (released, expired, lost,
-   * deleted, flushed, swapped, demoted), "feed: acquired to \"owner\"" / "feed: handoff to
-   * \"owner\"", "feed: not held (LOCK.INFO)", "deadline passed: no renewal succeeded" or "feed
-   * connection lost: <error>"; null while not lost.
+   * deleted, flushed, swapped, demoted), `feed: acquired to "OWNER"` / `feed: handoff to "OWNER"`
+   * (the owner as JSON), "feed: not held (LOCK.INFO)", "deadline passed: no renewal succeeded" or
+   * "feed connection lost: <error>"; null while not lost.
    */
   get lostReason() {
     return this._lostReason;
