@@ -15,8 +15,16 @@ export interface LockOptions {
   /** Renew the hold every `watchdogPeriod` ms (default ttl/3) while it is held. */
   watchdog?: boolean;
   watchdogPeriod?: number;
-  /** Called once when the hold is lost (also `lock.signal` aborts). */
+  /**
+   * Called once when the hold is lost (also `lock.signal` aborts). With it (and `feed`, on by
+   * default) the key is watched through the client's change feed while held, so a loss the
+   * server causes is reported at once.
+   */
   onLost?: (lock: Lock, error: LockLostError) => void | Promise<void>;
+  /** With `onLost`: watch the key through the change feed while held (default true). */
+  feed?: boolean;
+  /** Hold it in this session (`SESSION id`): no watchdog; a ttl of 0 means no deadline of its own. */
+  session?: Session;
   /** Succeed only once this many replicas acknowledged the grant (WAIT); Redis 7.0.12+. */
   durable?: number;
   /** How long WAIT waits for them, in ms (default 1000). */
@@ -43,8 +51,14 @@ export class Lock {
   /** Aborts (with a LockLostError as its reason) when the current hold is lost. */
   readonly signal: AbortSignal;
   readonly lost: boolean;
-  /** "not held", "extend failed: ...", "expired", or null. */
+  /**
+   * "not held", "extend failed: ...", "expired" (the watchdog, the ttl); "session lost: ...";
+   * "feed: <event>" (released, expired, lost, deleted, flushed, swapped, demoted),
+   * `feed: acquired to "OWNER"`, `feed: handoff to "OWNER"` (the owner as JSON), "feed: not held
+   * (LOCK.INFO)", "deadline passed: no renewal succeeded", "feed connection lost: ..."; or null.
+   */
   readonly lostReason: string | null;
+  readonly session: Session | undefined;
   /** True if granted, false if the wait ran out. */
   acquire(options?: AcquireOptions): Promise<boolean>;
   /** True if this owner held it. */
@@ -94,6 +108,113 @@ export class Locks {
   /** Acquire `name` (watchdog on), run `fn(signal)`, release on every exit path. */
   using<T>(name: string, ttl: number, fn: (signal: AbortSignal) => Promise<T> | T): Promise<T>;
   using<T>(name: string, ttl: number, options: UsingOptions, fn: (signal: AbortSignal) => Promise<T> | T): Promise<T>;
+}
+
+export interface SessionOptions {
+  /** The session also ends the moment its dedicated connection closes (the process dies). */
+  bound?: boolean;
+  /** ms (0 to 60000) nobody is granted what a hold had after the session was lost uncleanly. */
+  lockDelay?: number;
+  /** With an ioredis Cluster: a key the session will lock (its node opens the session). */
+  key?: string;
+  /** Called once when the session is lost (then each of its holds reports "session lost: ..."). */
+  onLost?: (session: Session) => void | Promise<void>;
+  /** ms between keepalives (default ttl/3). */
+  keepalivePeriod?: number;
+}
+
+export interface SessionInfo {
+  /** ms left. */
+  ttl: number;
+  /** The bound connection's client id, or null. */
+  bound: number | null;
+  lockdelay: number;
+  holds: number;
+}
+
+/** One lease (LOCK.SESSION) for many holds, kept alive by one keepalive timer. */
+export class Session {
+  constructor(client: RedisClient, ttl: number, options?: SessionOptions);
+  readonly client: RedisClient;
+  readonly bound: boolean;
+  /** The session id (a secret), or null before open(). */
+  readonly id: string | null;
+  readonly ttl: number;
+  readonly lockDelay: number | undefined;
+  readonly lost: boolean;
+  /** "ended", "keepalive failed: ...", "connection lost: ...", or null. */
+  readonly lostReason: string | null;
+  readonly closed: boolean;
+  /** LOCK.SESSION OPEN, then the keepalive starts; resolves to this session. */
+  open(): Promise<this>;
+  /** LOCK.SESSION CLOSE: the number of holds released (no lock-delay), or null. */
+  close(): Promise<number | null>;
+  /** LOCK.SESSION INFO, or null if the server has no such session. */
+  info(): Promise<SessionInfo | null>;
+}
+
+/** Who leads: what it published (its owner string) and its term (the grant's fencing token). */
+export interface Leader {
+  value: string;
+  term: number;
+}
+
+/** A change seen by observe(): `leader` null is "no leader"; `resync` a state read again. */
+export interface LeadershipChange {
+  leader: Leader | null;
+  /** True when read from LOCK.INFO (at the start, after a reconnect or a gap in the feed). */
+  resync: boolean;
+  seq: number | null;
+}
+
+export interface ElectionOptions {
+  /** ms a leadership lasts unless renewed (default 10000; with `session` 0: the session covers it). */
+  ttl?: number;
+  watchdogPeriod?: number;
+  /** Hold leaderships in this session (bound: the next candidate leads when this process dies). */
+  session?: Session;
+}
+
+export interface CampaignOptions extends AcquireOptions {
+  /** Called once when the leadership is found gone. */
+  onLost?: (leadership: Leadership, error: LockLostError) => void | Promise<void>;
+}
+
+export class Leadership {
+  readonly lock: Lock;
+  readonly value: string;
+  /** The fencing token of the grant. */
+  readonly term: number;
+  readonly lost: boolean;
+  readonly lostReason: string | null;
+  /** Aborts when this leadership is found gone. */
+  readonly signal: AbortSignal;
+  /** `command key ...args`, run only while this term is the live one; else StaleTokenError. */
+  fenced(command: string, key: string, ...args: Array<string | number | Buffer>): Promise<unknown>;
+  /** Step down: true if this leadership was live. */
+  resign(): Promise<boolean>;
+}
+
+export class Observation implements AsyncIterable<LeadershipChange> {
+  /** The next change; rejects with `code: 'ETIMEDOUT'` after `timeout` ms. */
+  next(timeout?: number): Promise<LeadershipChange>;
+  close(): void;
+  [Symbol.asyncIterator](): AsyncIterator<LeadershipChange>;
+}
+
+export class Election {
+  constructor(client: RedisClient, name: string, options?: ElectionOptions);
+  readonly client: RedisClient;
+  readonly name: string;
+  readonly session: Session | undefined;
+  /** Wait in the queue until leading; null if `timeout` ms passed first. */
+  campaign(value: string, options?: CampaignOptions): Promise<Leadership | null>;
+  /** Step down from the last leadership this object won. */
+  resign(): Promise<boolean>;
+  /** Who leads now, or null. */
+  leader(): Promise<Leader | null>;
+  /** Every change of leader, "no leader" included; the first is the state when it started. */
+  observe(): Observation;
 }
 
 export function fencedCall(

@@ -5,12 +5,16 @@
 // Layout: lib/adapter.js (how commands reach each kind of client; the waiter connections),
 // lib/wire.js (owners, times, tokens, the blocking wait and its cancellation, the durable check),
 // lib/lock.js (Lock: acquire, release, extend, watchdog, signal), lib/shared.js (Semaphore,
-// ReadWriteLock), lib/multi.js (MultiLock), lib/fence.js (fenced writes), lib/errors.js;
+// ReadWriteLock), lib/multi.js (MultiLock), lib/fence.js (fenced writes), lib/session.js
+// (Session: LOCK.SESSION and its keepalive), lib/feed.js (the change feed: loss reports and
+// observers), lib/election.js (Election), lib/errors.js;
 // redlock.js is the drop-in for node-redlock.
 
 const { Lock } = require('./lib/lock');
 const { Semaphore, ReadLock, ReadWriteLock } = require('./lib/shared');
 const { MultiLock } = require('./lib/multi');
+const { Session } = require('./lib/session');
+const { Election, Leadership, Observation } = require('./lib/election');
 const { FENCE_CHECK_LUA, FENCED_CALL_LUA, fencedCall, fencedScript } = require('./lib/fence');
 // LockError and its subclasses: LockLostError, LockBusyError, DurabilityError,
 // DurableUnsupportedError, StaleTokenError.
@@ -59,6 +63,10 @@ module.exports = {
   ReadLock,
   ReadWriteLock,
   MultiLock,
+  Session,
+  Election,
+  Leadership,
+  Observation,
   fencedCall,
   fencedScript,
   FENCE_CHECK_LUA,

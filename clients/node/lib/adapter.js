@@ -110,6 +110,70 @@ class IORedisAdapter {
   waiter(_key) {
     return ioredisWaiter(this.client);
   }
+
+  dedicated(_key, name) {
+    return ioredisDedicated(this.client, name);
+  }
+
+  /** The client of the one server that serves `key` (this one). */
+  nodeClient(_key) {
+    return this.client;
+  }
+}
+
+/**
+ * A connection of its own that lives as long as its user wants (a bound session's, the change
+ * feed's): made like the user's client, never reconnected and nothing re-sent (a new socket would
+ * not be the one the server bound or watched), with `onClose(fn)` called once when it closes.
+ */
+function ioredisDedicated(node, name) {
+  const conn = node.duplicate({ ...IOREDIS_WAITER, connectionName: name });
+  const closed = closeOnce();
+  conn.on('error', (e) => closed.error(e));
+  conn.on('end', () => closed.fire());
+  return {
+    call(args) {
+      const [command, ...rest] = strings(args);
+      return conn.call(command, ...rest);
+    },
+    /** SSUBSCRIBE `channel`, resolving once the server confirmed it; messages go to `onMessage`. */
+    subscribe(channel, onMessage) {
+      conn.removeAllListeners('smessage');
+      conn.on('smessage', (ch, message) => onMessage(ch, message));
+      return conn.ssubscribe(channel);
+    },
+    unsubscribe(channel) {
+      return conn.sunsubscribe(channel);
+    },
+    onClose: closed.onClose,
+    close() {
+      closed.fire();
+      conn.disconnect(false);
+    },
+  };
+}
+
+/** The once-only close notice of a dedicated connection; the last error seen is its reason. */
+function closeOnce() {
+  let fns = [];
+  let lastError = null;
+  let fired = false;
+  return {
+    error(e) {
+      lastError = e;
+    },
+    fire(e) {
+      if (fired) return;
+      fired = true;
+      const reason = e || lastError || new Error('connection closed');
+      for (const fn of fns) fn(reason);
+      fns = [];
+    },
+    onClose(fn) {
+      if (fired) fn(lastError || new Error('connection closed'));
+      else fns.push(fn);
+    },
+  };
 }
 
 function ioredisWaiter(node) {
@@ -161,6 +225,15 @@ class IORedisClusterAdapter {
   waiter(key) {
     return ioredisWaiter(this.node(key));
   }
+
+  dedicated(key, name) {
+    return ioredisDedicated(this.node(key), name);
+  }
+
+  /** The client of the master that serves `key` (its feed is that node's: the channel lives there). */
+  nodeClient(key) {
+    return this.node(key);
+  }
 }
 
 // --- node-redis ----------------------------------------------------------------------------
@@ -180,13 +253,7 @@ class NodeRedisAdapter {
   }
 
   async waiter(_key) {
-    const options = this.client.options || {};
-    const conn = this.client.duplicate({
-      socket: { ...options.socket, reconnectStrategy: false, socketTimeout: undefined },
-      disableOfflineQueue: false,
-      pingInterval: undefined,
-      name: 'redislock-waiter',
-    });
+    const conn = this._duplicate('redislock-waiter');
     conn.on('error', ignore);
     await conn.connect();
     let closed = false;
@@ -195,11 +262,52 @@ class NodeRedisAdapter {
       close() {
         if (closed) return;
         closed = true;
-        // node-redis 5 has destroy(); 4 has disconnect() (5 still accepts it, deprecated).
-        const p = typeof conn.destroy === 'function' ? conn.destroy() : conn.disconnect();
-        if (p && typeof p.catch === 'function') p.catch(ignore);
+        destroy(conn);
       },
     };
+  }
+
+  _duplicate(name) {
+    const options = this.client.options || {};
+    return this.client.duplicate({
+      socket: { ...options.socket, reconnectStrategy: false, socketTimeout: undefined },
+      disableOfflineQueue: false,
+      pingInterval: undefined,
+      name,
+    });
+  }
+
+  /** As ioredisDedicated: node-redis reports an unexpected close as an 'error' (no reconnect). */
+  async dedicated(_key, name) {
+    const conn = this._duplicate(name);
+    const closed = closeOnce();
+    conn.on('error', (e) => closed.fire(e));
+    conn.on('end', () => closed.fire());
+    await conn.connect();
+    return {
+      call: (args) => conn.sendCommand(strings(args)),
+      subscribe: (channel, onMessage) => conn.sSubscribe(channel, (message, ch) => onMessage(ch, message)),
+      unsubscribe: (channel) => conn.sUnsubscribe(channel),
+      onClose: closed.onClose,
+      close() {
+        closed.fire();
+        destroy(conn);
+      },
+    };
+  }
+
+  nodeClient(_key) {
+    return this.client;
+  }
+}
+
+function destroy(conn) {
+  // node-redis 5 has destroy(); 4 has disconnect() (5 still accepts it, deprecated).
+  try {
+    const p = typeof conn.destroy === 'function' ? conn.destroy() : conn.disconnect();
+    if (p && typeof p.catch === 'function') p.catch(ignore);
+  } catch {
+    // already closed
   }
 }
 

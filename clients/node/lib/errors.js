@@ -9,11 +9,14 @@ class LockError extends Error {
   }
 }
 
-/** The lock was lost while held: a renewal answered 0 or failed, or its ttl ran out. */
+/**
+ * The lock was lost while held: a renewal answered 0 or failed, its ttl ran out, its session was
+ * lost, or the change feed reported it gone.
+ */
 class LockLostError extends LockError {
   constructor(message, reason) {
     super(message);
-    /** "not held", "extend failed: ...", or "expired". */
+    /** The lock's lostReason: "not held", "expired", "session lost: ...", "feed: ...", ... */
     this.reason = reason;
   }
 }

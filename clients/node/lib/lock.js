@@ -6,6 +6,7 @@ const { adapt, isReplyError } = require('./adapter');
 const wire = require('./wire');
 const { LockLostError, LockBusyError, DurabilityError } = require('./errors');
 const { fencedCall } = require('./fence');
+const { feedFor } = require('./feed');
 
 /** How long `durable` waits for replicas unless `durableTimeout` says otherwise, in ms. */
 const DEFAULT_DURABLE_TIMEOUT_MS = 1000;
@@ -13,14 +14,19 @@ const DEFAULT_DURABLE_TIMEOUT_MS = 1000;
 class Lock {
   /**
    * `new Lock(client, name, ttl, options)` takes nothing yet; `acquire()` does. `ttl` is the hold
-   * time in milliseconds. Options: `owner`, `watchdog`, `watchdogPeriod`, `onLost`, `durable`,
-   * `durableTimeout` (see index.d.ts and the README).
+   * time in milliseconds (with `session`, 0: no deadline of its own). Options: `owner`,
+   * `watchdog`, `watchdogPeriod`, `onLost`, `feed`, `session`, `durable`, `durableTimeout` (see
+   * index.d.ts and the README).
    */
   constructor(client, name, ttl, options = {}) {
     this.client = client;
     this._adapter = adapt(client);
     this.name = name;
-    this._ttl = wire.toMs(ttl, 'ttl');
+    this.session = options.session;
+    if (this.session !== undefined && options.watchdog) {
+      throw new RangeError("a lock in a session runs no watchdog: the session's keepalive covers it");
+    }
+    this._ttl = wire.toMs(ttl, 'ttl', this.session !== undefined);
     this.owner = options.owner !== undefined ? String(options.owner) : wire.newOwner();
     if (this.owner.length === 0) throw new RangeError('owner must not be empty');
     this.watchdog = Boolean(options.watchdog);
@@ -30,6 +36,9 @@ class Lock {
       throw new RangeError('watchdogPeriod must be shorter than the ttl');
     }
     this.onLost = options.onLost;
+    /** With onLost: watch the key through the client's change feed while held (lib/feed.js). */
+    this.feed = options.feed === undefined ? true : Boolean(options.feed);
+    this._feedSub = null;
     this.durable = options.durable === undefined ? 0 : options.durable;
     if (!Number.isInteger(this.durable) || this.durable < 0) {
       throw new RangeError(`durable must be a whole number of replicas, got ${String(options.durable)}`);
@@ -67,7 +76,13 @@ class Lock {
     return this._lostReason !== null;
   }
 
-  /** "not held", "extend failed: <error>" or "expired"; null while not lost. */
+  /**
+   * "not held", "extend failed: <error>" or "expired" (the watchdog and the ttl); "session lost:
+   * <the session's lostReason>"; from the change feed "feed: <event>" (released, expired, lost,
+   * deleted, flushed, swapped, demoted), `feed: acquired to "OWNER"` / `feed: handoff to "OWNER"`
+   * (the owner as JSON), "feed: not held (LOCK.INFO)", "deadline passed: no renewal succeeded" or
+   * "feed connection lost: <error>"; null while not lost.
+   */
   get lostReason() {
     return this._lostReason;
   }
@@ -83,9 +98,24 @@ class Lock {
     return [];
   }
 
+  /** `SESSION id` for a lock in a session (LockError if the session cannot take holds). */
+  _sessionArgs() {
+    return this.session === undefined ? [] : ['SESSION', this.session._usableId()];
+  }
+
   _acquireArgs(blockMs) {
-    const args = ['LOCK.ACQUIRE', this.name, this.owner, this._ttl, ...this._modeArgs()];
+    const args = ['LOCK.ACQUIRE', this.name, this.owner, this._ttl, ...this._modeArgs(), ...this._sessionArgs()];
     return blockMs === undefined ? args : [...args, 'BLOCK', blockMs];
+  }
+
+  /** The keys and tokens the change feed watches for this hold. */
+  _feedTokens() {
+    return new Map([[this.name, this._token]]);
+  }
+
+  /** True if the hold may share its key (another owner's grant does not end it). */
+  _shared() {
+    return this._modeArgs().includes('SHARED');
   }
 
   _releaseArgs() {
@@ -134,6 +164,8 @@ class Lock {
 
     // One try first, on the user's client: most acquires are granted at once.
     let reply;
+    const sent = performance.now();
+    let blocked = false;
     try {
       reply = await this._adapter.callOnKey(key, this._acquireArgs());
     } catch (error) {
@@ -144,6 +176,7 @@ class Lock {
     if (reply !== null) {
       if (this.durable > 0) acked = await this._wait((args) => this._adapter.callOnKey(key, args));
     } else if (waitMs !== 0) {
+      blocked = true;
       // Then one LOCK.ACQUIRE ... BLOCK on a connection of its own, however long the wait.
       // The try above answered nil, so this object holds nothing there: a grant that raced a
       // cancellation is this call's own, and cleanup may release it.
@@ -165,6 +198,7 @@ class Lock {
       await this._notDurable(acked, before !== null && token === before);
     }
     this._held();
+    this._watchFeed(blocked ? null : sent);
     return true;
   }
 
@@ -220,8 +254,53 @@ class Lock {
       this._controller = new AbortController();
     }
     this._lostReason = null;
-    this._armDeadline(Date.now() + this._ttl);
+    if (this._ttl > 0) this._armDeadline(Date.now() + this._ttl);
     if (this.watchdog) this._startWatchdog();
+    if (this.session !== undefined && this.session._hold(this)) {
+      this._lose(`session lost: ${this.session.lostReason}`);
+    }
+  }
+
+  // --- the change feed: a loss reported at once (lib/feed.js) ---
+
+  /**
+   * After a grant: watch the key through the client's feed if a loss callback wants it. `sent`:
+   * when a single try was sent (its grant is no older); null for a blocking grant, whose moment
+   * is unknown (the feed's first state read gives the deadline).
+   */
+  _watchFeed(sent) {
+    if (this._feedSub !== null) {
+      if (sent !== null) this._renewedFeed(sent); // an idempotent retry moved the deadline
+      return;
+    }
+    if (typeof this.onLost !== 'function' || !this.feed || this._lostReason !== null) return;
+    const deadline = sent !== null && this._ttl > 0 ? { sentAt: sent, ttl: this._ttl } : null;
+    this._feedSub = feedFor(this.client, this._keys()[0]).hold(this, this._feedTokens(), this._shared(), deadline);
+  }
+
+  _unwatchFeed() {
+    const sub = this._feedSub;
+    this._feedSub = null;
+    if (sub !== null) sub.feed.drop(sub);
+  }
+
+  /** A renewal sent at `sent` (performance.now()) succeeded: the feed's deadline moves. */
+  _renewedFeed(sent) {
+    if (this._feedSub !== null && this._ttl > 0) this._feedSub.feed.renewed(this._feedSub, sent, this._ttl);
+  }
+
+  /** The feed found this hold lost: stop renewing, report once. */
+  _feedLost(sub, reason) {
+    if (sub !== this._feedSub) return;
+    this._feedSub = null;
+    this._lose(reason);
+  }
+
+  /** Its session was closed: the server released the hold cleanly; nothing to report. */
+  _sessionClosed() {
+    this._unwatchFeed();
+    clearTimeout(this._deadlineTimer);
+    this._forget();
   }
 
   /** The signal aborts at `at` unless an extend moves it (a hold sent at t lasts until t + ttl). */
@@ -236,6 +315,8 @@ class Lock {
     this._lostReason = reason;
     clearTimeout(this._deadlineTimer);
     this._stopWatchdogNow();
+    this._unwatchFeed();
+    if (this.session !== undefined) this.session._forget(this);
     const error = new LockLostError(`lost ${JSON.stringify(this.name)}: ${reason}`, reason);
     this._controller.abort(error);
     if (typeof this.onLost === 'function') {
@@ -254,6 +335,8 @@ class Lock {
   async release() {
     await this._stopWatchdog();
     clearTimeout(this._deadlineTimer);
+    this._unwatchFeed();
+    if (this.session !== undefined) this.session._forget(this);
     this._forget();
     return this._released(await this._adapter.call(this._releaseArgs()));
   }
@@ -265,8 +348,12 @@ class Lock {
   async extend(ttl) {
     if (ttl !== undefined) this._ttl = wire.toMs(ttl, 'ttl');
     const sent = Date.now();
+    const sentMono = performance.now();
     const held = this._renewed(await this._adapter.call(this._extendArgs()));
-    if (held && this._token !== null && this._lostReason === null) this._armDeadline(sent + this._ttl);
+    if (held && this._token !== null && this._lostReason === null) {
+      if (this._ttl > 0) this._armDeadline(sent + this._ttl);
+      this._renewedFeed(sentMono);
+    }
     if (!held) this._lose('not held');
     return held;
   }
@@ -316,6 +403,7 @@ class Lock {
     const tick = () => {
       dog.timer = setTimeout(() => {
         const sent = Date.now();
+        const sentMono = performance.now();
         const period = this._period();
         dog.inFlight = wire
           .withTimeout(this._adapter.call(this._extendArgs()), period, 'LOCK.EXTEND')
@@ -324,6 +412,7 @@ class Lock {
               if (dog.stopped) return;
               if (!this._renewed(reply)) return this._lose('not held');
               this._armDeadline(sent + this._ttl);
+              this._renewedFeed(sentMono);
               tick();
             },
             (error) => {

@@ -44,8 +44,12 @@ class MultiLock extends Lock {
   }
 
   _acquireArgs(blockMs) {
-    const args = ['LOCK.MACQUIRE', this.names.length, ...this.names, this.owner, this._ttl];
+    const args = ['LOCK.MACQUIRE', this.names.length, ...this.names, this.owner, this._ttl, ...this._sessionArgs()];
     return blockMs === undefined ? args : [...args, 'BLOCK', blockMs];
+  }
+
+  _feedTokens() {
+    return new Map(this.names.map((name, i) => [name, this._tokens[i]]));
   }
 
   _releaseArgs() {

@@ -5,7 +5,8 @@ const test = require('node:test');
 const assert = require('node:assert/strict');
 const IORedis = require('ioredis');
 const { startCluster } = require('./harness');
-const { Lock, MultiLock } = require('..');
+const { Lock, MultiLock, Session, Election } = require('..');
+const { feedFor } = require('../lib/feed');
 const { slotOf } = require('../lib/slot');
 
 let cluster;
@@ -69,4 +70,51 @@ test('ioredis Cluster: acquire, a wait on the key master, abort, MultiLock with 
   assert.equal(await m.acquire(), true);
   assert.equal(m.tokens.length, 2);
   assert.equal(await m.release(), true);
+});
+
+test('ioredis Cluster: the feed, a session and an election live on the key master', async (t) => {
+  const client = new IORedis.Cluster(cluster.nodes.map((n) => ({ host: '127.0.0.1', port: n.port })));
+  t.after(() => client.disconnect());
+  await new Promise((resolve) => client.once('ready', resolve));
+  const masterOf = (key) => client.nodes('master').find((n) => `${n.options.host}:${n.options.port}` === client.slots[slotOf(key)][0]);
+  const until = async (what, fn) => {
+    const deadline = Date.now() + 10000;
+    for (;;) {
+      const v = await fn();
+      if (v) return v;
+      if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+      await new Promise((r) => setTimeout(r, 5));
+    }
+  };
+  // Keys with a hash tag, without one, and with braces that are not a tag, on different masters.
+  for (const key of ['alpha', '{user:1}:lock', 'a{}b', 'gamma']) {
+    const node = masterOf(key);
+    const lost = [];
+    const lock = new Lock(client, key, 30000, { onLost: (_l, e) => lost.push(e.reason) });
+    assert.equal(await lock.acquire(), true);
+    await until('the feed to check the hold', () => lock._feedSub !== null && lock._feedSub.checked.size === 1);
+    // The feed's two connections are on the key's master.
+    const feed = feedFor(client, key);
+    const list = String(await node.call('CLIENT', 'LIST'));
+    assert.equal(list.split('\n').filter((l) => l.includes(` name=redislock-feed-sub-${feed.id} `)).length, 1);
+    assert.equal(await node.call('DEL', key), 1);
+    await until('the loss report', () => lost.length > 0);
+    assert.deepEqual(lost, ['feed: deleted']);
+  }
+
+  const key = '{election}:leader';
+  const node = masterOf(key);
+  const session = await new Session(client, 30000, { bound: true, key }).open();
+  assert.equal(typeof (await session.info()).bound, 'number');
+  const election = new Election(client, key, { session });
+  const changes = election.observe();
+  t.after(() => changes.close());
+  assert.deepEqual(await changes.next(5000), { leader: null, resync: true, seq: 0 });
+  const leadership = await election.campaign('leader-1');
+  assert.deepEqual(await changes.next(5000), { leader: { value: 'leader-1', term: leadership.term }, resync: false, seq: 1 });
+  assert.deepEqual(await election.leader(), { value: 'leader-1', term: leadership.term });
+  assert.equal(await node.call('PTTL', key), -1);
+  assert.equal(await session.close(), 1);
+  assert.deepEqual(await changes.next(5000), { leader: null, resync: false, seq: 2 });
+  assert.equal(leadership.lost, false); // closed by its own session: no loss
 });

@@ -60,4 +60,10 @@ test('the examples run as pasted against a server with the module', async (t) =>
   );
   assert.match(run('node-redis'), /^held with fencing token \d+ lost yet: false\n$/);
   assert.equal(run('redlock'), '');
+  // Three candidate processes; the leader is killed (SIGKILL) and the next one takes over.
+  const election = run('leader_election');
+  const m = /^no leader\nleader: (candidate-[123]), term (\d+)\nkilled \1\nleader: (candidate-[123]), term (\d+)\n$/.exec(election);
+  assert.ok(m, election);
+  assert.notEqual(m[3], m[1]);
+  assert.ok(Number(m[4]) > Number(m[2]), election);
 });

@@ -1,0 +1,513 @@
+'use strict';
+// The change feed (LOCK.WATCH): a holder hears of its loss at once, an observer of each change.
+// The same design as the Python package's feed.py and the Rust crate's hold.rs.
+//
+// The server publishes every change of a watched lock key to a sharded pub/sub channel of that
+// key (`lock.feed:{TAG}:DB:KEY`) as one string, `SEQ EVENT TOKEN TTL OWNER`, while at least one
+// connection watches the key (`LOCK.WATCH key` answers `[channel, seq]`). SEQ grows by 1 per
+// message of the key: a gap means lost messages. The state and its seq are read in one step,
+// `MULTI; LOCK.WATCH; LOCK.INFO; EXEC` (LOCK.INFO is nil for a free key, with no seq to show).
+//
+// One Feed per server a client talks to (`feedFor`; with an ioredis Cluster, one per master:
+// the channel lives on the key's shard), shared by every hold and observer of that client: two
+// dedicated connections (lib/adapter.js: never reconnected, nothing re-sent), the *watch*
+// connection (LOCK.WATCH, LOCK.UNWATCH, state reads; the server ends its watches when it closes)
+// and the *pub/sub* connection (SSUBSCRIBE). They open with the first subscriber and close
+// IDLE_CLOSE_MS after the last one left.
+//
+// Two kinds of subscriber:
+// - a hold (a lock with `onLost`, lib/lock.js): reported lost once, when a message says the
+//   server ended it, when its own conservative deadline passes with no renewal, or when either
+//   connection is lost (fail-safe: nothing would tell it any more);
+// - an observer (Election.observe()): every change of the key's exclusive holder, null for
+//   "nobody". After a gap in SEQ, or a reconnect, the state is read again and reported with
+//   `resync: true`.
+// A new subscriber is checked against the state as soon as its key is watched and subscribed, so
+// a loss between the grant and the watch is reported too. Messages that arrive while a read of
+// the state is in flight are kept and applied after it (the two connections are two sockets: a
+// message published after the read may arrive before the read's reply).
+
+const { adapt } = require('./adapter');
+
+/** ms the connections stay open after the last subscriber left (a lock taken again reuses them). */
+const IDLE_CLOSE_MS = 2000;
+/** The longest wait before reconnecting after the connections failed (for observers). */
+const MAX_BACKOFF_MS = 1000;
+
+/** Events that end the hold whose token they carry. */
+const HOLD_ENDS = new Set(['released', 'expired', 'lost']);
+/** Events about the whole key (owner empty, token 0): every hold of it ended. */
+const KEY_ENDS = new Set(['deleted', 'flushed', 'swapped', 'demoted']);
+/** A new token was granted (handoff: in the same step as a hold ended). */
+const GRANTS = new Set(['acquired', 'handoff']);
+
+/** `SEQ EVENT TOKEN TTL OWNER` as {seq, event, token, ttl, owner}; null if malformed. */
+function parseMessage(data) {
+  const text = Buffer.isBuffer(data) ? data.toString() : String(data);
+  const m = /^(\d+) (\S+) (\d+) (-?\d+)(?: ([\s\S]*))?$/.exec(text);
+  if (m === null) return null;
+  return { seq: Number(m[1]), event: m[2], token: Number(m[3]), ttl: Number(m[4]), owner: m[5] || '' };
+}
+
+function pairs(reply) {
+  if (reply instanceof Map) return Object.fromEntries(reply);
+  if (!Array.isArray(reply)) return { ...reply };
+  const out = {};
+  for (let i = 0; i < reply.length; i += 2) out[String(reply[i])] = reply[i + 1];
+  return out;
+}
+
+/** LOCK.INFO's reply as {seq, holders: [{owner, token, ttl}]} (nil: no holder, no seq). */
+function parseInfo(reply) {
+  if (reply === null || reply === undefined) return { seq: null, holders: [] };
+  const f = pairs(reply);
+  const holders = [];
+  if (Array.isArray(f.holders)) {
+    for (const entry of f.holders) {
+      const h = pairs(entry);
+      holders.push({ owner: h.owner === undefined ? '' : String(h.owner), token: Number(h.token), ttl: Number(h.ttl || 0) });
+    }
+  } else if (f.token !== undefined && f.token !== null && f.owner !== undefined) {
+    holders.push({ owner: String(f.owner), token: Number(f.token), ttl: Number(f.ttl || 0) });
+  }
+  return { seq: f.seq === undefined || f.seq === null ? null : Number(f.seq), holders };
+}
+
+/** How much earlier than `sent + ttl` a holder counts its hold gone: clock rates differ. */
+function margin(ttlMs) {
+  return Math.max(2, ttlMs * 0.01);
+}
+
+const now = () => performance.now();
+
+// --- subscribers ---------------------------------------------------------------------------
+
+/** One hold's watch: `tokens` (key -> token) of `lock`; reported lost once. */
+class Hold {
+  constructor(feed, lock, tokens, shared, deadline) {
+    this.kind = 'hold';
+    this.feed = feed;
+    this.lock = lock;
+    this.tokens = tokens;
+    this.shared = shared;
+    this.deadline = deadline; // performance.now() by which it is surely gone unless renewed
+    this.floor = new Map([...tokens.keys()].map((k) => [k, -1]));
+    this.timer = null;
+    this.done = false;
+    this.pending = [];
+    this.checked = new Set(); // keys checked against LOCK.INFO since the watch began
+  }
+
+  keys() {
+    return [...this.tokens.keys()];
+  }
+
+  onMessage(key, msg) {
+    if (msg.seq <= this.floor.get(key)) return null;
+    const mine = this.tokens.get(key);
+    if (KEY_ENDS.has(msg.event)) return `feed: ${msg.event}`;
+    if (HOLD_ENDS.has(msg.event) && msg.token === mine) return `feed: ${msg.event}`;
+    if (GRANTS.has(msg.event) && !this.shared && msg.token !== mine) {
+      return `feed: ${msg.event} to ${JSON.stringify(msg.owner)}`;
+    }
+    return null;
+  }
+
+  onState(key, state, sentAt) {
+    this.checked.add(key);
+    if (state.seq !== null) this.floor.set(key, Math.max(this.floor.get(key), state.seq));
+    for (const h of state.holders) {
+      if (h.token === this.tokens.get(key)) {
+        if (h.ttl > 0) this.feed.renewed(this, sentAt, h.ttl);
+        return null;
+      }
+    }
+    return 'feed: not held (LOCK.INFO)';
+  }
+}
+
+/** Leadership changes of one key, as an async queue of {leader, resync, seq}. */
+class Observer {
+  constructor(feed, key) {
+    this.kind = 'observer';
+    this.feed = feed;
+    this.key = key;
+    this.leader = null;
+    this.floor = -1;
+    this.done = false;
+    this.pending = [];
+    this.queue = [];
+    this.waiting = [];
+  }
+
+  keys() {
+    return [this.key];
+  }
+
+  onMessage(_key, msg) {
+    if (msg.seq <= this.floor) return null;
+    let leader;
+    if (GRANTS.has(msg.event)) leader = { value: msg.owner, term: msg.token };
+    else if (KEY_ENDS.has(msg.event) || (HOLD_ENDS.has(msg.event) && this.leader && msg.token === this.leader.term)) {
+      leader = null;
+    } else return null;
+    const same = leader === null ? this.leader === null : this.leader !== null && leader.term === this.leader.term;
+    if (same) return null;
+    this.leader = leader;
+    return { leader, resync: false, seq: msg.seq };
+  }
+
+  onState(_key, state) {
+    if (state.seq !== null) this.floor = Math.max(this.floor, state.seq);
+    // An election's key is exclusive: one holder at most.
+    const h = state.holders[0];
+    this.leader = h === undefined ? null : { value: h.owner, term: h.token };
+    return { leader: this.leader, resync: true, seq: state.seq };
+  }
+
+  push(item) {
+    const w = this.waiting.shift();
+    if (w !== undefined) w(item);
+    else this.queue.push(item);
+  }
+
+  /** The next change (or the error that ended the observation). */
+  next() {
+    if (this.queue.length > 0) return Promise.resolve(this.queue.shift());
+    return new Promise((resolve) => this.waiting.push(resolve));
+  }
+}
+
+// --- the feed ------------------------------------------------------------------------------
+
+const feeds = new WeakMap();
+
+/** The Feed of the server that serves `key` for `client` (made on first use). */
+function feedFor(client, key) {
+  const node = adapt(client).nodeClient(key);
+  let feed = feeds.get(node);
+  if (feed === undefined) {
+    feed = new Feed(adapt(node));
+    feeds.set(node, feed);
+  }
+  return feed;
+}
+
+let ids = 0;
+
+class Feed {
+  constructor(adapter) {
+    this._adapter = adapter;
+    this.id = `${process.pid}-${++ids}`;
+    this._subs = new Map(); // key -> Set of subscribers
+    this._keys = new Map(); // key watched on the current connections -> {channel, seq, pending}
+    this._channels = new Map(); // channel -> key
+    this._unchecked = new Set(); // subscribers to check against the state once their key is synced
+    this._conns = null; // {watch, sub, generation}
+    this._generation = 0;
+    this._chain = Promise.resolve();
+    this._idleTimer = null;
+    this._retryTimer = null;
+    this._backoff = 0;
+    this.unsupported = null; // the error LOCK.WATCH answered when the server has no feed
+  }
+
+  /** Watch `tokens` (Map key -> token) of `lock` until `drop`; null if the server has no feed. */
+  hold(lock, tokens, shared, deadline) {
+    if (this.unsupported !== null) return null;
+    const hold = new Hold(this, lock, tokens, shared, null);
+    if (deadline !== null) this.renewed(hold, deadline.sentAt, deadline.ttl);
+    this._add(hold);
+    return hold;
+  }
+
+  /** An Observer of `key`. */
+  observe(key) {
+    const observer = new Observer(this, key);
+    if (this.unsupported !== null) {
+      observer.push(this.unsupported);
+      return observer;
+    }
+    this._add(observer);
+    return observer;
+  }
+
+  drop(sub) {
+    this._remove(sub);
+    this._kick();
+  }
+
+  /** A renewal sent at `sentAt` (performance.now()) succeeded: the hold lasts `ttl` ms from then. */
+  renewed(hold, sentAt, ttl) {
+    if (hold.done) return;
+    const deadline = sentAt + ttl - margin(ttl);
+    if (hold.deadline !== null && deadline <= hold.deadline) return;
+    hold.deadline = deadline;
+    clearTimeout(hold.timer);
+    hold.timer = setTimeout(() => {
+      if (hold.done) return;
+      this._remove(hold);
+      this._kick();
+      this._report(hold, 'deadline passed: no renewal succeeded');
+    }, Math.max(0, deadline - now()));
+    hold.timer.unref();
+  }
+
+  _add(sub) {
+    for (const key of sub.keys()) {
+      if (!this._subs.has(key)) this._subs.set(key, new Set());
+      this._subs.get(key).add(sub);
+    }
+    this._unchecked.add(sub);
+    this._kick();
+  }
+
+  _remove(sub) {
+    sub.done = true;
+    clearTimeout(sub.timer);
+    this._unchecked.delete(sub);
+    for (const key of sub.keys()) {
+      const set = this._subs.get(key);
+      if (set === undefined) continue;
+      set.delete(sub);
+      if (set.size === 0) this._subs.delete(key);
+    }
+  }
+
+  /** Run one reconcile after whatever step is in flight (every I/O step runs in `_chain`). */
+  _kick() {
+    this._chain = this._chain.then(() => this._reconcile()).catch((error) => this._disconnected(error));
+  }
+
+  _report(sub, effect) {
+    try {
+      if (sub.kind === 'hold') sub.lock._feedLost(sub, effect);
+      else sub.push(effect);
+    } catch {
+      // a throwing callback must not stop the others
+    }
+  }
+
+  async _connect() {
+    const generation = ++this._generation;
+    const watch = await this._adapter.dedicated(undefined, `redislock-feed-watch-${this.id}`);
+    let sub;
+    try {
+      sub = await this._adapter.dedicated(undefined, `redislock-feed-sub-${this.id}`);
+    } catch (error) {
+      watch.close();
+      throw error;
+    }
+    const conns = { watch, sub, generation, closing: false };
+    const lost = (error) => {
+      // Checked again in the chain: a reconnect may have come first.
+      const current = () => !conns.closing && this._conns === conns;
+      if (!current()) return;
+      this._chain = this._chain.then(() => (current() ? this._disconnected(error) : undefined));
+    };
+    watch.onClose(lost);
+    sub.onClose(lost);
+    this._conns = conns;
+    return conns;
+  }
+
+  _close() {
+    const conns = this._conns;
+    this._conns = null;
+    this._keys.clear();
+    this._channels.clear();
+    if (conns !== null) {
+      conns.closing = true;
+      conns.watch.close();
+      conns.sub.close();
+    }
+  }
+
+  /** Both connections are gone (or unusable): every hold is lost; observers wait for a resync. */
+  _disconnected(error) {
+    if (this._conns === null && this._keys.size === 0 && error === undefined) return;
+    this._close();
+    const message = error && error.message ? error.message : String(error);
+    for (const set of [...this._subs.values()]) {
+      for (const sub of [...set]) {
+        if (sub.done) continue;
+        if (sub.kind === 'hold') {
+          this._remove(sub);
+          this._report(sub, `feed connection lost: ${message}`);
+        } else {
+          this._unchecked.add(sub);
+        }
+      }
+    }
+    if (this._subs.size > 0 && this._retryTimer === null) {
+      this._backoff = Math.min(MAX_BACKOFF_MS, this._backoff * 2 || 50);
+      this._retryTimer = setTimeout(() => {
+        this._retryTimer = null;
+        this._kick();
+      }, this._backoff);
+    }
+  }
+
+  /** Watch and subscribe what is wanted, unwatch what is not, check new subscribers. */
+  async _reconcile() {
+    clearTimeout(this._idleTimer);
+    this._idleTimer = null;
+    if (this._subs.size === 0) {
+      if (this._conns !== null) {
+        for (const key of [...this._keys.keys()]) await this._unwatch(key);
+        this._idleTimer = setTimeout(() => {
+          this._chain = this._chain.then(() => {
+            if (this._subs.size === 0) this._close();
+          });
+        }, IDLE_CLOSE_MS);
+        this._idleTimer.unref();
+      }
+      return;
+    }
+    if (this._retryTimer !== null) return; // reconnecting later
+    if (this._conns === null) await this._connect();
+    this._backoff = 0;
+    for (const key of [...this._subs.keys()]) {
+      if (!this._keys.has(key)) await this._watch(key);
+    }
+    for (const key of [...this._keys.keys()]) {
+      if (!this._subs.has(key)) await this._unwatch(key);
+    }
+    // Subscribers of keys synced already: check each against a state read of its own.
+    for (const sub of [...this._unchecked]) {
+      if (sub.done || !sub.keys().every((k) => this._keys.has(k) && this._keys.get(k).seq !== null)) continue;
+      this._unchecked.delete(sub);
+      for (const key of sub.keys()) {
+        if (sub.done) break;
+        await this._sync(key, [sub]);
+      }
+      this._replay(sub);
+    }
+  }
+
+  async _watch(key) {
+    const { watch, sub } = this._conns;
+    let reply;
+    try {
+      reply = await watch.call(['LOCK.WATCH', key]);
+    } catch (error) {
+      if (this._conns !== null && this._conns.watch !== watch) return;
+      if (/unknown command/i.test(String(error.message))) this.unsupported = error;
+      if (!/^(ERR|WRONGTYPE)/.test(String(error.message)) && this.unsupported === null) throw error;
+      // Refused: holders are dropped silently (the watchdog or session still reports),
+      // observers get the error.
+      for (const s of [...(this._subs.get(key) || [])]) {
+        this._remove(s);
+        if (s.kind === 'observer') s.push(error);
+      }
+      return;
+    }
+    const channel = String(reply[0]);
+    this._keys.set(key, { channel, seq: null, pending: [] });
+    this._channels.set(channel, key);
+    await sub.subscribe(channel, (ch, data) => this._message(String(ch), data));
+    await this._sync(key);
+  }
+
+  async _unwatch(key) {
+    const state = this._keys.get(key);
+    this._keys.delete(key);
+    if (state === undefined) return;
+    this._channels.delete(state.channel);
+    await this._conns.watch.call(['LOCK.UNWATCH', key]);
+    await this._conns.sub.unsubscribe(state.channel);
+  }
+
+  /**
+   * Read `key`'s state. `only`: check those subscribers; else every subscriber of the key, whose
+   * seq it sets (the first read after the watch, or a resynchronisation).
+   */
+  async _sync(key, only) {
+    const st = this._keys.get(key);
+    if (st === undefined) return;
+    if (only === undefined && st.pending === null) {
+      st.seq = null;
+      st.pending = [];
+    }
+    const sentAt = now();
+    const { watch } = this._conns;
+    const replies = [
+      watch.call(['MULTI']),
+      watch.call(['LOCK.WATCH', key]),
+      watch.call(['LOCK.INFO', key]),
+      watch.call(['EXEC']),
+    ];
+    const exec = (await Promise.all(replies))[3];
+    if (!Array.isArray(exec)) throw new Error('EXEC of the feed\'s state read was aborted');
+    for (const item of exec) if (item instanceof Error) throw item;
+    const state = { ...parseInfo(exec[1]), seq: Number(exec[0][1]) };
+    if (this._keys.get(key) !== st) return;
+    const subs = only !== undefined ? only : [...(this._subs.get(key) || [])];
+    if (only === undefined) {
+      st.seq = state.seq;
+      for (const sub of subs) this._unchecked.delete(sub);
+    }
+    for (const sub of subs) {
+      if (sub.done) continue;
+      const effect = sub.onState(key, state, sentAt);
+      if (effect !== null) {
+        if (sub.kind === 'hold') this._remove(sub);
+        this._report(sub, effect);
+      }
+    }
+    if (only === undefined) {
+      const pending = st.pending;
+      st.pending = null;
+      for (const data of pending) this._message(st.channel, data);
+      for (const sub of subs) this._replay(sub);
+    }
+  }
+
+  /** Messages a subscriber missed while it waited for its check, applied now. */
+  _replay(sub) {
+    const pending = sub.pending;
+    sub.pending = [];
+    for (const [key, msg] of pending) {
+      if (sub.done) return;
+      this._apply(sub, key, msg);
+    }
+  }
+
+  _apply(sub, key, msg) {
+    const effect = sub.onMessage(key, msg);
+    if (effect === null) return;
+    if (sub.kind === 'hold') this._remove(sub);
+    this._report(sub, effect);
+  }
+
+  _message(channel, data) {
+    const key = this._channels.get(channel);
+    if (key === undefined) return;
+    const st = this._keys.get(key);
+    if (st.pending !== null) {
+      st.pending.push(data); // a state read is in flight: after it
+      return;
+    }
+    const msg = parseMessage(data);
+    if (msg === null) return;
+    if (msg.seq <= st.seq) return; // already in a state read since
+    if (msg.seq > st.seq + 1) {
+      // Messages were lost: read the state again (and keep what arrives meanwhile). This one
+      // is in that read: the server published it before it runs the read sent after it.
+      st.seq = null;
+      st.pending = [];
+      this._chain = this._chain
+        .then(() => (this._keys.get(key) === st ? this._sync(key) : undefined))
+        .catch((error) => this._disconnected(error));
+      return;
+    }
+    st.seq = msg.seq;
+    for (const sub of [...(this._subs.get(key) || [])]) {
+      if (sub.done) continue;
+      if (this._unchecked.has(sub)) sub.pending.push([key, msg]);
+      else this._apply(sub, key, msg);
+    }
+  }
+}
+
+module.exports = { feedFor, Feed, parseMessage, parseInfo, margin, IDLE_CLOSE_MS };

@@ -1,0 +1,228 @@
+'use strict';
+// Session: one lease for many holds (LOCK.SESSION), kept alive by one timer, like the Python
+// package's Session and the Rust crate's session.rs.
+//
+// `new Session(client, ttl, options)` opens nothing yet; `open()` sends
+// `LOCK.SESSION OPEN ttl [BOUND] [LOCKDELAY ms]` and starts `LOCK.SESSION KEEPALIVE id` every
+// `keepalivePeriod` ms (default ttl/3), however many locks it holds. A lock made with
+// `session` acquires with `SESSION id` and runs no watchdog: its hold ends when the session ends
+// (or at its own deadline; a ttl of 0 means none).
+//
+// How a session is lost, reported once (`lost`, `lostReason`, `onLost(session)`, and every hold
+// of it as `session lost: <reason>`):
+// - "ended": KEEPALIVE answered nil (it expired, was closed elsewhere, or its bound connection
+//   closed): every hold it had is gone;
+// - "keepalive failed: <error>": no answer within the period (fail-safe, as the watchdog);
+// - "connection lost: <error>" (bound): the dedicated connection closed; the server ends a bound
+//   session the moment it sees that. No re-ATTACH: a session found again would not prove that
+//   each of its holds survived (a promoted replica can miss the newest grants).
+//
+// `bound: true`: opened on a dedicated connection (lib/adapter.js `dedicated`: made like the
+// client's own, never reconnected, nothing re-sent) that carries only the session's keepalives
+// and is watched for its close, so a close is seen at once.
+
+const { adapt } = require('./adapter');
+const wire = require('./wire');
+const { LockError } = require('./errors');
+
+/** LOCK.SESSION OPEN ... LOCKDELAY ms: the server refuses more than this. */
+const MAX_LOCK_DELAY_MS = 60000;
+
+/** A map reply (a RESP2 flat array, a RESP3 Map or object) as a plain object. */
+function fields(reply) {
+  if (reply === null || reply === undefined) return null;
+  if (Array.isArray(reply)) {
+    const out = {};
+    for (let i = 0; i < reply.length; i += 2) out[String(reply[i])] = reply[i + 1];
+    return out;
+  }
+  if (reply instanceof Map) return Object.fromEntries(reply);
+  return { ...reply };
+}
+
+class Session {
+  /**
+   * `ttl`: ms the session lives after its last keepalive. Options: `bound`, `lockDelay` (ms, 0 to
+   * 60000), `key` (with a cluster client: a key the session will lock; its node opens it),
+   * `onLost(session)`, `keepalivePeriod` (ms, default ttl/3).
+   */
+  constructor(client, ttl, options = {}) {
+    this.client = client;
+    this._adapter = adapt(client);
+    this._ttl = wire.toMs(ttl, 'ttl');
+    this.bound = Boolean(options.bound);
+    this._delay = undefined;
+    if (options.lockDelay !== undefined) {
+      this._delay = wire.toMs(options.lockDelay, 'lockDelay', true);
+      if (this._delay > MAX_LOCK_DELAY_MS) {
+        throw new RangeError(`lockDelay must be at most ${MAX_LOCK_DELAY_MS} ms, got ${options.lockDelay}`);
+      }
+    }
+    this.key = options.key;
+    if (this._adapter.kind === 'ioredis-cluster' && this.key === undefined) {
+      throw new RangeError('a session in a cluster belongs to one node: name a key it will lock (key)');
+    }
+    this.onLost = options.onLost;
+    this.keepalivePeriod =
+      options.keepalivePeriod !== undefined ? wire.toMs(options.keepalivePeriod, 'keepalivePeriod') : undefined;
+    if (this.keepalivePeriod !== undefined && this.keepalivePeriod >= this._ttl) {
+      throw new RangeError('keepalivePeriod must be shorter than the ttl');
+    }
+    this._id = null;
+    this._closed = false;
+    this._lostReason = null;
+    this._holds = new Set();
+    this._conn = null; // the bound session's dedicated connection
+    this._timer = null;
+    this._inFlight = null;
+  }
+
+  /** The session id (`{tag}` + 32 hex digits), or null before open(). A secret. */
+  get id() {
+    return this._id;
+  }
+
+  get ttl() {
+    return this._ttl;
+  }
+
+  /** ms nobody is granted what a hold had after the session was lost uncleanly (undefined: 0). */
+  get lockDelay() {
+    return this._delay;
+  }
+
+  get lost() {
+    return this._lostReason !== null;
+  }
+
+  /** "ended", "keepalive failed: ..." or "connection lost: ..."; null while not lost. */
+  get lostReason() {
+    return this._lostReason;
+  }
+
+  get closed() {
+    return this._closed;
+  }
+
+  _period() {
+    return this.keepalivePeriod !== undefined ? this.keepalivePeriod : Math.max(1, Math.floor(this._ttl / 3));
+  }
+
+  _openArgs() {
+    const args = ['LOCK.SESSION', 'OPEN', this._ttl];
+    if (this.bound) args.push('BOUND');
+    if (this._delay !== undefined) args.push('LOCKDELAY', this._delay);
+    return args;
+  }
+
+  /** The id for an acquire's `SESSION id`; LockError if the session cannot take holds. */
+  _usableId() {
+    if (this._id === null) throw new LockError('the session is not open: call open() first');
+    if (this._closed) throw new LockError('the session is closed');
+    if (this._lostReason !== null) throw new LockError(`the session was lost (${this._lostReason}): open a new one`);
+    return this._id;
+  }
+
+  /** Run a command about this session where it lives (its bound connection, or its node). */
+  _call(args) {
+    if (this._conn !== null) return this._conn.call(args);
+    return this._adapter.callOnKey(this.key !== undefined ? this.key : this._id, args);
+  }
+
+  /** Open the session and start its keepalive; resolves to this. */
+  async open() {
+    if (this._id !== null) throw new LockError('this session object was opened already; make a new one');
+    let reply;
+    if (this.bound) {
+      const conn = await this._adapter.dedicated(this.key, 'redislock-session');
+      try {
+        reply = await conn.call(this._openArgs());
+      } catch (error) {
+        conn.close();
+        throw error;
+      }
+      this._conn = conn;
+      conn.onClose((error) => this._lose(`connection lost: ${error.message}`));
+    } else {
+      reply = await this._adapter.callOnKey(this.key, this._openArgs());
+    }
+    if (reply === null) throw new LockError('LOCK.SESSION OPEN answered nil');
+    this._id = String(reply);
+    this._schedule();
+    return this;
+  }
+
+  _schedule() {
+    this._timer = setTimeout(() => {
+      const period = this._period();
+      this._inFlight = wire
+        .withTimeout(this._call(['LOCK.SESSION', 'KEEPALIVE', this._id]), period, 'LOCK.SESSION KEEPALIVE')
+        .then(
+          (remaining) => {
+            if (this._timer === null) return;
+            if (remaining === null) return this._lose('ended');
+            this._schedule();
+          },
+          (error) => {
+            if (this._timer !== null) this._lose(`keepalive failed: ${error.message}`);
+          }
+        );
+    }, this._period());
+    this._timer.unref();
+  }
+
+  /** End the session (CLOSE): its holds are released with no lock-delay. The number released,
+   * or null if the server had no such session (or it was closed or lost already). */
+  async close() {
+    if (this._id === null || this._closed) return null;
+    this._closed = true;
+    clearTimeout(this._timer);
+    this._timer = null;
+    if (this._inFlight !== null) await this._inFlight.catch(() => {});
+    const holds = [...this._holds];
+    this._holds.clear();
+    for (const lock of holds) lock._sessionClosed();
+    try {
+      return await this._call(['LOCK.SESSION', 'CLOSE', this._id]);
+    } finally {
+      if (this._conn !== null) this._conn.close();
+    }
+  }
+
+  /** LOCK.SESSION INFO as an object ({ttl, bound, lockdelay, holds}), or null. */
+  async info() {
+    if (this._id === null) throw new LockError('the session is not open: call open() first');
+    return fields(await this._call(['LOCK.SESSION', 'INFO', this._id]));
+  }
+
+  /** A lock of this session was granted; true if the session was lost already. */
+  _hold(lock) {
+    this._holds.add(lock);
+    return this._lostReason !== null;
+  }
+
+  _forget(lock) {
+    this._holds.delete(lock);
+  }
+
+  _lose(reason) {
+    if (this._lostReason !== null || this._closed) return;
+    this._lostReason = reason;
+    clearTimeout(this._timer);
+    this._timer = null;
+    if (this._conn !== null) this._conn.close(); // the server ends a bound session it still had
+    const holds = [...this._holds];
+    this._holds.clear();
+    if (typeof this.onLost === 'function') {
+      try {
+        const r = this.onLost(this);
+        if (r && typeof r.catch === 'function') r.catch(() => {});
+      } catch {
+        // each hold hears of it even if the session's callback threw
+      }
+    }
+    for (const lock of holds) lock._lose(`session lost: ${reason}`);
+  }
+}
+
+module.exports = { Session, MAX_LOCK_DELAY_MS, fields };
