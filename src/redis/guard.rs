@@ -2,6 +2,7 @@
 //! Every command handler and every callback the server calls goes through one of these.
 
 use std::ffi::CStr;
+use std::mem::MaybeUninit;
 use std::os::raw::c_int;
 use std::panic::{self, AssertUnwindSafe};
 
@@ -64,13 +65,15 @@ pub fn raw_command(
         // SAFETY: the server passes argc live strings in argv, alive until the command returns.
         false => unsafe { std::slice::from_raw_parts(argv, argc.max(0) as usize) },
     };
-    let mut inline: [&[u8]; INLINE_ARGS] = [&[]; INLINE_ARGS];
+    let mut inline = [MaybeUninit::<&[u8]>::uninit(); INLINE_ARGS];
     let spilled: Vec<&[u8]>;
     let bytes: &[&[u8]] = if raw.len() <= INLINE_ARGS {
         for (b, &s) in inline.iter_mut().zip(raw) {
-            *b = string_bytes(s);
+            b.write(string_bytes(s));
         }
-        &inline[..raw.len()]
+        // SAFETY: the first raw.len() elements were written just above (not zeroing the rest
+        // saves a 128-byte memset per command).
+        unsafe { std::slice::from_raw_parts(inline.as_ptr().cast::<&[u8]>(), raw.len()) }
     } else {
         spilled = raw.iter().map(|&s| string_bytes(s)).collect();
         &spilled
