@@ -571,13 +571,16 @@ fn unblock(bc: *mut raw::RedisModuleBlockedClient, outcome: Outcome) {
     unsafe { raw::RedisModule_UnblockClient.unwrap()(bc, data.cast()) };
 }
 
-/// Make sure the queue's timer fires at `deadline`: keep an identical one, replace any other.
+/// Make sure the queue's timer fires by `deadline`: keep one that fires then or earlier (an
+/// early one finds the hold live and re-arms, see `settle`), replace a later one. Under
+/// contention every handoff moves the deadline later, so the timer is re-armed about once a
+/// ttl rather than stopped and created again at every handoff.
 fn arm_deadline_timer(ctx: *mut raw::RedisModuleCtx, qk: &QueueKey, deadline: Millis) {
     let old = QUEUES.with(|q| {
         let mut queues = q.borrow_mut();
         let queue = queues.get_mut(qk)?;
         match queue.timer {
-            Some((_, at)) if at == deadline => None,
+            Some((_, at)) if at <= deadline => None,
             _ => Some(queue.timer.take()),
         }
     });
