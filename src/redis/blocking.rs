@@ -331,27 +331,41 @@ pub fn serve(
     let qk: QueueKey = (key::selected_db(ctx), key.to_vec());
     let mut granted = 0;
     loop {
-        if head_is_set(&qk) {
-            // A multi-key waiter at the head: the whole set, or this key waits for it.
-            match multi::serve_set(ctx, lock_key, &qk, now)? {
-                multi::SetStep::Granted => granted += 1,
-                multi::SetStep::Failed => {}
-                multi::SetStep::Wait => break,
-            }
-            continue;
-        }
-        let lock = lock_key.lock()?;
+        // One look at the queue's head per round (each costs a hash of the key): a multi-key
+        // waiter (`Err(())`), or what a grant to it would be.
+        let lock = lock_key.lock();
         let step = QUEUES.with(|q| {
             let queues = q.borrow();
-            let head = queues.get(&qk)?.waiters.iter().next()?;
-            if !session::alive(head.session) {
-                return Some(Err(None));
+            let Some(head) = queues
+                .get(&qk)
+                .and_then(|queue| queue.waiters.iter().next())
+            else {
+                return Ok(None);
+            };
+            if head.set.is_some() {
+                return Err(());
             }
-            Some(
+            if !session::alive(head.session) {
+                return Ok(Some(Ok(Err(None))));
+            }
+            Ok(Some(lock.map(|lock| {
                 lock::decide_acquire(lock, &head.owner, head.mode, head.session, now, false)
-                    .map_err(Some),
-            )
+                    .map_err(Some)
+            })))
         });
+        let step = match step {
+            Err(()) => {
+                // A multi-key waiter at the head: the whole set, or this key waits for it.
+                match multi::serve_set(ctx, lock_key, &qk, now)? {
+                    multi::SetStep::Granted => granted += 1,
+                    multi::SetStep::Failed => {}
+                    multi::SetStep::Wait => break,
+                }
+                continue;
+            }
+            Ok(None) => None,
+            Ok(Some(step)) => Some(step?),
+        };
         let token = match step {
             None | Some(Ok(Acquire::Busy)) => break,
             Some(Err(None)) => {
@@ -462,16 +476,6 @@ pub fn deadline_changed(
             arm_deadline_timer(ctx, &(key::selected_db(ctx), key.to_vec()), at);
         }
     }
-}
-
-/// True when the head of `qk`'s queue is a multi-key waiter.
-fn head_is_set(qk: &QueueKey) -> bool {
-    QUEUES.with(|q| {
-        q.borrow()
-            .get(qk)
-            .and_then(|queue| queue.waiters.iter().next())
-            .is_some_and(|w| w.set.is_some())
-    })
 }
 
 fn pop_front(ctx: *mut raw::RedisModuleCtx, qk: &QueueKey) -> Option<Waiter> {
