@@ -25,6 +25,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::os::raw::{c_int, c_void};
 use std::rc::Rc;
 
@@ -138,7 +139,8 @@ enum Work {
 thread_local! {
     static QUEUES: RefCell<HashMap<QueueKey, Queue>> = RefCell::new(HashMap::new());
     /// Which queue each blocked client is in (keyed by its handle's address).
-    static CLIENTS: RefCell<HashMap<usize, QueueKey>> = RefCell::new(HashMap::new());
+    static CLIENTS: RefCell<HashMap<usize, QueueKey, BuildHasherDefault<AddressHasher>>> =
+        RefCell::new(HashMap::default());
     /// Number of keys with a queue: lets unlink callbacks return at once when zero.
     static QUEUED_KEYS: Cell<usize> = const { Cell::new(0) };
     static PENDING: RefCell<Vec<Work>> = const { RefCell::new(Vec::new()) };
@@ -146,6 +148,27 @@ thread_local! {
     static NEXT_WAITER_ID: Cell<u64> = const { Cell::new(0) };
     /// A context of our own for creating timers where Redis gives us none (unlink callbacks).
     static DETACHED: Cell<*mut raw::RedisModuleCtx> = const { Cell::new(std::ptr::null_mut()) };
+}
+
+/// The hash of a blocked client's address for `CLIENTS`: one multiply, its high bits folded into
+/// the low ones (handles are aligned). Addresses are the server's, not chosen by a client, so
+/// SipHash's defence against chosen keys buys nothing there (two lookups per handoff).
+#[derive(Default)]
+struct AddressHasher(u64);
+
+impl Hasher for AddressHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8 | self.0 >> 56) ^ u64::from(b);
+        }
+    }
+    fn write_usize(&mut self, n: usize) {
+        self.0 = n as u64;
+    }
+    fn finish(&self) -> u64 {
+        let h = self.0.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        h ^ (h >> 32)
+    }
 }
 
 /// True when `key` has queued waiters.
