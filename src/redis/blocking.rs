@@ -159,7 +159,7 @@ struct AddressHasher(u64);
 impl Hasher for AddressHasher {
     fn write(&mut self, bytes: &[u8]) {
         for &b in bytes {
-            self.0 = (self.0 << 8 | self.0 >> 56) ^ u64::from(b);
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
         }
     }
     fn write_usize(&mut self, n: usize) {
