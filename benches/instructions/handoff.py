@@ -4,9 +4,9 @@
 The contention benchmark's CPU time per acquisition swings by tens of percent between runs on
 these machines; this counts instructions instead (user space only: the kernel's share, such as
 the pipe write behind every RM_UnblockClient, is not counted). Connections pass a lock round:
-one holds it, the others asked with `LOCK.ACQUIRE key owner ttl BLOCK 0` and are queued
+one holds it, the others asked with `LOCK.ACQUIRE key owner 10000 BLOCK 30000` and are queued
 (checked: no reply before a release), the holder's `LOCK.RELEASE` hands it to the head. The
-same with `BLPOP list 0` / `LPUSH list token` (token passing, the benchmark's fair lower
+same with `BLPOP list 30` / `LPUSH list token` (token passing, the benchmark's fair lower
 bound). One operation is one handoff: the release, the grant to the head of the queue, and
 the old holder queueing again, so WAITERS (default 2) stay queued at every handoff.
 As in instructions.py, the difference of a SHORT- and a LONG-handoff run under
@@ -34,7 +34,9 @@ LONG = int(os.environ.get("LONG") or 600)
 PAUSE = float(os.environ.get("PAUSE") or 0.05)
 # Waiters queued behind the holder at every handoff (the contention benchmark has 7 or 31).
 WAITERS = int(os.environ.get("WAITERS") or 2)
-TTL = "600000"
+# As the contention benchmark asks: `LOCK.ACQUIRE key owner 10000 BLOCK 30000`.
+TTL = "10000"
+BLOCK = "30000"
 
 CONTENDERS = {
     "lock": "LOCK.ACQUIRE BLOCK + LOCK.RELEASE handoff",
@@ -100,9 +102,9 @@ def run(server, module, setting, contender, n, out_file):
 
         def ask(c):
             if contender == "lock":
-                c.send("LOCK.ACQUIRE", "k", names[id(c)], TTL, "BLOCK", "0")
+                c.send("LOCK.ACQUIRE", "k", names[id(c)], TTL, "BLOCK", BLOCK)
             else:
-                c.send("BLPOP", "list", "0")
+                c.send("BLPOP", "list", "30")
             time.sleep(PAUSE)
             if c.pending():
                 sys.exit(f"{contender}: a waiter was answered before a release (raise PAUSE)")
