@@ -28,6 +28,8 @@ pub mod stats;
 mod fuzz_tests;
 
 mod module {
+    use std::os::raw::c_int;
+
     use redis_module::{raw, redis_module, Context, InfoContext, RedisResult, RedisString, Status};
 
     use crate::commands::{
@@ -55,6 +57,13 @@ mod module {
                 raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS as i32,
             )
         };
+        // The hot commands take the raw path (guard::raw_command); the rest are the macro's.
+        if !guard::create_command(ctx, c"lock.acquire", lock_acquire, c"write deny-oom fast")
+            || !guard::create_command(ctx, c"lock.release", lock_release, c"write fast")
+        {
+            ctx.log_warning("redis-lock: could not create LOCK.ACQUIRE and LOCK.RELEASE");
+            return Status::Err;
+        }
         for doc in [
             &acquire::DOC,
             &release::DOC,
@@ -105,11 +114,19 @@ mod module {
         Status::Ok
     }
 
-    fn lock_acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-        guard::command(ctx, args, acquire::run)
+    extern "C" fn lock_acquire(
+        ctx: *mut raw::RedisModuleCtx,
+        argv: *mut *mut raw::RedisModuleString,
+        argc: c_int,
+    ) -> c_int {
+        guard::raw_command(ctx, argv, argc, acquire::run)
     }
-    fn lock_release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-        guard::command(ctx, args, release::run)
+    extern "C" fn lock_release(
+        ctx: *mut raw::RedisModuleCtx,
+        argv: *mut *mut raw::RedisModuleString,
+        argc: c_int,
+    ) -> c_int {
+        guard::raw_command(ctx, argv, argc, release::run)
     }
     fn lock_extend(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         guard::command(ctx, args, extend::run)
@@ -165,8 +182,7 @@ mod module {
         data_types: [LOCK_TYPE],
         init: init,
         commands: [
-            ["lock.acquire", lock_acquire, "write deny-oom fast", 1, 1, 1, ""],
-            ["lock.release", lock_release, "write fast", 1, 1, 1, ""],
+            // lock.acquire and lock.release are created in `init` (the raw path).
             ["lock.extend", lock_extend, "write fast", 1, 1, 1, ""],
             ["lock.fence", lock_fence, "readonly fast", 1, 1, 1, ""],
             ["lock.info", lock_info, "readonly fast", 1, 1, 1, ""],

@@ -340,7 +340,7 @@ fn owner(arg: &[u8], max: usize) -> Result<&[u8]> {
 /// session was named.
 fn ttl_or_zero(arg: &[u8]) -> Result<Millis> {
     match integer(arg) {
-        Some(0) => Ok(0),
+        Some(t) if t >= 0 => Ok(t),
         _ => ttl(arg),
     }
 }
@@ -373,11 +373,29 @@ pub(crate) fn positive(arg: &[u8]) -> Option<u64> {
 }
 
 /// A strict decimal integer, as Redis parses them: optional `-`, digits only, no spaces or `+`.
+/// A decimal `-?[0-9]+` within i64, else None (one pass: it is on every acquire's path).
 pub(crate) fn integer(arg: &[u8]) -> Option<i64> {
-    if !is_decimal(arg) {
+    let (negative, digits) = match arg.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        _ => (false, arg),
+    };
+    if digits.is_empty() {
         return None;
     }
-    std::str::from_utf8(arg).ok()?.parse().ok()
+    let mut n: i64 = 0;
+    for &d in digits {
+        if !d.is_ascii_digit() {
+            return None;
+        }
+        let d = i64::from(d - b'0');
+        n = n.checked_mul(10)?;
+        n = if negative {
+            n.checked_sub(d)?
+        } else {
+            n.checked_add(d)?
+        };
+    }
+    Some(n)
 }
 
 fn is_decimal(arg: &[u8]) -> bool {

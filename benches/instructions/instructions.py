@@ -13,8 +13,9 @@ difference, per operation) under target/bench-instructions/profile-*.txt.
 
 Environment: REDIS_SERVERS="name=path name=path" (default: Redis 7.0 from /usr/bin and 8.2
 from target/servers), REDIS_LOCK_MODULE (default target/release/libredis_lock.so),
-SETTINGS="bare aof aof+replica", CONTENDERS="cycle evalsha floor acquire setnx watched watchonly" (subsets for a
-quicker look), SHORT/LONG (default 5000/25000: a difference of 20,000 operations),
+FLOOR_MODULE (default: benches/floor_module, built here into target/release),
+SETTINGS="bare aof aof+replica", CONTENDERS="cycle evalsha floor acquire setnx watched watchonly
+modcycle modacquire" (subsets for a quicker look), SHORT/LONG (default 5000/25000: a difference of 20,000 operations),
 QUICK=1 (a smoke run: the `aof` setting only, SHORT/LONG 1000/3000),
 RECOMPUTE=1 (no new runs: recount the callgrind files already under target/bench-instructions).
 A smoke run, or one with SETTINGS, CONTENDERS, SHORT or LONG set, writes its table under
@@ -80,7 +81,22 @@ CONTENDERS = {
         "LOCK.WATCH + LOCK.UNWATCH",
         lambda k, sha: [["LOCK.WATCH", k], ["LOCK.UNWATCH", k]],
     ),
+    # The platform's floor for our commands (issue 22): the bench-only module in
+    # benches/floor_module makes the server calls an uncontended LOCK.ACQUIRE and LOCK.RELEASE
+    # make (open key, module-type set/delete, expiry, notify, RM_Replicate `sbll` /
+    # verbatim, integer reply) and nothing else. cycle / modcycle is our code's share;
+    # modcycle / floor is the platform's.
+    "modcycle": (
+        "floor module acquire + release",
+        lambda k, sha: [["FLOOR.ACQUIRE", k, OWNER, TTL], ["FLOOR.RELEASE", k, OWNER]],
+    ),
+    "modacquire": (
+        "floor module acquire",
+        lambda k, sha: [["FLOOR.ACQUIRE", k, OWNER, TTL]],
+    ),
 }
+# Contenders that need the floor module loaded (beside ours, on the primary and the replica).
+FLOOR_CONTENDERS = ("modcycle", "modacquire")
 
 SETTINGS = {
     "bare": ["--appendonly", "no"],
@@ -121,10 +137,11 @@ def wait_ready(port, proc, what, timeout=120):
     sys.exit(f"{what} did not answer PING within {timeout} s")
 
 
-def start(server, module, args, out_file=None, log=None, dir_=None):
+def start(server, modules, args, out_file=None, log=None, dir_=None):
     port = free_port()
     cmd = [server, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-           "--dir", str(dir_), "--logfile", str(log), "--loadmodule", str(module), *args]
+           "--dir", str(dir_), "--logfile", str(log),
+           *(a for m in modules for a in ("--loadmodule", str(m))), *args]
     if out_file:
         cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out_file}", *cmd]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -135,6 +152,7 @@ def start(server, module, args, out_file=None, log=None, dir_=None):
 def one_run(server, module, setting, contender, n, out_file):
     work = Path(tempfile.mkdtemp(prefix="redis-lock-instr-"))
     replica = None
+    module = [module, *([floor_module()] if contender in FLOOR_CONTENDERS else [])]
     try:
         port, proc = start(server, module, SETTINGS[setting], out_file, work / "log", work)
         if setting == "aof+replica":
@@ -158,7 +176,7 @@ def one_run(server, module, setting, contender, n, out_file):
         m = re.search(r"errors: (\d+), replies: (\d+)", text)
         if not m or int(m.group(1)) != 0 or int(m.group(2)) != n * per_op:
             sys.exit(f"{contender} on {server} ({setting}): bad replies: {text}")
-        if contender in ("cycle", "evalsha", "floor") and cli(port, "DBSIZE") != "0":
+        if contender in ("cycle", "evalsha", "floor", "modcycle") and cli(port, "DBSIZE") != "0":
             sys.exit(f"{contender}: keys left after every release")
         cli(port, "SHUTDOWN", "NOSAVE")
         proc.wait(timeout=300)
@@ -168,6 +186,22 @@ def one_run(server, module, setting, contender, n, out_file):
             replica.wait()
         shutil.rmtree(work, ignore_errors=True)
     return total(out_file)
+
+
+def floor_module():
+    """The bench-only floor module: FLOOR_MODULE, else built here (a small crate, seconds)."""
+    if os.environ.get("FLOOR_MODULE"):
+        return Path(os.environ["FLOOR_MODULE"])
+    global FLOOR_BUILT
+    path = ROOT / "target" / "release" / "libredis_lock_floor.so"
+    if not FLOOR_BUILT:
+        subprocess.run(["cargo", "build", "--release", "-p", "redis-lock-floor"], cwd=ROOT,
+                       check=True)
+        FLOOR_BUILT = True
+    return path
+
+
+FLOOR_BUILT = False
 
 
 def total(out_file):
@@ -285,7 +319,9 @@ def write(results, module):
         f"granted and every release deleting. `aof` is `appendonly yes` + `appendfsync "
         f"everysec`; `aof+replica` adds a replica (with the module) attached to it.",
         CONTENDERS,
-        ["cycle / floor (goal <= 1.25)", "acquire / SET NX PX (goal <= 1.15)"],
+        ["cycle / floor (goal <= 1.25)", "acquire / SET NX PX (goal <= 1.15)",
+         "cycle / module floor (ours, goal <= 1.1)", "acquire / module acquire (ours, goal <= 1.1)",
+         "module floor / floor (platform)", "module acquire / SET NX PX (platform)"],
     )
     for name, per_server in results.items():
         for setting, r in per_server.items():
@@ -293,7 +329,9 @@ def write(results, module):
                 continue
             cells = [f"{r[c] / 1000:.1f}k" if c in r else "-" for c in CONTENDERS]
             lines.append(f"| {name} ({per_server['version']}) | {setting} | " + " | ".join(cells)
-                         + f" | {ratio(r, 'cycle', 'floor')} | {ratio(r, 'acquire', 'setnx')} |")
+                         + f" | {ratio(r, 'cycle', 'floor')} | {ratio(r, 'acquire', 'setnx')}"
+                         + f" | {ratio(r, 'cycle', 'modcycle')} | {ratio(r, 'acquire', 'modacquire')}"
+                         + f" | {ratio(r, 'modcycle', 'floor')} | {ratio(r, 'modacquire', 'setnx')} |")
     out = results_dir()
     out.mkdir(parents=True, exist_ok=True)
     (out / "instructions.md").write_text("\n".join(lines) + "\n")

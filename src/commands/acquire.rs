@@ -1,18 +1,18 @@
 //! `LOCK.ACQUIRE key owner ttl-ms [SHARED] [LIMIT n] [BLOCK timeout-ms] [SESSION id]
 //! [LOCKDELAY ms]` -> token | nil
 
-use redis_module::{raw, Context, RedisResult, RedisString, RedisValue};
+use redis_module::{raw, Context, RedisResult, RedisValue};
 
 use crate::error;
 use crate::lock::{self, Acquire, Hold};
 use crate::parse;
+use crate::redis::guard::Args;
 use crate::redis::key::{self, LockKey};
 use crate::redis::{blocking, docs, session};
 use crate::{state, stats};
 
-pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    let raw = super::bytes(&args);
-    let cmd = parse::acquire(&raw, state::max_owner_bytes())?;
+pub fn run(ctx: &Context, args: &Args) -> RedisResult {
+    let cmd = parse::acquire(args.bytes, state::max_owner_bytes())?;
     let now = key::now();
     let (serial, delay) = match cmd.session {
         Some(id) => session::resolve(ctx, id)?,
@@ -20,19 +20,19 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     };
     lock::deadline_after(now, cmd.ttl).ok_or_else(error::ttl_too_large)?;
     let deadline = blocking::hold_deadline(now, cmd.ttl, serial);
-    let name = &args[1];
+    let name = args.bytes[1];
     let db = key::selected_db(ctx.ctx);
-    let mut lock_key = LockKey::open(ctx, name);
+    let mut lock_key = LockKey::open_raw(ctx.ctx, args.raw[1], key::READ_WRITE);
     let decide = |lock_key: &LockKey, queued| {
         lock::decide_acquire(lock_key.lock()?, cmd.owner, cmd.mode, serial, now, queued)
             .map_err(error::conflict)
     };
-    let mut decision = decide(&lock_key, blocking::has_waiters(db, name.as_slice()))?;
+    let mut decision = decide(&lock_key, blocking::has_waiters(db, name))?;
     if decision == Acquire::ServeQueue {
         // Compatible, but others queued first: admit them, and this caller only if nobody is
         // left waiting ahead of it (no barging).
-        blocking::serve(ctx.ctx, &mut lock_key, name.as_slice(), now)?;
-        decision = match blocking::has_waiters(db, name.as_slice()) {
+        blocking::serve(ctx.ctx, &mut lock_key, name, now)?;
+        decision = match blocking::has_waiters(db, name) {
             true => Acquire::Busy,
             false => decide(&lock_key, false)?,
         };
@@ -47,7 +47,7 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
                 Some(deadline),
             );
             lock_key.replicate_holder(cmd.owner, now);
-            blocking::deadline_changed(ctx.ctx, &lock_key, name.as_slice(), now);
+            blocking::deadline_changed(ctx.ctx, &lock_key, name, now);
             Ok(RedisValue::Integer(token as i64))
         }
         Acquire::Grant => {
@@ -61,7 +61,7 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
                 delay,
             };
             lock_key.grant(cmd.mode, hold, Some(now))?;
-            session::track(serial, db, name.as_slice(), cmd.owner);
+            session::track(serial, db, name, cmd.owner);
             lock_key.replicate_holder(cmd.owner, now);
             lock_key.notify(c"lock.acquired");
             lock_key.feed(
@@ -77,15 +77,14 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
             stats::CONTENDED.incr();
             match cmd.block {
                 Some(timeout) if blocking::may_block(ctx) => {
-                    if let Some(conflict) = blocking::queued_conflict(db, name.as_slice(), cmd.mode)
-                    {
+                    if let Some(conflict) = blocking::queued_conflict(db, name, cmd.mode) {
                         return Err(error::conflict(conflict).into());
                     }
                     let next_expiry = lock_key.lock()?.and_then(|l| l.next_expiry(now));
                     drop(lock_key);
                     blocking::block(
                         ctx,
-                        name.as_slice(),
+                        name,
                         blocking::Wants {
                             owner: cmd.owner,
                             mode: cmd.mode,

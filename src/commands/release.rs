@@ -1,18 +1,18 @@
 //! `LOCK.RELEASE key owner` -> 1 | 0
 
-use redis_module::{raw, Context, RedisResult, RedisString, RedisValue};
+use redis_module::{raw, Context, RedisResult, RedisValue};
 
 use crate::parse;
+use crate::redis::guard::Args;
 use crate::redis::key::{self, LockKey};
 use crate::redis::{blocking, docs};
 use crate::{state, stats};
 
-pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    let raw = super::bytes(&args);
-    let cmd = parse::release(&raw, state::max_owner_bytes())?;
+pub fn run(ctx: &Context, args: &Args) -> RedisResult {
+    let cmd = parse::release(args.bytes, state::max_owner_bytes())?;
     let now = key::now();
-    let name = &args[1];
-    let mut lock_key = LockKey::open(ctx, name);
+    let name = args.bytes[1];
+    let mut lock_key = LockKey::open_raw(ctx.ctx, args.raw[1], key::READ_WRITE);
     let current = lock_key.lock()?;
     if key::applying_effects(ctx.ctx) {
         // Replayed from the primary or the AOF: the primary already decided this release was
@@ -34,7 +34,7 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     lock_key.notify(c"lock.released");
     lock_key.feed(crate::redis::feed::Kind::Released, cmd.owner, token, None);
     lock_key.remove(cmd.owner, Some(now))?;
-    let waiting = blocking::has_waiters(key::selected_db(ctx.ctx), name.as_slice());
+    let waiting = blocking::has_waiters(key::selected_db(ctx.ctx), name);
     if shared && !waiting && lock_key.delete_if_empty()? {
         // The last holder left a shared key: `DEL` alone, because the replica may still keep
         // holders that expired here unseen, and the key goes on both sides.
@@ -49,7 +49,7 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     if !exclusive_handoff {
         key::replicate_verbatim(ctx.ctx);
     }
-    let granted = blocking::serve(ctx.ctx, &mut lock_key, name.as_slice(), now)?;
+    let granted = blocking::serve(ctx.ctx, &mut lock_key, name, now)?;
     if lock_key.delete_if_empty()? {
         if shared {
             lock_key.replicate_delete();

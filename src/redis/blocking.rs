@@ -25,6 +25,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::os::raw::{c_int, c_void};
 use std::rc::Rc;
 
@@ -138,7 +139,8 @@ enum Work {
 thread_local! {
     static QUEUES: RefCell<HashMap<QueueKey, Queue>> = RefCell::new(HashMap::new());
     /// Which queue each blocked client is in (keyed by its handle's address).
-    static CLIENTS: RefCell<HashMap<usize, QueueKey>> = RefCell::new(HashMap::new());
+    static CLIENTS: RefCell<HashMap<usize, QueueKey, BuildHasherDefault<AddressHasher>>> =
+        RefCell::new(HashMap::default());
     /// Number of keys with a queue: lets unlink callbacks return at once when zero.
     static QUEUED_KEYS: Cell<usize> = const { Cell::new(0) };
     static PENDING: RefCell<Vec<Work>> = const { RefCell::new(Vec::new()) };
@@ -146,6 +148,27 @@ thread_local! {
     static NEXT_WAITER_ID: Cell<u64> = const { Cell::new(0) };
     /// A context of our own for creating timers where Redis gives us none (unlink callbacks).
     static DETACHED: Cell<*mut raw::RedisModuleCtx> = const { Cell::new(std::ptr::null_mut()) };
+}
+
+/// The hash of a blocked client's address for `CLIENTS`: one multiply, its high bits folded into
+/// the low ones (handles are aligned). Addresses are the server's, not chosen by a client, so
+/// SipHash's defence against chosen keys buys nothing there (two lookups per handoff).
+#[derive(Default)]
+struct AddressHasher(u64);
+
+impl Hasher for AddressHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+    fn write_usize(&mut self, n: usize) {
+        self.0 = n as u64;
+    }
+    fn finish(&self) -> u64 {
+        let h = self.0.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        h ^ (h >> 32)
+    }
 }
 
 /// True when `key` has queued waiters.
@@ -331,27 +354,41 @@ pub fn serve(
     let qk: QueueKey = (key::selected_db(ctx), key.to_vec());
     let mut granted = 0;
     loop {
-        if head_is_set(&qk) {
-            // A multi-key waiter at the head: the whole set, or this key waits for it.
-            match multi::serve_set(ctx, lock_key, &qk, now)? {
-                multi::SetStep::Granted => granted += 1,
-                multi::SetStep::Failed => {}
-                multi::SetStep::Wait => break,
-            }
-            continue;
-        }
-        let lock = lock_key.lock()?;
+        // One look at the queue's head per round (each costs a hash of the key): a multi-key
+        // waiter (`Err(())`), or what a grant to it would be.
+        let lock = lock_key.lock();
         let step = QUEUES.with(|q| {
             let queues = q.borrow();
-            let head = queues.get(&qk)?.waiters.iter().next()?;
-            if !session::alive(head.session) {
-                return Some(Err(None));
+            let Some(head) = queues
+                .get(&qk)
+                .and_then(|queue| queue.waiters.iter().next())
+            else {
+                return Ok(None);
+            };
+            if head.set.is_some() {
+                return Err(());
             }
-            Some(
+            if !session::alive(head.session) {
+                return Ok(Some(Ok(Err(None))));
+            }
+            Ok(Some(lock.map(|lock| {
                 lock::decide_acquire(lock, &head.owner, head.mode, head.session, now, false)
-                    .map_err(Some),
-            )
+                    .map_err(Some)
+            })))
         });
+        let step = match step {
+            Err(()) => {
+                // A multi-key waiter at the head: the whole set, or this key waits for it.
+                match multi::serve_set(ctx, lock_key, &qk, now)? {
+                    multi::SetStep::Granted => granted += 1,
+                    multi::SetStep::Failed => {}
+                    multi::SetStep::Wait => break,
+                }
+                continue;
+            }
+            Ok(None) => None,
+            Ok(Some(step)) => Some(step?),
+        };
         let token = match step {
             None | Some(Ok(Acquire::Busy)) => break,
             Some(Err(None)) => {
@@ -464,16 +501,6 @@ pub fn deadline_changed(
     }
 }
 
-/// True when the head of `qk`'s queue is a multi-key waiter.
-fn head_is_set(qk: &QueueKey) -> bool {
-    QUEUES.with(|q| {
-        q.borrow()
-            .get(qk)
-            .and_then(|queue| queue.waiters.iter().next())
-            .is_some_and(|w| w.set.is_some())
-    })
-}
-
 fn pop_front(ctx: *mut raw::RedisModuleCtx, qk: &QueueKey) -> Option<Waiter> {
     let waiter = QUEUES.with(|q| q.borrow_mut().get_mut(qk)?.waiters.pop_front())?;
     CLIENTS.with(|c| c.borrow_mut().remove(&(waiter.bc as usize)));
@@ -571,13 +598,16 @@ fn unblock(bc: *mut raw::RedisModuleBlockedClient, outcome: Outcome) {
     unsafe { raw::RedisModule_UnblockClient.unwrap()(bc, data.cast()) };
 }
 
-/// Make sure the queue's timer fires at `deadline`: keep an identical one, replace any other.
+/// Make sure the queue's timer fires by `deadline`: keep one that fires then or earlier (an
+/// early one finds the hold live and re-arms, see `settle`), replace a later one. Under
+/// contention every handoff moves the deadline later, so the timer is re-armed about once a
+/// ttl rather than stopped and created again at every handoff.
 fn arm_deadline_timer(ctx: *mut raw::RedisModuleCtx, qk: &QueueKey, deadline: Millis) {
     let old = QUEUES.with(|q| {
         let mut queues = q.borrow_mut();
         let queue = queues.get_mut(qk)?;
         match queue.timer {
-            Some((_, at)) if at == deadline => None,
+            Some((_, at)) if at <= deadline => None,
             _ => Some(queue.timer.take()),
         }
     });

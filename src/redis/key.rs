@@ -48,6 +48,9 @@ pub fn replicate_verbatim(ctx: *mut raw::RedisModuleCtx) {
     unsafe { raw::RedisModule_ReplicateVerbatim.unwrap()(ctx) };
 }
 
+/// The mode a command opens its lock key in.
+pub const READ_WRITE: raw::KeyMode = raw::KeyMode::READ.union(raw::KeyMode::WRITE);
+
 /// An open lock key, closed on drop.
 pub struct LockKey {
     ctx: *mut raw::RedisModuleCtx,
