@@ -14,7 +14,8 @@ As in instructions.py, the difference of a SHORT- and a LONG-handoff run under
 
 Environment: REDIS_SERVERS, REDIS_LOCK_MODULE as for instructions.py; SETTINGS (default
 "bare"), SHORT/LONG (default 200/600), WAITERS, PAUSE (seconds a waiter is given to be queued under
-valgrind, default 0.05). Prints a table; writes target/bench-instructions/handoff.md.
+valgrind, default 0.05). Prints a table; writes benches/results/instructions_handoff.md (QUICK or a subset:
+target/bench-instructions/instructions_handoff.md).
 """
 
 import os
@@ -166,7 +167,13 @@ def main():
             lines.append(f"| {name} | {setting} | "
                          + " | ".join(f"{r[c] / 1000:.1f}k" for c in CONTENDERS)
                          + f" | {r['lock'] / r['blpop']:.2f}x |")
-    (ins.OUT / "handoff.md").write_text("\n".join(lines) + "\n")
+    # A full run (`make bench-instructions`) keeps its table beside instructions.md; QUICK or a
+    # subset goes to target/ as instructions.py does.
+    partial = ins.QUICK or any(os.environ.get(v) for v in ("SETTINGS", "SHORT", "LONG", "WAITERS"))
+    out = ins.OUT if partial else ins.RESULTS
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "instructions_handoff.md").write_text("\n".join(lines) + "\n")
+    print(f"wrote {out / 'instructions_handoff.md'}")
     print("\n".join(lines))
 
 
