@@ -54,7 +54,7 @@ def run(server, module, setting, contender, holds, n, out_file):
     """One callgrind run: the setup for `holds` locks, then `n` calls. Its total instructions."""
     work = Path(tempfile.mkdtemp(prefix="redis-lock-instr-sess-"))
     try:
-        port, proc = I.start(server, module, I.SETTINGS[setting], out_file, work / "log", work)
+        port, proc = I.start(server, [module], I.SETTINGS[setting], out_file, work / "log", work)
         keys = [f"bench:sess:{i:06d}" for i in range(holds)]
         if contender == "keepalive":
             sid = I.cli(port, "LOCK.SESSION", "OPEN", SESSION_TTL)
