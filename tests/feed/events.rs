@@ -71,8 +71,9 @@ fn expiry_noticed_by_a_grant_and_by_redis() {
     let (server, mut c) = start();
     let key = new_key();
     let mut sub = Subscriber::start(&server, 0, &key);
-    // A queued waiter is granted at the holder's deadline: one handoff after the expiry.
-    let t1 = grant(&mut c, &key, "alice", 100, &[]);
+    // A queued waiter is granted at the holder's deadline: one handoff after the expiry. The
+    // 1 s is for the waiter to connect and queue first on a loaded machine (100 ms was not).
+    let t1 = grant(&mut c, &key, "alice", 1_000, &[]);
     let bob = waiter(&server, &mut c, &[&key, "bob", "200", "BLOCK", "10000"]);
     let t2 = bob.join().unwrap();
     sub.expect(&[("acquired", "alice", t1), ("handoff", "bob", t2)]);
