@@ -26,7 +26,11 @@ fn pauses_bite(_h: &History, v: &Verdict) -> Vec<Check> {
         "the pauses made the unfenced counter lose updates and the fence refuse stale writes",
     );
     c.checked = 1;
-    if v.lost_unfenced == 0 || v.refused == 0 {
+    // A coverage check, not a safety one, so required in the long runs only (`make torture`,
+    // 60 s): in the 1 s runs of `make test-servers` on a loaded machine, four SIGSTOPs once
+    // all landed where no other holder overlapped them (Redis 8.2, seed 240407).
+    let short = crate::run::workload_secs() < 10.0;
+    if (v.lost_unfenced == 0 || v.refused == 0) && !short {
         c.violations.push(format!(
             "unfenced lost updates {}, refused fenced writes {}: the pauses never overlapped \
              another holder (the scenario tested nothing)",
