@@ -3,8 +3,8 @@
 
 const test = require('node:test');
 const assert = require('node:assert/strict');
-const { startServer } = require('./harness');
-const { KINDS, connect, send, close } = require('./clients');
+const { startServer, serverForFile, freshKeys, info, waiters } = require('./harness');
+const { KINDS, connect, connectPair, send, close } = require('./clients');
 const {
   Lock,
   Locks,
@@ -16,32 +16,8 @@ const {
   StaleTokenError,
 } = require('..');
 
-let server;
-test.before(async () => {
-  server = await startServer();
-});
-test.after(() => server.stop());
-
-let n = 0;
-const fresh = (what) => `${what}:${process.pid}:${++n}`;
-
-/** LOCK.INFO as an object, every integer read as a decimal string by a raw RESP read. */
-async function info(client, key) {
-  const reply = await send(client, 'LOCK.INFO', key);
-  if (reply === null) return null;
-  const out = {};
-  for (let i = 0; i < reply.length; i += 2) out[reply[i]] = reply[i + 1];
-  return out;
-}
-
-/** Poll until `key` has `count` waiters (no fixed sleeps). */
-async function waiters(client, key, count) {
-  for (;;) {
-    const i = await info(client, key);
-    if (i !== null && i.waiters === count) return;
-    await new Promise((r) => setTimeout(r, 5));
-  }
-}
+const server = serverForFile();
+const fresh = freshKeys('');
 
 async function commandCalls(client, command) {
   const text = String(await send(client, 'INFO', 'commandstats'));
@@ -51,12 +27,7 @@ async function commandCalls(client, command) {
 
 for (const kind of KINDS) {
   test(`${kind}`, async (t) => {
-    const a = await connect(kind, server.port);
-    const b = await connect(kind, server.port);
-    t.after(async () => {
-      await close(a);
-      await close(b);
-    });
+    const [a, b] = await connectPair(t, kind, server.port);
 
     await t.test('acquire returns the exact token, an idempotent retry the same one', async () => {
       const key = fresh('lock');
