@@ -25,6 +25,12 @@ export interface LockOptions {
   feed?: boolean;
   /** Hold it in this session (`SESSION id`): no watchdog; a ttl of 0 means no deadline of its own. */
   session?: Session;
+  /**
+   * ms (0 to 60000) nobody is granted what this hold had once it expired (`LOCKDELAY`): time for
+   * a holder that missed its loss to stop. A release is clean (no delay). Not with `session` (its
+   * holds have the session's) nor on a MultiLock (LOCK.MACQUIRE takes none): a RangeError.
+   */
+  lockDelay?: number;
   /** Succeed only once this many replicas acknowledged the grant (WAIT); Redis 7.0.12+. */
   durable?: number;
   /** How long WAIT waits for them, in ms (default 1000). */
@@ -59,6 +65,8 @@ export class Lock {
    */
   readonly lostReason: string | null;
   readonly session: Session | undefined;
+  /** The `lockDelay` option in ms, or undefined. */
+  readonly lockDelay: number | undefined;
   /** True if granted, false if the wait ran out. */
   acquire(options?: AcquireOptions): Promise<boolean>;
   /** True if this owner held it. */
@@ -90,7 +98,7 @@ export class ReadWriteLock {
 }
 
 export class MultiLock extends Lock {
-  constructor(client: RedisClient, names: Iterable<string>, ttl: number, options?: LockOptions);
+  constructor(client: RedisClient, names: Iterable<string>, ttl: number, options?: Omit<LockOptions, 'lockDelay'>);
   readonly names: string[];
   /** One token per key, in the order of `names`; null when not held. `token` is the largest. */
   readonly tokens: number[] | null;
@@ -104,7 +112,7 @@ export class Locks {
   lock(name: string, ttl: number, options?: LockOptions): Lock;
   semaphore(name: string, limit: number, ttl: number, options?: LockOptions): Semaphore;
   readWrite(name: string, ttl: number, options?: LockOptions): ReadWriteLock;
-  multi(names: Iterable<string>, ttl: number, options?: LockOptions): MultiLock;
+  multi(names: Iterable<string>, ttl: number, options?: Omit<LockOptions, 'lockDelay'>): MultiLock;
   /** Acquire `name` (watchdog on), run `fn(signal)`, release on every exit path. */
   using<T>(name: string, ttl: number, fn: (signal: AbortSignal) => Promise<T> | T): Promise<T>;
   using<T>(name: string, ttl: number, options: UsingOptions, fn: (signal: AbortSignal) => Promise<T> | T): Promise<T>;

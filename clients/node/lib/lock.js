@@ -15,8 +15,8 @@ class Lock {
   /**
    * `new Lock(client, name, ttl, options)` takes nothing yet; `acquire()` does. `ttl` is the hold
    * time in milliseconds (with `session`, 0: no deadline of its own). Options: `owner`,
-   * `watchdog`, `watchdogPeriod`, `onLost`, `feed`, `session`, `durable`, `durableTimeout` (see
-   * index.d.ts and the README).
+   * `watchdog`, `watchdogPeriod`, `onLost`, `feed`, `session`, `lockDelay`, `durable`,
+   * `durableTimeout` (see index.d.ts and the README).
    */
   constructor(client, name, ttl, options = {}) {
     this.client = client;
@@ -26,7 +26,11 @@ class Lock {
     if (this.session !== undefined && options.watchdog) {
       throw new RangeError("a lock in a session runs no watchdog: the session's keepalive covers it");
     }
+    if (this.session !== undefined && options.lockDelay !== undefined) {
+      throw new RangeError("a lock in a session has its session's lockDelay");
+    }
     this._ttl = wire.toMs(ttl, 'ttl', this.session !== undefined);
+    this._delay = wire.toLockDelay(options.lockDelay);
     this.owner = options.owner !== undefined ? String(options.owner) : wire.newOwner();
     if (this.owner.length === 0) throw new RangeError('owner must not be empty');
     this.watchdog = Boolean(options.watchdog);
@@ -62,6 +66,14 @@ class Lock {
   /** The hold time in ms that acquire, extend() and the watchdog ask for. */
   get ttl() {
     return this._ttl;
+  }
+
+  /**
+   * ms nobody is granted what this hold had once it expired (`LOCKDELAY`; undefined: none). A
+   * release is clean: no delay.
+   */
+  get lockDelay() {
+    return this._delay;
   }
 
   /** Aborts when the current hold is lost (renewal answered 0 or failed, ttl ran out). */
@@ -103,8 +115,13 @@ class Lock {
     return this.session === undefined ? [] : ['SESSION', this.session._usableId()];
   }
 
+  /** `LOCKDELAY ms` for a plain hold given a lockDelay. */
+  _delayArgs() {
+    return this._delay === undefined ? [] : ['LOCKDELAY', this._delay];
+  }
+
   _acquireArgs(blockMs) {
-    const args = ['LOCK.ACQUIRE', this.name, this.owner, this._ttl, ...this._modeArgs(), ...this._sessionArgs()];
+    const args = ['LOCK.ACQUIRE', this.name, this.owner, this._ttl, ...this._modeArgs(), ...this._sessionArgs(), ...this._delayArgs()];
     return blockMs === undefined ? args : [...args, 'BLOCK', blockMs];
   }
 

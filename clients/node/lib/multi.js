@@ -29,6 +29,9 @@ class MultiLock extends Lock {
   constructor(client, names, ttl, options) {
     const list = Array.from(names);
     if (list.length === 0) throw new RangeError('names must not be empty');
+    if (options !== undefined && options.lockDelay !== undefined) {
+      throw new RangeError('LOCK.MACQUIRE takes no LOCKDELAY: lockDelay is for Lock, Semaphore and ReadWriteLock');
+    }
     super(client, list[0], ttl, options);
     this.names = list;
     this._tokens = null;

@@ -25,9 +25,6 @@ const { adapt } = require('./adapter');
 const wire = require('./wire');
 const { LockError } = require('./errors');
 
-/** LOCK.SESSION OPEN ... LOCKDELAY ms: the server refuses more than this. */
-const MAX_LOCK_DELAY_MS = 60000;
-
 /** A map reply (a RESP2 flat array, a RESP3 Map or object) as a plain object. */
 function fields(reply) {
   if (reply === null || reply === undefined) return null;
@@ -51,13 +48,7 @@ class Session {
     this._adapter = adapt(client);
     this._ttl = wire.toMs(ttl, 'ttl');
     this.bound = Boolean(options.bound);
-    this._delay = undefined;
-    if (options.lockDelay !== undefined) {
-      this._delay = wire.toMs(options.lockDelay, 'lockDelay', true);
-      if (this._delay > MAX_LOCK_DELAY_MS) {
-        throw new RangeError(`lockDelay must be at most ${MAX_LOCK_DELAY_MS} ms, got ${options.lockDelay}`);
-      }
-    }
+    this._delay = wire.toLockDelay(options.lockDelay);
     this.key = options.key;
     if (this._adapter.kind === 'ioredis-cluster' && this.key === undefined) {
       throw new RangeError('a session in a cluster belongs to one node: name a key it will lock (key)');
@@ -225,4 +216,4 @@ class Session {
   }
 }
 
-module.exports = { Session, MAX_LOCK_DELAY_MS, fields };
+module.exports = { Session, MAX_LOCK_DELAY_MS: wire.MAX_LOCK_DELAY_MS, fields };

@@ -74,7 +74,7 @@ function serverForFile(args = []) {
   test.before(async () => {
     Object.assign(server, await startServer(args));
   });
-  test.after(() => server.stop());
+  test.after(() => server.stop?.()); // nothing to stop if it did not start
   return server;
 }
 
