@@ -4,10 +4,15 @@
 // see "Fencing tokens" in the module's README), and every token read is checked with
 // Number.isSafeInteger (a RangeError otherwise, never a rounded number).
 
-/** An ioredis 5 `Redis` or `Cluster`, or a node-redis 4/5 client from `createClient()`. */
+/** An ioredis 5 `Redis` or `Cluster`, or a node-redis 4/5 `createClient()` or `createCluster()`. */
 export type RedisClient =
   | { call(command: string, ...args: any[]): Promise<unknown>; duplicate(...args: any[]): any }
-  | { sendCommand(args: any[], ...rest: any[]): Promise<unknown>; duplicate(...args: any[]): any };
+  | { sendCommand(args: any[], ...rest: any[]): Promise<unknown>; duplicate(...args: any[]): any }
+  | {
+      sendCommand(firstKey: any, isReadonly: any, args: any[], ...rest: any[]): Promise<unknown>;
+      getSlotMaster(slot: number): any;
+      nodeClient(node: any): any;
+    };
 
 export interface LockOptions {
   /** Who holds it (default: host:pid:uuid, new for every lock object). */
@@ -123,7 +128,7 @@ export interface SessionOptions {
   bound?: boolean;
   /** ms (0 to 60000) nobody is granted what a hold had after the session was lost uncleanly. */
   lockDelay?: number;
-  /** With an ioredis Cluster: a key the session will lock (its node opens the session). */
+  /** With a cluster client: a key the session will lock (its node opens the session). */
   key?: string;
   /** Called once when the session is lost (then each of its holds reports "session lost: ..."). */
   onLost?: (session: Session) => void | Promise<void>;

@@ -101,6 +101,11 @@ class Lock {
 
   // --- the commands (what the other kinds change) ---
 
+  /** Send `args` through the user's client (routed by the lock's first key in a cluster). */
+  _call(args) {
+    return this._adapter.call(args, this._keys()[0]);
+  }
+
   /** The keys the lock lives on (the first routes the command in a cluster). */
   _keys() {
     return [this.name];
@@ -177,7 +182,7 @@ class Lock {
     if (this.durable > 0) await wire.checkDurable(this._adapter, key);
     const before = this._token;
     const waitMs = timeout === undefined ? null : wire.toMs(timeout, 'timeout', true);
-    const cleanup = before !== null ? async () => {} : () => this._adapter.call(this._releaseArgs());
+    const cleanup = before !== null ? async () => {} : () => this._call(this._releaseArgs());
 
     // One try first, on the user's client: most acquires are granted at once.
     let reply;
@@ -200,7 +205,7 @@ class Lock {
       reply = await wire.blockingCall(this._adapter, key, this._acquireArgs(waitMs === null ? 0 : waitMs), {
         waitMs,
         signal,
-        cleanup: () => this._adapter.call(this._releaseArgs()),
+        cleanup: () => this._call(this._releaseArgs()),
         after:
           this.durable > 0
             ? async (_reply, conn) => {
@@ -247,7 +252,7 @@ class Lock {
     this._forget();
     let released;
     try {
-      await this._adapter.call(this._releaseArgs());
+      await this._call(this._releaseArgs());
       released = true;
     } catch (error) {
       throw new DurabilityError(
@@ -355,7 +360,7 @@ class Lock {
     this._unwatchFeed();
     if (this.session !== undefined) this.session._forget(this);
     this._forget();
-    return this._released(await this._adapter.call(this._releaseArgs()));
+    return this._released(await this._call(this._releaseArgs()));
   }
 
   /**
@@ -366,7 +371,7 @@ class Lock {
     if (ttl !== undefined) this._ttl = wire.toMs(ttl, 'ttl');
     const sent = Date.now();
     const sentMono = performance.now();
-    const held = this._renewed(await this._adapter.call(this._extendArgs()));
+    const held = this._renewed(await this._call(this._extendArgs()));
     if (held && this._token !== null && this._lostReason === null) {
       if (this._ttl > 0) this._armDeadline(sent + this._ttl);
       this._renewedFeed(sentMono);
@@ -377,13 +382,13 @@ class Lock {
 
   /** True if anyone holds the lock (LOCK.FENCE key; works on replicas too). */
   async locked() {
-    return (await this._adapter.call(['LOCK.FENCE', this.name])) !== null;
+    return (await this._call(['LOCK.FENCE', this.name])) !== null;
   }
 
   /** True if this object's hold is the live one (LOCK.FENCE key token). */
   async owned() {
     if (this._token === null) return false;
-    return (await this._adapter.call(['LOCK.FENCE', this.name, this._token])) === 1;
+    return (await this._call(['LOCK.FENCE', this.name, this._token])) === 1;
   }
 
   /** Run `command key ...args` only while this hold is live; else StaleTokenError. */
@@ -423,7 +428,7 @@ class Lock {
         const sentMono = performance.now();
         const period = this._period();
         dog.inFlight = wire
-          .withTimeout(this._adapter.call(this._extendArgs()), period, 'LOCK.EXTEND')
+          .withTimeout(this._call(this._extendArgs()), period, 'LOCK.EXTEND')
           .then(
             (reply) => {
               if (dog.stopped) return;

@@ -85,12 +85,12 @@ class MultiLock extends Lock {
 
   async owned() {
     if (this._tokens === null) return false;
-    const reply = await this._adapter.call(['EVAL', OWNED_ALL_LUA, this.names.length, ...this.names, ...this._tokens]);
+    const reply = await this._call(['EVAL', OWNED_ALL_LUA, this.names.length, ...this.names, ...this._tokens]);
     return reply === 1;
   }
 
   async locked() {
-    return (await this._adapter.call(['EVAL', ANY_HELD_LUA, this.names.length, ...this.names])) === 1;
+    return (await this._call(['EVAL', ANY_HELD_LUA, this.names.length, ...this.names])) === 1;
   }
 
   fenced() {

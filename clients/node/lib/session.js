@@ -21,7 +21,7 @@
 // client's own, never reconnected, nothing re-sent) that carries only the session's keepalives
 // and is watched for its close, so a close is seen at once.
 
-const { adapt } = require('./adapter');
+const { adapt, IOREDIS_CLUSTER, NODE_REDIS_CLUSTER } = require('./adapter');
 const wire = require('./wire');
 const { LockError } = require('./errors');
 
@@ -50,7 +50,7 @@ class Session {
     this.bound = Boolean(options.bound);
     this._delay = wire.toLockDelay(options.lockDelay);
     this.key = options.key;
-    if (this._adapter.kind === 'ioredis-cluster' && this.key === undefined) {
+    if ((this._adapter.kind === IOREDIS_CLUSTER || this._adapter.kind === NODE_REDIS_CLUSTER) && this.key === undefined) {
       throw new RangeError('a session in a cluster belongs to one node: name a key it will lock (key)');
     }
     this.onLost = options.onLost;
