@@ -4,10 +4,15 @@
 // see "Fencing tokens" in the module's README), and every token read is checked with
 // Number.isSafeInteger (a RangeError otherwise, never a rounded number).
 
-/** An ioredis 5 `Redis` or `Cluster`, or a node-redis 4/5 client from `createClient()`. */
+/** An ioredis 5 `Redis` or `Cluster`, or a node-redis 4/5 `createClient()` or `createCluster()`. */
 export type RedisClient =
   | { call(command: string, ...args: any[]): Promise<unknown>; duplicate(...args: any[]): any }
-  | { sendCommand(args: any[], ...rest: any[]): Promise<unknown>; duplicate(...args: any[]): any };
+  | { sendCommand(args: any[], ...rest: any[]): Promise<unknown>; duplicate(...args: any[]): any }
+  | {
+      sendCommand(firstKey: any, isReadonly: any, args: any[], ...rest: any[]): Promise<unknown>;
+      getSlotMaster(slot: number): any;
+      nodeClient(node: any): any;
+    };
 
 export interface LockOptions {
   /** Who holds it (default: host:pid:uuid, new for every lock object). */
@@ -25,6 +30,12 @@ export interface LockOptions {
   feed?: boolean;
   /** Hold it in this session (`SESSION id`): no watchdog; a ttl of 0 means no deadline of its own. */
   session?: Session;
+  /**
+   * ms (0 to 60000) nobody is granted what this hold had once it expired (`LOCKDELAY`): time for
+   * a holder that missed its loss to stop. A release is clean (no delay). Not with `session` (its
+   * holds have the session's) nor on a MultiLock (LOCK.MACQUIRE takes none): a RangeError.
+   */
+  lockDelay?: number;
   /** Succeed only once this many replicas acknowledged the grant (WAIT); Redis 7.0.12+. */
   durable?: number;
   /** How long WAIT waits for them, in ms (default 1000). */
@@ -59,6 +70,8 @@ export class Lock {
    */
   readonly lostReason: string | null;
   readonly session: Session | undefined;
+  /** The `lockDelay` option in ms, or undefined. */
+  readonly lockDelay: number | undefined;
   /** True if granted, false if the wait ran out. */
   acquire(options?: AcquireOptions): Promise<boolean>;
   /** True if this owner held it. */
@@ -90,7 +103,7 @@ export class ReadWriteLock {
 }
 
 export class MultiLock extends Lock {
-  constructor(client: RedisClient, names: Iterable<string>, ttl: number, options?: LockOptions);
+  constructor(client: RedisClient, names: Iterable<string>, ttl: number, options?: Omit<LockOptions, 'lockDelay'>);
   readonly names: string[];
   /** One token per key, in the order of `names`; null when not held. `token` is the largest. */
   readonly tokens: number[] | null;
@@ -104,7 +117,7 @@ export class Locks {
   lock(name: string, ttl: number, options?: LockOptions): Lock;
   semaphore(name: string, limit: number, ttl: number, options?: LockOptions): Semaphore;
   readWrite(name: string, ttl: number, options?: LockOptions): ReadWriteLock;
-  multi(names: Iterable<string>, ttl: number, options?: LockOptions): MultiLock;
+  multi(names: Iterable<string>, ttl: number, options?: Omit<LockOptions, 'lockDelay'>): MultiLock;
   /** Acquire `name` (watchdog on), run `fn(signal)`, release on every exit path. */
   using<T>(name: string, ttl: number, fn: (signal: AbortSignal) => Promise<T> | T): Promise<T>;
   using<T>(name: string, ttl: number, options: UsingOptions, fn: (signal: AbortSignal) => Promise<T> | T): Promise<T>;
@@ -115,7 +128,7 @@ export interface SessionOptions {
   bound?: boolean;
   /** ms (0 to 60000) nobody is granted what a hold had after the session was lost uncleanly. */
   lockDelay?: number;
-  /** With an ioredis Cluster: a key the session will lock (its node opens the session). */
+  /** With a cluster client: a key the session will lock (its node opens the session). */
   key?: string;
   /** Called once when the session is lost (then each of its holds reports "session lost: ..."). */
   onLost?: (session: Session) => void | Promise<void>;

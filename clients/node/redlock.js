@@ -134,7 +134,7 @@ class Redlock extends EventEmitter {
 
     const tokens = new Array(this._members.length).fill(null);
     const perClient = async (member, i) => {
-      const reply = await member.adapter.call(macquire);
+      const reply = await member.adapter.call(macquire, resources[0]);
       if (reply === null) {
         throw new ResourceLockedError(`The operation was applied to: 0 of the ${resources.length} requested resources.`);
       }
@@ -152,7 +152,7 @@ class Redlock extends EventEmitter {
       // Give back whatever was granted, or may have been (a reply still on its way: the release
       // queues behind it on the same connection).
       tokens.fill(null);
-      const releases = this._members.map((m) => m.adapter.call(mrelease).catch(() => {}));
+      const releases = this._members.map((m) => m.adapter.call(mrelease, resources[0]).catch(() => {}));
       await Promise.race([Promise.all(releases), sleep(settings.retryDelay)]);
       if (attempts.length >= maxAttempts) throw new ExecutionError(QUORUM_FAILED, attempts);
       await sleep(this._retryPause(settings));
@@ -174,14 +174,14 @@ class Redlock extends EventEmitter {
       if (maxAttempts !== Infinity) attempts.push(Promise.resolve(stats));
       const start = Date.now();
       try {
-        let reply = await adapter.call(macquire);
+        let reply = await adapter.call(macquire, resources[0]);
         let granted = start;
         if (reply === null && settings.retryCount !== 0) {
           // The round trip just measured stands for the delay between the grant and its reply.
           const rtt = Date.now() - start;
           reply = await wire.blockingCall(adapter, resources[0], [...macquire, 'BLOCK', Math.max(0, blockMs)], {
             waitMs: blockMs === 0 ? null : blockMs,
-            cleanup: () => adapter.call(mrelease),
+            cleanup: () => adapter.call(mrelease, resources[0]),
           });
           granted = Date.now() - rtt;
         }
@@ -266,7 +266,7 @@ class Redlock extends EventEmitter {
     lock.expiration = 0;
     const { resources, value } = lock;
     return this._execute(async ({ adapter }) => {
-      const n = await adapter.call(['LOCK.MRELEASE', resources.length, ...resources, value]);
+      const n = await adapter.call(['LOCK.MRELEASE', resources.length, ...resources, value], resources[0]);
       if (n !== resources.length) {
         throw new ResourceLockedError(`The operation was applied to: ${n} of the ${resources.length} requested resources.`);
       }
@@ -282,7 +282,7 @@ class Redlock extends EventEmitter {
     const settings = this._settings(overrides);
     const { resources, value } = existing;
     const { attempts, start } = await this._execute(async ({ adapter }) => {
-      const n = await adapter.call(['EVAL', wire.EXTEND_ALL_LUA, resources.length, ...resources, value, duration]);
+      const n = await adapter.call(['EVAL', wire.EXTEND_ALL_LUA, resources.length, ...resources, value, duration], resources[0]);
       if (n !== resources.length) {
         throw new ResourceLockedError(`The operation was applied to: ${n} of the ${resources.length} requested resources.`);
       }

@@ -9,8 +9,10 @@
 // owns the key, for a cluster) with no command timeout, no reconnection and no re-sending, closed
 // when the wait ends.
 //
-// Supported: ioredis 5 (`Redis` and `Cluster`), node-redis 4 and 5 (`createClient`). A node-redis
-// cluster (`createCluster`) is refused with an error that says so.
+// Supported: ioredis 5 (`Redis` and `Cluster`), node-redis 4 and 5 (`createClient` and
+// `createCluster`). Every adapter has `call(args, key)` (through the user's client; `key` routes
+// it in a node-redis cluster, which needs the first key of every command) and `callOnKey(key,
+// args)` (on the connection of the node that owns `key`).
 
 const { slotOf } = require('./slot');
 
@@ -18,6 +20,7 @@ const { slotOf } = require('./slot');
 const IOREDIS = 'ioredis';
 const IOREDIS_CLUSTER = 'ioredis-cluster';
 const NODE_REDIS = 'node-redis';
+const NODE_REDIS_CLUSTER = 'node-redis-cluster';
 
 /** What `adapt` makes of one user client, cached so that every lock on it shares one. */
 const cache = new WeakMap();
@@ -41,11 +44,8 @@ function make(client) {
   if (typeof client.call === 'function' && typeof client.duplicate === 'function') {
     return new IORedisAdapter(client);
   }
-  if (typeof client.getSlotMaster === 'function' || Array.isArray(client.masters)) {
-    throw new TypeError(
-      'node-redis cluster clients (createCluster) are not supported: pass an ioredis Cluster, ' +
-        'or a node-redis client of the node that owns the keys'
-    );
+  if (typeof client.getSlotMaster === 'function' && typeof client.nodeClient === 'function') {
+    return new NodeRedisClusterAdapter(client);
   }
   if (typeof client.sendCommand === 'function' && typeof client.duplicate === 'function') {
     return new NodeRedisAdapter(client);
@@ -301,6 +301,51 @@ class NodeRedisAdapter {
   }
 }
 
+// --- node-redis cluster ---------------------------------------------------------------------
+
+/**
+ * A node-redis cluster (`createCluster`, 4 and 5). Every command goes with its first key
+ * (`sendCommand(key, ...)`): the cluster sends it to the key's master and follows MOVED and ASK
+ * with that key (without one it would pick a random node, and after a MOVED another random one).
+ * A wait, a feed and a bound session get a connection of their own to the key's master,
+ * duplicated from the cluster's client of that master as from one node-redis client.
+ */
+class NodeRedisClusterAdapter {
+  constructor(cluster) {
+    this.client = cluster;
+    this.kind = NODE_REDIS_CLUSTER;
+  }
+
+  call(args, key) {
+    if (key === undefined) {
+      throw new TypeError(`redislock: ${String(args[0])} has no key to route it in a node-redis cluster`);
+    }
+    return this.callOnKey(key, args);
+  }
+
+  callOnKey(key, args) {
+    return this.client.sendCommand(key, false, strings(args));
+  }
+
+  /** The cluster's own client of the master that owns `key`'s slot (connected). */
+  nodeClient(key) {
+    const master = this.client.getSlotMaster(slotOf(key));
+    const node = master === undefined ? undefined : this.client.nodeClient(master);
+    if (node === undefined || typeof node.then === 'function') {
+      throw new Error(`redislock: no connected master for key ${JSON.stringify(key)} (is the cluster client connected?)`);
+    }
+    return node;
+  }
+
+  waiter(key) {
+    return adapt(this.nodeClient(key)).waiter(key);
+  }
+
+  dedicated(key, name) {
+    return adapt(this.nodeClient(key)).dedicated(key, name);
+  }
+}
+
 function destroy(conn) {
   // node-redis 5 has destroy(); 4 has disconnect() (5 still accepts it, deprecated).
   try {
@@ -311,4 +356,4 @@ function destroy(conn) {
   }
 }
 
-module.exports = { adapt, isReplyError, strings, IOREDIS, IOREDIS_CLUSTER, NODE_REDIS };
+module.exports = { adapt, isReplyError, strings, IOREDIS, IOREDIS_CLUSTER, NODE_REDIS, NODE_REDIS_CLUSTER };

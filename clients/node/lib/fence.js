@@ -34,7 +34,7 @@ async function fencedCall(client, lockKey, token, command, key, ...args) {
     throw new StaleTokenError(`no token: the lock ${JSON.stringify(lockKey)} is not held`);
   }
   try {
-    return await adapt(client).call(['EVAL', FENCED_CALL_LUA, 2, lockKey, key, token, command, ...args]);
+    return await adapt(client).call(['EVAL', FENCED_CALL_LUA, 2, lockKey, key, token, command, ...args], lockKey);
   } catch (error) {
     throw stale(error);
   }
@@ -49,7 +49,7 @@ function fencedScript(client, body) {
   const adapter = adapt(client);
   return async (keys, args) => {
     try {
-      return await adapter.call(['EVAL', source, keys.length, ...keys, ...args]);
+      return await adapter.call(['EVAL', source, keys.length, ...keys, ...args], keys[0]);
     } catch (error) {
       throw stale(error);
     }

@@ -15,8 +15,8 @@ class Lock {
   /**
    * `new Lock(client, name, ttl, options)` takes nothing yet; `acquire()` does. `ttl` is the hold
    * time in milliseconds (with `session`, 0: no deadline of its own). Options: `owner`,
-   * `watchdog`, `watchdogPeriod`, `onLost`, `feed`, `session`, `durable`, `durableTimeout` (see
-   * index.d.ts and the README).
+   * `watchdog`, `watchdogPeriod`, `onLost`, `feed`, `session`, `lockDelay`, `durable`,
+   * `durableTimeout` (see index.d.ts and the README).
    */
   constructor(client, name, ttl, options = {}) {
     this.client = client;
@@ -26,7 +26,11 @@ class Lock {
     if (this.session !== undefined && options.watchdog) {
       throw new RangeError("a lock in a session runs no watchdog: the session's keepalive covers it");
     }
+    if (this.session !== undefined && options.lockDelay !== undefined) {
+      throw new RangeError("a lock in a session has its session's lockDelay");
+    }
     this._ttl = wire.toMs(ttl, 'ttl', this.session !== undefined);
+    this._delay = wire.toLockDelay(options.lockDelay);
     this.owner = options.owner !== undefined ? String(options.owner) : wire.newOwner();
     if (this.owner.length === 0) throw new RangeError('owner must not be empty');
     this.watchdog = Boolean(options.watchdog);
@@ -64,6 +68,14 @@ class Lock {
     return this._ttl;
   }
 
+  /**
+   * ms nobody is granted what this hold had once it expired (`LOCKDELAY`; undefined: none). A
+   * release is clean: no delay.
+   */
+  get lockDelay() {
+    return this._delay;
+  }
+
   /** Aborts when the current hold is lost (renewal answered 0 or failed, ttl ran out). */
   get signal() {
     if (this._controller === null) {
@@ -89,6 +101,11 @@ class Lock {
 
   // --- the commands (what the other kinds change) ---
 
+  /** Send `args` through the user's client (routed by the lock's first key in a cluster). */
+  _call(args) {
+    return this._adapter.call(args, this._keys()[0]);
+  }
+
   /** The keys the lock lives on (the first routes the command in a cluster). */
   _keys() {
     return [this.name];
@@ -103,8 +120,13 @@ class Lock {
     return this.session === undefined ? [] : ['SESSION', this.session._usableId()];
   }
 
+  /** `LOCKDELAY ms` for a plain hold given a lockDelay. */
+  _delayArgs() {
+    return this._delay === undefined ? [] : ['LOCKDELAY', this._delay];
+  }
+
   _acquireArgs(blockMs) {
-    const args = ['LOCK.ACQUIRE', this.name, this.owner, this._ttl, ...this._modeArgs(), ...this._sessionArgs()];
+    const args = ['LOCK.ACQUIRE', this.name, this.owner, this._ttl, ...this._modeArgs(), ...this._sessionArgs(), ...this._delayArgs()];
     return blockMs === undefined ? args : [...args, 'BLOCK', blockMs];
   }
 
@@ -160,7 +182,7 @@ class Lock {
     if (this.durable > 0) await wire.checkDurable(this._adapter, key);
     const before = this._token;
     const waitMs = timeout === undefined ? null : wire.toMs(timeout, 'timeout', true);
-    const cleanup = before !== null ? async () => {} : () => this._adapter.call(this._releaseArgs());
+    const cleanup = before !== null ? async () => {} : () => this._call(this._releaseArgs());
 
     // One try first, on the user's client: most acquires are granted at once.
     let reply;
@@ -183,7 +205,7 @@ class Lock {
       reply = await wire.blockingCall(this._adapter, key, this._acquireArgs(waitMs === null ? 0 : waitMs), {
         waitMs,
         signal,
-        cleanup: () => this._adapter.call(this._releaseArgs()),
+        cleanup: () => this._call(this._releaseArgs()),
         after:
           this.durable > 0
             ? async (_reply, conn) => {
@@ -230,7 +252,7 @@ class Lock {
     this._forget();
     let released;
     try {
-      await this._adapter.call(this._releaseArgs());
+      await this._call(this._releaseArgs());
       released = true;
     } catch (error) {
       throw new DurabilityError(
@@ -338,7 +360,7 @@ class Lock {
     this._unwatchFeed();
     if (this.session !== undefined) this.session._forget(this);
     this._forget();
-    return this._released(await this._adapter.call(this._releaseArgs()));
+    return this._released(await this._call(this._releaseArgs()));
   }
 
   /**
@@ -349,7 +371,7 @@ class Lock {
     if (ttl !== undefined) this._ttl = wire.toMs(ttl, 'ttl');
     const sent = Date.now();
     const sentMono = performance.now();
-    const held = this._renewed(await this._adapter.call(this._extendArgs()));
+    const held = this._renewed(await this._call(this._extendArgs()));
     if (held && this._token !== null && this._lostReason === null) {
       if (this._ttl > 0) this._armDeadline(sent + this._ttl);
       this._renewedFeed(sentMono);
@@ -360,13 +382,13 @@ class Lock {
 
   /** True if anyone holds the lock (LOCK.FENCE key; works on replicas too). */
   async locked() {
-    return (await this._adapter.call(['LOCK.FENCE', this.name])) !== null;
+    return (await this._call(['LOCK.FENCE', this.name])) !== null;
   }
 
   /** True if this object's hold is the live one (LOCK.FENCE key token). */
   async owned() {
     if (this._token === null) return false;
-    return (await this._adapter.call(['LOCK.FENCE', this.name, this._token])) === 1;
+    return (await this._call(['LOCK.FENCE', this.name, this._token])) === 1;
   }
 
   /** Run `command key ...args` only while this hold is live; else StaleTokenError. */
@@ -406,7 +428,7 @@ class Lock {
         const sentMono = performance.now();
         const period = this._period();
         dog.inFlight = wire
-          .withTimeout(this._adapter.call(this._extendArgs()), period, 'LOCK.EXTEND')
+          .withTimeout(this._call(this._extendArgs()), period, 'LOCK.EXTEND')
           .then(
             (reply) => {
               if (dog.stopped) return;

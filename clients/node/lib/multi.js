@@ -29,6 +29,9 @@ class MultiLock extends Lock {
   constructor(client, names, ttl, options) {
     const list = Array.from(names);
     if (list.length === 0) throw new RangeError('names must not be empty');
+    if (options !== undefined && options.lockDelay !== undefined) {
+      throw new RangeError('LOCK.MACQUIRE takes no LOCKDELAY: lockDelay is for Lock, Semaphore and ReadWriteLock');
+    }
     super(client, list[0], ttl, options);
     this.names = list;
     this._tokens = null;
@@ -82,12 +85,12 @@ class MultiLock extends Lock {
 
   async owned() {
     if (this._tokens === null) return false;
-    const reply = await this._adapter.call(['EVAL', OWNED_ALL_LUA, this.names.length, ...this.names, ...this._tokens]);
+    const reply = await this._call(['EVAL', OWNED_ALL_LUA, this.names.length, ...this.names, ...this._tokens]);
     return reply === 1;
   }
 
   async locked() {
-    return (await this._adapter.call(['EVAL', ANY_HELD_LUA, this.names.length, ...this.names])) === 1;
+    return (await this._call(['EVAL', ANY_HELD_LUA, this.names.length, ...this.names])) === 1;
   }
 
   fenced() {

@@ -21,12 +21,9 @@
 // client's own, never reconnected, nothing re-sent) that carries only the session's keepalives
 // and is watched for its close, so a close is seen at once.
 
-const { adapt } = require('./adapter');
+const { adapt, IOREDIS_CLUSTER, NODE_REDIS_CLUSTER } = require('./adapter');
 const wire = require('./wire');
 const { LockError } = require('./errors');
-
-/** LOCK.SESSION OPEN ... LOCKDELAY ms: the server refuses more than this. */
-const MAX_LOCK_DELAY_MS = 60000;
 
 /** A map reply (a RESP2 flat array, a RESP3 Map or object) as a plain object. */
 function fields(reply) {
@@ -51,15 +48,9 @@ class Session {
     this._adapter = adapt(client);
     this._ttl = wire.toMs(ttl, 'ttl');
     this.bound = Boolean(options.bound);
-    this._delay = undefined;
-    if (options.lockDelay !== undefined) {
-      this._delay = wire.toMs(options.lockDelay, 'lockDelay', true);
-      if (this._delay > MAX_LOCK_DELAY_MS) {
-        throw new RangeError(`lockDelay must be at most ${MAX_LOCK_DELAY_MS} ms, got ${options.lockDelay}`);
-      }
-    }
+    this._delay = wire.toLockDelay(options.lockDelay);
     this.key = options.key;
-    if (this._adapter.kind === 'ioredis-cluster' && this.key === undefined) {
+    if ((this._adapter.kind === IOREDIS_CLUSTER || this._adapter.kind === NODE_REDIS_CLUSTER) && this.key === undefined) {
       throw new RangeError('a session in a cluster belongs to one node: name a key it will lock (key)');
     }
     this.onLost = options.onLost;
@@ -225,4 +216,4 @@ class Session {
   }
 }
 
-module.exports = { Session, MAX_LOCK_DELAY_MS, fields };
+module.exports = { Session, MAX_LOCK_DELAY_MS: wire.MAX_LOCK_DELAY_MS, fields };

@@ -29,6 +29,19 @@ function toMs(value, what, allowZero = false) {
   return value === 0 ? 0 : Math.max(1, Math.ceil(value));
 }
 
+/** `LOCKDELAY ms` (LOCK.ACQUIRE of a plain hold, LOCK.SESSION OPEN): the server refuses more. */
+const MAX_LOCK_DELAY_MS = 60000;
+
+/** A `lockDelay` option: ms from 0 to 60000, or undefined when not given. */
+function toLockDelay(value) {
+  if (value === undefined) return undefined;
+  const ms = toMs(value, 'lockDelay', true);
+  if (ms > MAX_LOCK_DELAY_MS) {
+    throw new RangeError(`lockDelay must be at most ${MAX_LOCK_DELAY_MS} ms, got ${value}`);
+  }
+  return ms;
+}
+
 /**
  * A token from a reply, as an exact JavaScript number. The module mints tokens below 2^53 (until
  * the year 2109, see "Fencing tokens" in the module's README), so a number holds every token
@@ -203,6 +216,8 @@ return n
 module.exports = {
   newOwner,
   toMs,
+  toLockDelay,
+  MAX_LOCK_DELAY_MS,
   toToken,
   abortReason,
   withTimeout,

@@ -1,6 +1,7 @@
 'use strict';
 // The client libraries every test runs with: ioredis 5, node-redis 5 and node-redis 4 (installed
-// as the alias `redis4`). `connect(kind, port)` gives a connected client; `close(client)` ends it.
+// as the alias `redis4`). `connect(kind, port)` gives a connected client; `close(client)` ends it;
+// `connectPair(t, kind, port)` gives two, closed after the test `t`.
 
 const IORedis = require('ioredis');
 const redis5 = require('redis');
@@ -32,4 +33,15 @@ async function close(client) {
   else await client.quit().catch(() => {});
 }
 
-module.exports = { KINDS, connect, send, close };
+/** Two connected clients of `kind` (`a` and `b`), closed after the test `t` ends. */
+async function connectPair(t, kind, port) {
+  const a = await connect(kind, port);
+  const b = await connect(kind, port);
+  t.after(async () => {
+    await close(a);
+    await close(b);
+  });
+  return [a, b];
+}
+
+module.exports = { KINDS, connect, connectPair, send, close };

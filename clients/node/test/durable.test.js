@@ -4,7 +4,7 @@
 
 const test = require('node:test');
 const assert = require('node:assert/strict');
-const { startServer } = require('./harness');
+const { startServer, freshKeys, waiters } = require('./harness');
 const { KINDS, connect, send, close } = require('./clients');
 const { Lock, DurabilityError, DurableUnsupportedError } = require('..');
 
@@ -20,16 +20,7 @@ test.after(async () => {
   await primary.stop();
 });
 
-let n = 0;
-const fresh = (what) => `${what}:${process.pid}:${++n}`;
-
-async function waiters(client, key, count) {
-  for (;;) {
-    const reply = await send(client, 'LOCK.INFO', key);
-    if (reply !== null && reply[7] === count) return;
-    await new Promise((r) => setTimeout(r, 5));
-  }
-}
+const fresh = freshKeys('');
 
 for (const kind of KINDS) {
   test(`${kind}`, async (t) => {

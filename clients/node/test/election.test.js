@@ -11,46 +11,34 @@ const assert = require('node:assert/strict');
 const path = require('node:path');
 const readline = require('node:readline');
 const { spawn } = require('node:child_process');
-const { startServer } = require('./harness');
-const { KINDS, connect, send, close } = require('./clients');
+const { serverForFile, freshKeys, until, waiters, clientId } = require('./harness');
+const { KINDS, connect, connectPair, send, close } = require('./clients');
 const { Election, Session, StaleTokenError, fencedCall } = require('..');
 const { feedFor } = require('../lib/feed');
 
-let server;
-test.before(async () => {
-  server = await startServer();
-});
-test.after(() => server.stop());
+const server = serverForFile();
+const fresh = freshKeys('election-');
 
-let n = 0;
-const fresh = (what) => `election-${what}:${process.pid}:${++n}`;
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-
-async function until(what, fn, timeout = 10000) {
-  const end = Date.now() + timeout;
-  for (;;) {
-    const v = await fn();
-    if (v) return v;
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await sleep(5);
+/**
+ * Run `fn(changes, la)` with `changes` an observer of `election` that has reported its first
+ * state ("no leader") and then the leadership `la` of candidate "a" (seq 1); the observer is
+ * closed whatever `fn` does.
+ */
+async function observedFromA(election, fn) {
+  const changes = election.observe();
+  try {
+    assert.deepEqual(await changes.next(5000), { leader: null, resync: true, seq: 0 }); // the state when it began
+    const la = await election.campaign('a');
+    assert.deepEqual(await changes.next(5000), { leader: { value: 'a', term: la.term }, resync: false, seq: 1 });
+    await fn(changes, la);
+  } finally {
+    changes.close();
   }
-}
-
-async function waiters(client, key, count) {
-  await until(`${count} waiters on ${key}`, async () => {
-    const reply = await send(client, 'LOCK.INFO', key);
-    return reply !== null && reply[reply.indexOf('waiters') + 1] === count;
-  });
 }
 
 for (const kind of KINDS) {
   test(`${kind}`, async (t) => {
-    const a = await connect(kind, server.port);
-    const b = await connect(kind, server.port);
-    t.after(async () => {
-      await close(a);
-      await close(b);
-    });
+    const [a, b] = await connectPair(t, kind, server.port);
 
     await t.test('campaign, leader, resign', async () => {
       const key = fresh('basic');
@@ -89,11 +77,7 @@ for (const kind of KINDS) {
     await t.test('observe reports every change, "no leader" included', async () => {
       const key = fresh('observe');
       const election = new Election(a, key);
-      const changes = election.observe();
-      try {
-        assert.deepEqual(await changes.next(5000), { leader: null, resync: true, seq: 0 }); // the state when it began
-        const la = await election.campaign('a');
-        assert.deepEqual(await changes.next(5000), { leader: { value: 'a', term: la.term }, resync: false, seq: 1 });
+      await observedFromA(election, async (changes, la) => {
         const campaign = new Election(b, key).campaign('b', { timeout: 10000 });
         await waiters(a, key, 1);
         assert.equal(await la.resign(), true);
@@ -112,19 +96,12 @@ for (const kind of KINDS) {
         assert.equal(await lc.resign(), true);
         assert.deepEqual(await changes.next(5000), { leader: null, resync: false, seq: 5 });
         await assert.rejects(changes.next(200), { code: 'ETIMEDOUT' }); // nothing else happened
-      } finally {
-        changes.close();
-      }
+      });
     });
 
     await t.test('observe resynchronises after a gap in the sequence numbers', async () => {
       const key = fresh('gap');
-      const election = new Election(a, key);
-      const changes = election.observe();
-      try {
-        assert.deepEqual(await changes.next(5000), { leader: null, resync: true, seq: 0 });
-        const la = await election.campaign('a');
-        assert.deepEqual(await changes.next(5000), { leader: { value: 'a', term: la.term }, resync: false, seq: 1 });
+      await observedFromA(new Election(a, key), async (changes, la) => {
         // A message as if seq 2 had been lost on the way (pub/sub delivers at most once): the
         // feed reads the state again, and reports what it found.
         const feed = feedFor(a, key);
@@ -133,22 +110,14 @@ for (const kind of KINDS) {
         assert.deepEqual(await changes.next(5000), { leader: { value: 'a', term: la.term }, resync: true, seq: 1 });
         assert.equal(await la.resign(), true);
         assert.deepEqual(await changes.next(5000), { leader: null, resync: false, seq: 2 });
-      } finally {
-        changes.close();
-      }
+      });
     });
 
     await t.test('observe resynchronises after its pub/sub connection is killed', async () => {
       const key = fresh('resync');
-      const election = new Election(a, key);
-      const changes = election.observe();
-      try {
-        assert.deepEqual(await changes.next(5000), { leader: null, resync: true, seq: 0 });
-        const la = await election.campaign('a');
-        assert.deepEqual(await changes.next(5000), { leader: { value: 'a', term: la.term }, resync: false, seq: 1 });
-        const name = `redislock-feed-sub-${feedFor(a, key).id}`;
-        const line = String(await send(b, 'CLIENT', 'LIST')).split('\n').find((l) => l.includes(` name=${name} `));
-        assert.equal(await send(b, 'CLIENT', 'KILL', 'ID', /id=(\d+)/.exec(line)[1]), 1);
+      await observedFromA(new Election(a, key), async (changes, la) => {
+        const id = await clientId(b, `redislock-feed-sub-${feedFor(a, key).id}`);
+        assert.equal(await send(b, 'CLIENT', 'KILL', 'ID', id), 1);
         // The feed reconnects and reads the state again: a resynchronisation, whatever changed
         // meanwhile (here the leader changes as soon as the kill is done; the watch ended with
         // the connection, so the new one starts the key's seq again).
@@ -162,9 +131,7 @@ for (const kind of KINDS) {
         assert.deepEqual(seen[seen.length - 1].leader, { value: 'b', term: lb.term });
         assert.equal(await lb.resign(), true);
         assert.equal((await changes.next(5000)).leader, null);
-      } finally {
-        changes.close();
-      }
+      });
     });
   });
 }

@@ -7,31 +7,13 @@
 
 const test = require('node:test');
 const assert = require('node:assert/strict');
-const { startServer } = require('./harness');
-const { KINDS, connect, send, close } = require('./clients');
+const { startServer, serverForFile, freshKeys, sleep, until, waiters, clientId } = require('./harness');
+const { KINDS, connect, connectPair, send, close } = require('./clients');
 const { Lock, Session, Semaphore, ReadWriteLock, MultiLock } = require('..');
 const { feedFor, IDLE_CLOSE_MS } = require('../lib/feed');
 
-let server;
-test.before(async () => {
-  server = await startServer();
-});
-test.after(() => server.stop());
-
-let n = 0;
-const fresh = (what) => `feed-${what}:${process.pid}:${++n}`;
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-
-/** Poll `fn` until it is truthy (no fixed sleeps), at most `timeout` ms. */
-async function until(what, fn, timeout = 10000) {
-  const end = Date.now() + timeout;
-  for (;;) {
-    const v = await fn();
-    if (v) return v;
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await sleep(5);
-  }
-}
+const server = serverForFile();
+const fresh = freshKeys('feed-');
 
 /** An onLost that records every call: `[lock, reason, performance.now()]`. */
 function losses() {
@@ -47,31 +29,11 @@ function synced(lock) {
   return until('the feed to check the hold', () => lock._feedSub !== null && lock._feedSub.checked.size === lock._feedSub.tokens.size);
 }
 
-/** Poll until `key` has `count` waiters. */
-async function waiters(client, key, count) {
-  await until(`${count} waiters on ${key}`, async () => {
-    const reply = await send(client, 'LOCK.INFO', key);
-    if (reply === null) return false;
-    return reply[reply.indexOf('waiters') + 1] === count;
-  });
-}
-
-async function feedClientId(client, name) {
-  const list = String(await send(client, 'CLIENT', 'LIST'));
-  const line = list.split('\n').find((l) => l.includes(` name=${name} `));
-  return line === undefined ? null : /id=(\d+)/.exec(line)[1];
-}
-
 const dbOption = (kind, db) => (kind === 'ioredis' ? { db } : { database: db });
 
 for (const kind of KINDS) {
   test(`${kind}`, async (t) => {
-    const a = await connect(kind, server.port);
-    const b = await connect(kind, server.port);
-    t.after(async () => {
-      await close(a);
-      await close(b);
-    });
+    const [a, b] = await connectPair(t, kind, server.port);
 
     await t.test('a deleted key is reported at once, once', async () => {
       const key = fresh('del');
@@ -248,7 +210,7 @@ for (const kind of KINDS) {
       assert.equal(await lock.acquire(), true);
       await synced(lock);
       const feed = feedFor(a, key);
-      const id = await feedClientId(b, `redislock-feed-sub-${feed.id}`);
+      const id = await clientId(b, `redislock-feed-sub-${feed.id}`);
       assert.equal(await send(b, 'CLIENT', 'KILL', 'ID', id), 1);
       assert.match((await lost.first())[1], /^feed connection lost: /);
       assert.equal(await lock.owned(), true); // held in fact: the holder only cannot count on it

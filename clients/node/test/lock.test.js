@@ -3,45 +3,22 @@
 
 const test = require('node:test');
 const assert = require('node:assert/strict');
-const { startServer } = require('./harness');
-const { KINDS, connect, send, close } = require('./clients');
+const { startServer, serverForFile, freshKeys, until, info, waiters } = require('./harness');
+const { KINDS, connect, connectPair, send, close } = require('./clients');
 const {
   Lock,
   Locks,
   Semaphore,
   ReadWriteLock,
   MultiLock,
+  Session,
   LockLostError,
   LockBusyError,
   StaleTokenError,
 } = require('..');
 
-let server;
-test.before(async () => {
-  server = await startServer();
-});
-test.after(() => server.stop());
-
-let n = 0;
-const fresh = (what) => `${what}:${process.pid}:${++n}`;
-
-/** LOCK.INFO as an object, every integer read as a decimal string by a raw RESP read. */
-async function info(client, key) {
-  const reply = await send(client, 'LOCK.INFO', key);
-  if (reply === null) return null;
-  const out = {};
-  for (let i = 0; i < reply.length; i += 2) out[reply[i]] = reply[i + 1];
-  return out;
-}
-
-/** Poll until `key` has `count` waiters (no fixed sleeps). */
-async function waiters(client, key, count) {
-  for (;;) {
-    const i = await info(client, key);
-    if (i !== null && i.waiters === count) return;
-    await new Promise((r) => setTimeout(r, 5));
-  }
-}
+const server = serverForFile();
+const fresh = freshKeys('');
 
 async function commandCalls(client, command) {
   const text = String(await send(client, 'INFO', 'commandstats'));
@@ -51,12 +28,7 @@ async function commandCalls(client, command) {
 
 for (const kind of KINDS) {
   test(`${kind}`, async (t) => {
-    const a = await connect(kind, server.port);
-    const b = await connect(kind, server.port);
-    t.after(async () => {
-      await close(a);
-      await close(b);
-    });
+    const [a, b] = await connectPair(t, kind, server.port);
 
     await t.test('acquire returns the exact token, an idempotent retry the same one', async () => {
       const key = fresh('lock');
@@ -300,6 +272,80 @@ for (const kind of KINDS) {
       await w.write.release();
     });
 
+    await t.test('lockDelay: after the hold expires nobody gets the key for the delay; a release has none', async () => {
+      const key = fresh('delay');
+      const lock = new Lock(a, key, 300, { lockDelay: 1000 });
+      assert.equal(lock.lockDelay, 1000);
+      const asked = performance.now();
+      assert.equal(await lock.acquire(), true);
+      const waiter = new Lock(b, key, 30000, { owner: 'waiter' });
+      const granted = waiter.acquire({ timeout: 10000 }).then((got) => [got, performance.now()]);
+      await waiters(a, key, 1);
+      // The hold expires at 300 ms; for 1000 ms more the key has no holder, token 0, the waiter
+      // still queued, and nobody is granted it.
+      const delayed = await until('the lock-delay', async () => {
+        const i = await info(a, key);
+        return i !== null && i.delayed !== undefined ? i : null;
+      });
+      assert.ok(delayed.delayed > 0 && delayed.delayed <= 1000, String(delayed.delayed));
+      assert.deepEqual(
+        { ...delayed, delayed: 'ms' },
+        {
+          token: 0,
+          ttl: 0,
+          waiters: 1,
+          mode: 'exclusive',
+          limit: null,
+          holders: [],
+          queue: [['mode', 'exclusive', 'owner', 'waiter']],
+          delayed: 'ms',
+        }
+      );
+      const pttl = await send(a, 'PTTL', key); // the key's TTL runs to the end of the delay
+      assert.ok(pttl > 0 && pttl <= delayed.delayed, `${pttl} ms`);
+      assert.equal(await new Lock(b, key, 30000).acquire({ timeout: 0 }), false);
+      assert.equal(await send(b, 'LOCK.ACQUIRE', key, 'someone', 30000), null);
+      const [got, at] = await granted;
+      assert.equal(got, true);
+      // Granted when the delay ends: 300 + 1000 ms after the grant, which came after `asked`
+      // (less up to a millisecond of the server's millisecond clock).
+      assert.ok(at - asked >= 1299, `${at - asked} ms`);
+      assert.equal(await send(a, 'LOCK.FENCE', key), waiter.token);
+      assert.equal(await waiter.release(), true);
+
+      // A release is clean: the next acquire is granted at once.
+      const clean = new Lock(a, fresh('delay-clean'), 30000, { lockDelay: 1000 });
+      assert.equal(await clean.acquire(), true);
+      assert.equal(await clean.release(), true);
+      assert.equal(await info(b, clean.name), null);
+      const next = new Lock(b, clean.name, 30000);
+      assert.equal(await next.acquire({ timeout: 0 }), true);
+      assert.equal(await next.release(), true);
+    });
+
+    await t.test('lockDelay on a Semaphore keeps only the permit its hold had', async () => {
+      const key = fresh('delay-sem');
+      const mine = new Semaphore(a, key, 2, 300, { lockDelay: 1000 });
+      const other = new Semaphore(b, key, 2, 30000, { owner: 'other' });
+      assert.equal(await mine.acquire({ timeout: 0 }), true);
+      assert.equal(await other.acquire({ timeout: 0 }), true);
+      const delayed = await until('the lock-delay', async () => {
+        const i = await info(a, key);
+        return i !== null && i.delayed !== undefined ? i : null;
+      });
+      assert.equal(delayed.mode, 'shared');
+      assert.equal(delayed.limit, 2);
+      assert.deepEqual(delayed.holders.map((h) => h[h.indexOf('owner') + 1]), ['other']); // mine expired
+      // Its permit stays taken: a third holder is refused while `other` holds the second.
+      assert.equal(await new Semaphore(b, key, 2, 30000).acquire({ timeout: 0 }), false);
+      assert.equal(await other.release(), true);
+      // With `other` gone, its permit is free again; the delayed one still is not.
+      const third = new Semaphore(b, key, 2, 30000, { owner: 'third' });
+      assert.equal(await third.acquire({ timeout: 0 }), true);
+      assert.equal(await new Semaphore(b, key, 2, 30000).acquire({ timeout: 0 }), false);
+      assert.equal(await third.release(), true);
+    });
+
     await t.test('MultiLock: every key or none, one token per key', async () => {
       const k1 = fresh('{m}:sku');
       const k2 = fresh('{m}:sku');
@@ -337,4 +383,29 @@ test('lock.signal aborts when renewals get no answer (server stopped)', async (t
   } finally {
     process.kill(own.pid, 'SIGCONT');
   }
+});
+
+test('lockDelay arguments refused by the constructors', async (t) => {
+  const a = await connect('ioredis', server.port);
+  t.after(() => close(a));
+  assert.equal(new Lock(a, 'x', 1000, { lockDelay: 0 }).lockDelay, 0);
+  assert.equal(new Lock(a, 'x', 1000, { lockDelay: 60000 }).lockDelay, 60000);
+  assert.equal(new Lock(a, 'x', 1000).lockDelay, undefined);
+  assert.throws(() => new Lock(a, 'x', 1000, { lockDelay: 60001 }), {
+    name: 'RangeError',
+    message: 'lockDelay must be at most 60000 ms, got 60001',
+  });
+  assert.throws(() => new Semaphore(a, 'x', 2, 1000, { lockDelay: -1 }), {
+    name: 'RangeError',
+    message: 'lockDelay must be a positive number of milliseconds, got -1',
+  });
+  assert.throws(() => new Lock(a, 'x', 0, { session: new Session(a, 1000), lockDelay: 100 }), {
+    name: 'RangeError',
+    message: "a lock in a session has its session's lockDelay",
+  });
+  assert.throws(() => new MultiLock(a, ['{m}:a', '{m}:b'], 1000, { lockDelay: 100 }), {
+    name: 'RangeError',
+    message: 'LOCK.MACQUIRE takes no LOCKDELAY: lockDelay is for Lock, Semaphore and ReadWriteLock',
+  });
+  assert.equal(new ReadWriteLock(a, 'x', 1000, { lockDelay: 100 }).write.lockDelay, 100);
 });

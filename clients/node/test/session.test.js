@@ -6,47 +6,16 @@
 
 const test = require('node:test');
 const assert = require('node:assert/strict');
-const { startServer } = require('./harness');
-const { KINDS, connect, send, close } = require('./clients');
+const { serverForFile, freshKeys, sleep, until, info } = require('./harness');
+const { KINDS, connect, connectPair, send, close } = require('./clients');
 const { Lock, Session, Semaphore, ReadWriteLock, MultiLock, LockError } = require('..');
 
-let server;
-test.before(async () => {
-  server = await startServer();
-});
-test.after(() => server.stop());
-
-let n = 0;
-const fresh = (what) => `session-${what}:${process.pid}:${++n}`;
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-
-async function until(what, fn, timeout = 10000) {
-  const end = Date.now() + timeout;
-  for (;;) {
-    const v = await fn();
-    if (v) return v;
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await sleep(5);
-  }
-}
-
-/** LOCK.INFO as an object (holders as arrays of objects). */
-async function info(client, key) {
-  const reply = await send(client, 'LOCK.INFO', key);
-  if (reply === null) return null;
-  const out = {};
-  for (let i = 0; i < reply.length; i += 2) out[reply[i]] = reply[i + 1];
-  return out;
-}
+const server = serverForFile();
+const fresh = freshKeys('session-');
 
 for (const kind of KINDS) {
   test(`${kind}`, async (t) => {
-    const a = await connect(kind, server.port);
-    const b = await connect(kind, server.port);
-    t.after(async () => {
-      await close(a);
-      await close(b);
-    });
+    const [a, b] = await connectPair(t, kind, server.port);
 
     await t.test('open, info, close', async () => {
       const session = new Session(a, 30000);
