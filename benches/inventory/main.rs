@@ -77,9 +77,43 @@ fn item(i: usize) -> String {
     format!("{{inv}}:item:{i}")
 }
 
-/// One order: lock `keys`, hold, release. Returns the wait (first command to all held).
-fn order(c: &mut Connection, recipe: Recipe, keys: &[String], owner: &str) -> Duration {
+/// What one order measured.
+#[derive(Clone, Copy)]
+struct Order {
+    /// From the first acquire command to holding every item.
+    wait: Duration,
+    /// What `thread::sleep(HOLD)` took: the hold, and how late this thread was woken.
+    slept: Duration,
+    /// From holding every item to the last release's reply.
+    held: Duration,
+}
+
+/// Sleep `HOLD`; returns how long it took.
+fn hold() -> Duration {
+    let at = Instant::now();
+    thread::sleep(HOLD);
+    at.elapsed()
+}
+
+/// One order: lock `keys`, hold, release.
+fn order(c: &mut Connection, recipe: Recipe, keys: &[String], owner: &str) -> Order {
     let start = Instant::now();
+    let (wait, slept) = acquire_hold_release(c, recipe, keys, owner, start);
+    Order {
+        wait,
+        slept,
+        held: start.elapsed() - wait,
+    }
+}
+
+/// The body of [`order`]: returns the wait and the sleep.
+fn acquire_hold_release(
+    c: &mut Connection,
+    recipe: Recipe,
+    keys: &[String],
+    owner: &str,
+    start: Instant,
+) -> (Duration, Duration) {
     match recipe {
         Recipe::MAcquire => {
             let reply: Value = redis::cmd("LOCK.MACQUIRE")
@@ -93,7 +127,7 @@ fn order(c: &mut Connection, recipe: Recipe, keys: &[String], owner: &str) -> Du
                 .expect("LOCK.MACQUIRE");
             assert!(matches!(reply, Value::Array(_)), "LOCK.MACQUIRE: {reply:?}");
             let waited = start.elapsed();
-            thread::sleep(HOLD);
+            let slept = hold();
             let n: i64 = redis::cmd("LOCK.MRELEASE")
                 .arg(keys.len())
                 .arg(keys)
@@ -101,7 +135,7 @@ fn order(c: &mut Connection, recipe: Recipe, keys: &[String], owner: &str) -> Du
                 .query(c)
                 .expect("LOCK.MRELEASE");
             assert_eq!(n, keys.len() as i64);
-            waited
+            (waited, slept)
         }
         Recipe::SortedAcquire => {
             for key in keys {
@@ -116,7 +150,7 @@ fn order(c: &mut Connection, recipe: Recipe, keys: &[String], owner: &str) -> Du
                 assert!(token.is_some(), "LOCK.ACQUIRE BLOCK 0 answered nil");
             }
             let waited = start.elapsed();
-            thread::sleep(HOLD);
+            let slept = hold();
             for key in keys {
                 let n: i64 = redis::cmd("LOCK.RELEASE")
                     .arg(key)
@@ -125,7 +159,7 @@ fn order(c: &mut Connection, recipe: Recipe, keys: &[String], owner: &str) -> Du
                     .expect("LOCK.RELEASE");
                 assert_eq!(n, 1);
             }
-            waited
+            (waited, slept)
         }
         Recipe::SortedSetNx => {
             for key in keys {
@@ -145,7 +179,7 @@ fn order(c: &mut Connection, recipe: Recipe, keys: &[String], owner: &str) -> Du
                 }
             }
             let waited = start.elapsed();
-            thread::sleep(HOLD);
+            let slept = hold();
             for key in keys {
                 let n: i64 = redis::cmd("EVAL")
                     .arg(RELEASE_SCRIPT)
@@ -156,7 +190,7 @@ fn order(c: &mut Connection, recipe: Recipe, keys: &[String], owner: &str) -> Du
                     .expect("release script");
                 assert_eq!(n, 1);
             }
-            waited
+            (waited, slept)
         }
     }
 }
@@ -167,47 +201,98 @@ struct Result {
     elapsed: Duration,
     /// Every order's wait, sorted.
     waits: Vec<Duration>,
+    /// Every order's `thread::sleep(HOLD)`, sorted.
+    slept: Vec<Duration>,
+    /// Every order's hold as the client saw it (all held to the last release's reply), sorted.
+    held: Vec<Duration>,
     per_worker: Vec<usize>,
+    /// What the server counted during the run: `INFO lock` (this recipe's own server) and the
+    /// server's CPU seconds (user + sys) over the run.
+    server: ServerView,
 }
 
-fn run(server: &common::Server, recipe: Recipe, secs: u64) -> Result {
+/// The server's side of one run (each recipe gets a fresh server, so `INFO lock` is its own).
+#[derive(Default)]
+struct ServerView {
+    acquired: i64,
+    /// Calls that could not be granted at once and queued (`lock_contended`).
+    contended: i64,
+    /// Queued waiters granted (`lock_handed_off`).
+    handed_off: i64,
+    /// `lock_wait_ms`: from queueing to the grant, queued waiters only (server clock).
+    wait: String,
+    /// `lock_hold_ms`: grant to release, millisecond resolution.
+    hold: String,
+    cpu_s: f64,
+    /// `Redis 7.0.15`, as lockbench's Goals table names the server.
+    version: String,
+}
+
+fn server_cpu(server: &common::Server) -> f64 {
+    ["used_cpu_user", "used_cpu_sys"]
+        .iter()
+        .filter_map(|f| server.info_field("cpu", f)?.parse::<f64>().ok())
+        .sum()
+}
+
+fn run(recipe: Recipe, secs: u64) -> Result {
+    let server = common::Server::start();
+    let cpu_before = server_cpu(&server);
     let barrier = Barrier::new(WORKERS + 1);
     let deadline_after = Duration::from_secs(secs);
-    let (per_worker, mut waits, elapsed) = thread::scope(|s| {
+    let (per_worker, orders, elapsed) = thread::scope(|s| {
         let handles: Vec<_> = (0..WORKERS)
             .map(|w| {
                 let mut c = server.conn();
                 let barrier = &barrier;
                 s.spawn(move || {
                     let mut rng = rand::thread_rng();
-                    let mut waits = vec![];
+                    let mut orders = vec![];
                     barrier.wait();
                     let end = Instant::now() + deadline_after;
                     while Instant::now() < end {
                         let mut picked: Vec<usize> = sample(&mut rng, ITEMS, PER_ORDER).into_vec();
                         picked.sort_unstable();
                         let keys: Vec<String> = picked.into_iter().map(item).collect();
-                        let owner = format!("w{w}:{}", waits.len());
-                        waits.push(order(&mut c, recipe, &keys, &owner));
+                        let owner = format!("w{w}:{}", orders.len());
+                        orders.push(order(&mut c, recipe, &keys, &owner));
                     }
-                    waits
+                    orders
                 })
             })
             .collect();
         barrier.wait();
         let start = Instant::now();
-        let results: Vec<Vec<Duration>> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        let results: Vec<Vec<Order>> = handles.into_iter().map(|h| h.join().unwrap()).collect();
         let elapsed = start.elapsed();
         let per_worker = results.iter().map(Vec::len).collect::<Vec<_>>();
         (per_worker, results.concat(), elapsed)
     });
-    waits.sort_unstable();
+    let info = |f: &str| server.info_field("lock", &format!("lock_{f}"));
+    let count = |f: &str| info(f).and_then(|v| v.parse().ok()).unwrap_or(0);
+    let view = ServerView {
+        acquired: count("acquired"),
+        contended: count("contended"),
+        handed_off: count("handed_off"),
+        wait: info("wait_ms").unwrap_or_default(),
+        hold: info("hold_ms").unwrap_or_default(),
+        cpu_s: server_cpu(&server) - cpu_before,
+        version: server_version(&server),
+    };
+    let sorted = |f: fn(&Order) -> Duration| {
+        let mut v: Vec<Duration> = orders.iter().map(f).collect();
+        v.sort_unstable();
+        v
+    };
     Result {
         recipe,
-        orders: waits.len(),
+        orders: orders.len(),
         elapsed,
-        waits,
+        waits: sorted(|o| o.wait),
+        slept: sorted(|o| o.slept),
+        held: sorted(|o| o.held),
         per_worker,
+        server: view,
     }
 }
 
@@ -226,7 +311,6 @@ fn main() {
     // `cargo bench` passes `--bench`; nothing else is expected.
     let quick = std::env::var("QUICK").is_ok_and(|v| !v.is_empty() && v != "0");
     let secs = if quick { 2 } else { 10 };
-    let server = common::Server::start();
     let mut results = vec![];
     // `RECIPES=2` runs the first two only (MACQUIRE and sorted `LOCK.ACQUIRE`), for quick
     // comparisons while working on the queue; the report then has two rows.
@@ -240,7 +324,7 @@ fn main() {
         .take(recipes)
     {
         eprintln!("inventory: {} for {secs} s ...", recipe.name());
-        results.push(run(&server, recipe, secs));
+        results.push(run(recipe, secs));
     }
     let mut out = String::new();
     let _ = writeln!(
@@ -272,7 +356,8 @@ fn main() {
         );
     }
     let goals = goals(&results);
-    let place = format!("{}, inventory", server_version(&server));
+    out.push_str(&diagnostics(&results));
+    let place = format!("{}, inventory", results[0].server.version);
     let _ = writeln!(out, "\nGoals (issue 22, goal 1):\n");
     let _ = writeln!(
         out,
@@ -306,6 +391,21 @@ fn main() {
          are ratios on a model of this workload (`python3 benches/inventory/simulate.py`, \
          `benches/results/inventory_simulated.md`), not rates of this machine.\n"
     );
+    // Every order's sleep and client-seen hold, in microseconds (`simulate.py --measured` draws
+    // its holds from them).
+    let samples: String = results
+        .iter()
+        .flat_map(|r| {
+            let recipe = format!("{:?}", r.recipe);
+            r.slept
+                .iter()
+                .zip(&r.held)
+                .map(move |(s, h)| format!("{recipe} {} {}\n", s.as_micros(), h.as_micros()))
+        })
+        .collect();
+    let samples_path = root.join("target/bench/inventory_samples.txt");
+    let _ = std::fs::create_dir_all(root.join("target/bench"))
+        .and_then(|()| std::fs::write(&samples_path, samples));
     if !(quick || partial) && results.len() == 3 {
         add_goals_to_report(&root.join("BENCHMARKS.md"), &rows);
     }
@@ -313,6 +413,56 @@ fn main() {
         Ok(()) => eprintln!("inventory: wrote {}", path.display()),
         Err(e) => eprintln!("inventory: cannot write {}: {e}", path.display()),
     }
+}
+
+/// Where the time goes, per recipe: the client's side (the 1 ms sleep as it ran, so how late
+/// a thread was woken; the hold from all held to the last release's reply) and the server's
+/// (`INFO lock` of the recipe's own server: calls that queued, their wait on the server's
+/// clock; its CPU). The client's wait minus the server's is the round trip and the client
+/// thread's wake-up after the grant.
+fn diagnostics(results: &[Result]) -> String {
+    let mut out = String::from(
+        "\nWhere the time goes (client: `thread::sleep(1 ms)` as it ran, the hold from all held \
+         to the last release's reply; server: `INFO lock` of the recipe's own server, \
+         `lock_wait_ms` counts queued calls only):\n\n\
+         | recipe | sleep p50 ms | p99 | max | client hold mean ms | p99 | queued / acquire calls \
+         | handed off | server wait (queued) | server hold mean ms (1 ms resolution) \
+         | server CPU % of one core |\n|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|\n",
+    );
+    for r in results {
+        let mean = |v: &[Duration]| {
+            v.iter().map(Duration::as_secs_f64).sum::<f64>() * 1000.0 / v.len().max(1) as f64
+        };
+        let calls = match r.recipe {
+            // One MACQUIRE per order; `lock_acquired` counts keys.
+            Recipe::MAcquire => r.orders as i64,
+            _ => r.server.acquired.max(1),
+        };
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {:.2} | {} | {:.2} | {} | {} | {} | {:.1} |",
+            r.recipe.name(),
+            ms(percentile(&r.slept, 0.5)),
+            ms(percentile(&r.slept, 0.99)),
+            ms(*r.slept.last().unwrap_or(&Duration::ZERO)),
+            mean(&r.held),
+            ms(percentile(&r.held, 0.99)),
+            r.server.contended as f64 / calls.max(1) as f64,
+            r.server.handed_off,
+            r.server.wait.replace(',', ", "),
+            summary_field(&r.server.hold, "mean"),
+            r.server.cpu_s / r.elapsed.as_secs_f64() * 100.0,
+        );
+    }
+    out
+}
+
+/// `field` of an `INFO lock` summary (`count=..,mean=..,...`).
+fn summary_field<'a>(summary: &'a str, field: &str) -> &'a str {
+    summary
+        .split(',')
+        .find_map(|kv| kv.strip_prefix(field)?.strip_prefix('='))
+        .unwrap_or("-")
 }
 
 /// The server's name and version, as lockbench's Goals table names it (`Redis 7.0.15`).
