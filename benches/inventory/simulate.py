@@ -53,6 +53,38 @@ SERVICE = 0.008
 SECONDS = 10.0
 
 
+class Delays:
+    """The client's side of the model: how long an order holds its items after hearing it has
+    them (until its release is sent), and how late a client thread runs after a reply reached
+    it. By default the constants above (`HOLD`, no wake-up delay); `--measured FILE` draws both
+    from a benchmark run's samples (`target/bench/inventory_samples.txt`, one order per line:
+    recipe, the 1 ms sleep as it ran and the hold from all held to the release's reply, in
+    us): the hold from the sleeps, the wake-up from the MACQUIRE orders' hold minus their sleep
+    minus `RTT` (one release round trip, the thread woken once)."""
+
+    def __init__(self, rng, samples=None):
+        self.rng = rng
+        self.holds = self.wakes = None
+        if samples:
+            self.holds = [s / 1000.0 for r, s, h in samples if r == "MAcquire"]
+            self.wakes = [max(0.0, (h - s) / 1000.0 - RTT) for r, s, h in samples if r == "MAcquire"]
+
+    def hold(self):
+        return self.rng.choice(self.holds) if self.holds else HOLD
+
+    def wake(self):
+        return self.rng.choice(self.wakes) if self.wakes else 0.0
+
+
+def read_samples(path):
+    out = []
+    with open(path) as f:
+        for line in f:
+            r, s, h = line.split()
+            out.append((r, int(s), int(h)))
+    return out
+
+
 class Server:
     """The server's single thread: commands run one after another."""
 
@@ -67,10 +99,11 @@ class Server:
 
 
 class Sim:
-    def __init__(self, policy, seed, seconds, server_scan):
+    def __init__(self, policy, seed, seconds, server_scan, samples=None):
         self.policy = policy  # "sorted", "fifo", or an int bound (None: greedy)
         self.server_scan = server_scan
         self.rng = random.Random(seed)
+        self.delays = Delays(random.Random(seed + 1000), samples)
         self.end = seconds * 1000.0
         self.events = []  # (time, seq, fn, args)
         self.seq = 0
@@ -114,7 +147,7 @@ class Sim:
         """The worker heard it holds every item: hold, then release."""
         if t <= self.end:
             self.waits.append(t - self.started[w])
-        self.at(t + HOLD + RTT / 2, self.release, w, 0)
+        self.at(t + self.delays.hold() + RTT / 2, self.release, w, 0)
 
     def released(self, t, w):
         if t <= self.end:
@@ -132,11 +165,15 @@ class Sim:
         else:
             self.queues[k].append((w, i))
 
+    def reply(self, t):
+        """When the client acts on a reply the server sent at `t`."""
+        return t + RTT / 2 + self.delays.wake()
+
     def got_one(self, t, w, i):
         if i + 1 < PER_ORDER:
-            self.at(t + RTT, self.acquire_one, w, i + 1)
+            self.at(self.reply(t) + RTT / 2, self.acquire_one, w, i + 1)
         else:
-            self.at(t + RTT / 2, self.holds_all, w)
+            self.at(self.reply(t), self.holds_all, w)
 
     def release(self, t, w, i):
         """LOCK.RELEASE of item i (sorted) or LOCK.MRELEASE of the set (i == 0)."""
@@ -150,14 +187,14 @@ class Sim:
                 done = self.server.run(done)
                 self.got_one(done, nw, ni)
             if i + 1 < PER_ORDER:
-                self.at(done + RTT, self.release, w, i + 1)
+                self.at(self.reply(done) + RTT / 2, self.release, w, i + 1)
             else:
-                self.at(done + RTT / 2, self.released, w)
+                self.at(self.reply(done), self.released, w)
             return
         for k in self.keys[w]:
             self.holder[k] = None
         done = self.serve(done, keys=self.keys[w])
-        self.at(done + RTT / 2, self.released, w)
+        self.at(self.reply(done), self.released, w)
 
     # -- the server side: LOCK.MACQUIRE --------------------------------------------------
 
@@ -204,7 +241,7 @@ class Sim:
         for k in s["keys"]:
             self.holder[k] = s["w"]
         t = self.server.run(t)
-        self.at(t + RTT / 2, self.holds_all, s["w"])
+        self.at(self.reply(t), self.holds_all, s["w"])
         # The keys it was the head of are looked at again (a zero-delay timer).
         self.settle.extend(heads)
 
@@ -253,7 +290,7 @@ class Sim:
                 for k in s["keys"]:
                     self.holder[k] = s["w"]
                 t = self.server.run(t)
-                self.at(t + RTT / 2, self.holds_all, s["w"])
+                self.at(self.reply(t), self.holds_all, s["w"])
                 progressed = True
                 break
         return t
@@ -264,10 +301,10 @@ def pct(xs, p):
     return xs[round((len(xs) - 1) * p)] if xs else 0.0
 
 
-def measure(policy, seeds, seconds, server_scan):
+def measure(policy, seeds, seconds, server_scan, samples=None):
     rates, p99s, fair, most = [], [], [], 0
     for seed in seeds:
-        sim = Sim(policy, seed, seconds, server_scan).go()
+        sim = Sim(policy, seed, seconds, server_scan, samples).go()
         rates.append(sum(sim.orders) / seconds)
         p99s.append(pct(sim.waits, 0.99))
         fair.append(min(sim.orders) / statistics.mean(sim.orders))
@@ -275,7 +312,36 @@ def measure(policy, seeds, seconds, server_scan):
     return statistics.mean(rates), statistics.mean(p99s), min(fair), most
 
 
+def measured(path, seeds, seconds):
+    """The model with the client's side drawn from a benchmark run (see `Delays`)."""
+    samples = read_samples(path)
+    mine = [(s, h) for r, s, h in samples if r == "MAcquire"]
+    hold = statistics.mean(s for s, _ in mine) / 1000.0
+    wake = statistics.mean(max(0.0, (h - s) / 1000.0 - RTT) for s, h in mine)
+    print(
+        f"Simulated with the client's side measured (`python3 benches/inventory/simulate.py "
+        f"--measured {path}`): holds drawn from {len(mine)} MACQUIRE orders' sleeps (mean "
+        f"{hold:.2f} ms), every reply's wake-up from their release round trips (mean "
+        f"{wake:.2f} ms); round trip {RTT} ms, {SERVICE * 1000:.0f} us per command; "
+        f"{len(seeds)} seeds x {seconds:.0f} s, the server's scan.\n"
+    )
+    print("| policy | orders/s | vs sorted | wait p99 ms | fewest/mean orders |")
+    print("|---|---:|---:|---:|---:|")
+    rows = [("sorted sequential `LOCK.ACQUIRE`", "sorted"), ("`LOCK.MACQUIRE`, strict FIFO", "fifo")]
+    rows += [(f"`LOCK.MACQUIRE`, at most {k} overtakes", k) for k in (4, 8)]
+    base = None
+    for name, policy in rows:
+        rate, p99, fair, _ = measure(policy, seeds, seconds, True, samples)
+        base = base or rate
+        print(f"| {name} | {rate:.0f} | {rate / base:.2f}x | {p99:.2f} | {fair:.2f} |", flush=True)
+
+
 def main():
+    if "--measured" in sys.argv:
+        path = sys.argv[sys.argv.index("--measured") + 1]
+        quick = "--quick" in sys.argv
+        measured(path, range(2) if quick else range(4), 3.0 if quick else SECONDS)
+        return
     quick = "--quick" in sys.argv
     seeds = range(2) if quick else range(6)
     seconds = 3.0 if quick else SECONDS
