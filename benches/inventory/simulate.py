@@ -67,13 +67,19 @@ class Delays:
         self.holds = self.wakes = None
         if samples:
             self.holds = [s / 1000.0 for r, s, h in samples if r == "MAcquire"]
-            self.wakes = [max(0.0, (h - s) / 1000.0 - RTT) for r, s, h in samples if r == "MAcquire"]
+            self.wakes = wakes(samples)
 
     def hold(self):
         return self.rng.choice(self.holds) if self.holds else HOLD
 
     def wake(self):
         return self.rng.choice(self.wakes) if self.wakes else 0.0
+
+
+def wakes(samples):
+    """How late a client acts on a reply, from the sorted recipe's orders: their three
+    `LOCK.RELEASE` round trips (hold minus sleep, a third each) less the model's `RTT`."""
+    return [max(0.0, (h - s) / 3000.0 - RTT) for r, s, h in samples if r == "SortedAcquire"]
 
 
 def read_samples(path):
@@ -100,7 +106,10 @@ class Server:
 
 class Sim:
     def __init__(self, policy, seed, seconds, server_scan, samples=None):
-        self.policy = policy  # "sorted", "fifo", or an int bound (None: greedy)
+        # "sorted", "fifo", an int bound (None: greedy), or (bound, age): the bound, and no
+        # overtaking of a set that has waited `age` ms or more.
+        self.policy, self.age = policy if isinstance(policy, tuple) else (policy, None)
+        self.now = 0.0
         self.server_scan = server_scan
         self.rng = random.Random(seed)
         self.delays = Delays(random.Random(seed + 1000), samples)
@@ -130,6 +139,7 @@ class Sim:
             t, _, fn, args = heapq.heappop(self.events)
             if t > self.end:
                 break
+            self.now = t
             fn(t, *args)
         return self
 
@@ -200,7 +210,7 @@ class Sim:
 
     def macquire(self, t, w):
         done = self.server.run(t)
-        s = {"w": w, "keys": self.keys[w], "overtaken": 0}
+        s = {"w": w, "keys": self.keys[w], "overtaken": 0, "since": t}
         self.waiting.append(s)
         self.serve(done, new=s)
 
@@ -220,7 +230,7 @@ class Sim:
             return None
         bound = self.policy
         for o in ahead:
-            if not self.busy(o) or (bound is not None and o["overtaken"] >= bound):
+            if not self.passable(o):
                 return None
         return ahead
 
@@ -249,7 +259,13 @@ class Sim:
 
     def passable(self, s):
         bound = self.policy
-        return self.policy != "fifo" and self.busy(s) and (bound is None or s["overtaken"] < bound)
+        young = self.age is None or self.now - s["since"] < self.age
+        return (
+            self.policy != "fifo"
+            and self.busy(s)
+            and (bound is None or s["overtaken"] < bound)
+            and young
+        )
 
     def serve_key(self, k, t):
         """The server's scan of one key's queue (src/redis/blocking/multi.rs, `serve_set`)."""
@@ -312,23 +328,31 @@ def measure(policy, seeds, seconds, server_scan, samples=None):
     return statistics.mean(rates), statistics.mean(p99s), min(fair), most
 
 
+# The age rules `--measured` tries beside the plain bounds: (bound, age in ms).
+AGED = [(16, 15.0), (16, 20.0), (None, 20.0), (32, 25.0)]
+
+
 def measured(path, seeds, seconds):
     """The model with the client's side drawn from a benchmark run (see `Delays`)."""
     samples = read_samples(path)
     mine = [(s, h) for r, s, h in samples if r == "MAcquire"]
     hold = statistics.mean(s for s, _ in mine) / 1000.0
-    wake = statistics.mean(max(0.0, (h - s) / 1000.0 - RTT) for s, h in mine)
+    wake = statistics.mean(wakes(samples))
     print(
         f"Simulated with the client's side measured (`python3 benches/inventory/simulate.py "
         f"--measured {path}`): holds drawn from {len(mine)} MACQUIRE orders' sleeps (mean "
-        f"{hold:.2f} ms), every reply's wake-up from their release round trips (mean "
-        f"{wake:.2f} ms); round trip {RTT} ms, {SERVICE * 1000:.0f} us per command; "
+        f"{hold:.2f} ms), every reply's wake-up from the sorted recipe's release round "
+        f"trips (mean {wake:.2f} ms beyond the round trip); round trip {RTT} ms, {SERVICE * 1000:.0f} us per command; "
         f"{len(seeds)} seeds x {seconds:.0f} s, the server's scan.\n"
     )
     print("| policy | orders/s | vs sorted | wait p99 ms | fewest/mean orders |")
     print("|---|---:|---:|---:|---:|")
     rows = [("sorted sequential `LOCK.ACQUIRE`", "sorted"), ("`LOCK.MACQUIRE`, strict FIFO", "fifo")]
-    rows += [(f"`LOCK.MACQUIRE`, at most {k} overtakes", k) for k in (4, 8)]
+    rows += [(f"`LOCK.MACQUIRE`, at most {k} overtakes", k) for k in (4, 8, 12, 16)]
+    rows += [
+        (f"`LOCK.MACQUIRE`, at most {k} overtakes, none after {a} ms waiting", (k, a))
+        for k, a in AGED
+    ]
     base = None
     for name, policy in rows:
         rate, p99, fair, _ = measure(policy, seeds, seconds, True, samples)
@@ -340,7 +364,14 @@ def main():
     if "--measured" in sys.argv:
         path = sys.argv[sys.argv.index("--measured") + 1]
         quick = "--quick" in sys.argv
-        measured(path, range(2) if quick else range(4), 3.0 if quick else SECONDS)
+        seeds, seconds = (range(2), 3.0) if quick else (range(4), SECONDS)
+        if "--line" in sys.argv:
+            # For the benchmark's goal rows (benches/inventory/main.rs): one line of figures.
+            samples = read_samples(path)
+            got = [measure(p, seeds, seconds, True, samples) for p in ("sorted", "fifo", 8, None)]
+            print(" ".join(f"{rate:.1f} {p99:.2f}" for rate, p99, _, _ in got))
+            return
+        measured(path, seeds, seconds)
         return
     quick = "--quick" in sys.argv
     seeds = range(2) if quick else range(6)
