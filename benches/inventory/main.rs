@@ -467,7 +467,13 @@ fn main() {
          waiting order (docs/commands.md). The sorted sequential recipes hold some items while \
          waiting for others and let later orders use free items first. The simulated ceilings \
          are ratios on a model of this workload (`python3 benches/inventory/simulate.py`, \
-         `benches/results/inventory_simulated.md`), not rates of this machine.\n"
+         `benches/results/inventory_simulated.md`), not rates of this machine: the first with \
+         a constant 1.08 ms hold and 0.03 ms round trips, the second (\"on this run's client \
+         side\") with the holds and reply delays drawn from this run's own samples \
+         (`simulate.py --measured`), as is strict FIFO's p99 beside the measured one. The \
+         recipes take turns so that the machine's load falls on them alike; the sorted \
+         recipes wait for a reply 6 times per order against MACQUIRE's 2, so the ratio still \
+         rises with the load (`benches/results/inventory_runs.md`).\n"
     );
     if !(quick || partial) && results.len() == 3 {
         add_goals_to_report(&root.join("BENCHMARKS.md"), &rows);
