@@ -34,8 +34,8 @@ the model (`Delays`): each hold is one of the measured sleeps, and every reply r
 client late by one of the measured release round trips less `RTT`. On those, the model comes
 within about 5-10% of the real rates and MACQUIRE's p99 (run of 19:38: real 1,436 vs 736
 orders/s, 1.95x, p99 28.4 ms; model 1,363 vs 685, 1.99x, p99 25.4 ms; the model's p99 is
-10-35% below the real one in all eight runs of benches/results/inventory_runs.md). On the same
-samples strict FIFO's p99 was longer than the bound of 8's in six of those runs and shorter in
+10-35% below the real one in all ten runs of benches/results/inventory_runs.md). On the same
+samples strict FIFO's p99 was longer than the bound of 8's in eight of those runs and shorter in
 the two with the longest sleep tails (sleep p99 4 and 27 ms), where a p99 over 2 seeds is
 set by a few long sleeps and moves by 30% between policies. `--measured` also tries
 age rules (no overtaking of a set that has waited `age` ms, with or without a count bound):
