@@ -19,7 +19,9 @@
 //!
 //! Then the goals of issue 22 (goal 1) on these figures, beside the ceilings that
 //! `benches/inventory/simulate.py` puts on the same workload (its table is
-//! `benches/results/inventory_simulated.md`): they go under the table, and a full `make bench`
+//! `benches/results/inventory_simulated.md`), and beside what the same model gives on this
+//! run's own samples (`simulate.py --measured`, a few seconds of python3; left out if it
+//! fails): they go under the table, and a full `make bench`
 //! also adds them to the Goals table of `BENCHMARKS.md` (replacing the rows of an earlier run).
 //!
 //! Environment: `QUICK=1` runs 2 s per recipe instead of 10; `RECIPES=2` runs the first two
