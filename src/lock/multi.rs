@@ -400,6 +400,65 @@ mod tests {
         );
     }
 
+    /// The server's scan leans on two things this checks over every small case: a set whose
+    /// own keys refuse it (`decide_macquire` says busy) is refused whoever is ahead, so who is
+    /// ahead need not be worked out; and the first waiter ahead that may not be overtaken
+    /// refuses it whatever follows, so the list of those ahead may stop there.
+    #[test]
+    fn the_decision_needs_who_is_ahead_only_up_to_the_first_that_may_not_be_passed() {
+        let other = held("other", 7, T0 + 100);
+        let views: Vec<Ahead> = [false, true]
+            .into_iter()
+            .flat_map(|set| {
+                [0, MAX_OVERTAKES - 1, MAX_OVERTAKES]
+                    .into_iter()
+                    .flat_map(move |overtaken| {
+                        [false, true].map(|busy| Ahead {
+                            set,
+                            overtaken,
+                            busy,
+                        })
+                    })
+            })
+            .collect();
+        // Every list of up to 3 of them (1,885 lists).
+        let mut lists: Vec<Vec<Ahead>> = vec![vec![]];
+        let mut last: Vec<Vec<Ahead>> = vec![vec![]];
+        for _ in 0..3 {
+            last = last
+                .iter()
+                .flat_map(|l| {
+                    views.iter().map(move |v| {
+                        let mut l = l.clone();
+                        l.push(*v);
+                        l
+                    })
+                })
+                .collect();
+            lists.extend(last.iter().cloned());
+        }
+        assert_eq!(lists.len(), 1 + 12 + 144 + 1728);
+        let own: [&[KeyState]; 2] = [&[free(), free()], &[free(), on(&other)]];
+        for keys in own {
+            let alone = decide_macquire(keys, b"me", 0, T0);
+            for ahead in &lists {
+                let got = decide_queued_set(keys, b"me", 0, T0, ahead);
+                if alone == Ok(MultiAcquire::Busy) {
+                    assert_eq!(got, Ok(MultiAcquire::Busy), "{ahead:?}");
+                }
+                let cut = ahead
+                    .iter()
+                    .position(|a| !a.overtakable())
+                    .map_or(ahead.len(), |i| i + 1);
+                assert_eq!(
+                    decide_queued_set(keys, b"me", 0, T0, &ahead[..cut]),
+                    got,
+                    "{ahead:?}"
+                );
+            }
+        }
+    }
+
     #[test]
     fn busy_means_held_live_by_someone_else() {
         let other = held("other", 7, T0 + 100);

@@ -298,7 +298,8 @@ impl Locks {
     }
 }
 
-/// The waiters queued before `c` on any of its keys, each once, with the sets among them.
+/// The waiters queued before `c` on any of its keys, each once, with the sets among them, up
+/// to the first that may not be overtaken.
 fn ahead_of(
     ctx: *mut raw::RedisModuleCtx,
     lock_key: &LockKey,
@@ -325,24 +326,48 @@ fn ahead_of(
     let mut ahead = Vec::with_capacity(before.len());
     let mut sets = vec![];
     for (s, owner) in before {
-        match s {
-            None => ahead.push(Ahead {
+        let view = match s {
+            None => Ahead {
                 set: false,
                 overtaken: 0,
                 busy: true,
-            }),
+            },
             Some(s) => {
                 let busy = locks.busy(ctx, lock_key, &s, &owner, now);
-                ahead.push(Ahead {
-                    set: true,
-                    overtaken: s.overtaken.get(),
-                    busy,
-                });
+                let overtaken = s.overtaken.get();
                 sets.push(s);
+                Ahead {
+                    set: true,
+                    overtaken,
+                    busy,
+                }
             }
+        };
+        ahead.push(view);
+        if !view.overtakable() {
+            // The candidate may not pass this one, so it is not granted: the rest does not
+            // change that (and is not read).
+            break;
         }
     }
     (ahead, sets)
+}
+
+/// `set`'s keys as [`lock::decide_macquire`] takes them, from locks [`Locks::load`] read
+/// (`Err`: one holds another type).
+fn key_states<'a>(
+    locks: &'a Locks,
+    lock_key: &'a LockKey,
+    set: &Set,
+) -> std::result::Result<Vec<KeyState<'a>>, ()> {
+    set.iter()
+        .map(|k| {
+            Ok(KeyState {
+                lock: locks.get(lock_key, k)?,
+                ahead: false,
+            })
+        })
+        .collect()
 }
 
 /// What [`try_set`] found for one set.
@@ -413,25 +438,26 @@ fn try_set(
         }
         return Ok(Turn::Failed);
     }
-    let (ahead, passed) = ahead_of(ctx, lock_key, c, &set, locks, now);
     for k in set.iter() {
         locks.load(ctx, k);
     }
-    let decision = {
-        let states: std::result::Result<Vec<KeyState>, ()> = set
-            .iter()
-            .map(|k| {
-                Ok(KeyState {
-                    lock: locks.get(lock_key, k)?,
-                    ahead: false,
-                })
+    // Its own keys first: most candidates wait on a busy key, and then who is ahead of them
+    // (every queue of their keys, the keys of every set there) does not matter.
+    let own = key_states(locks, lock_key, &set)
+        .map(|keys| lock::decide_macquire(&keys, &c.owner, c.session, now));
+    let decision = match own {
+        Ok(Ok(MultiAcquire::Grant(_))) => {
+            let (ahead, passed) = ahead_of(ctx, lock_key, c, &set, locks, now);
+            key_states(locks, lock_key, &set).map(|states| {
+                lock::decide_queued_set(&states, &c.owner, c.session, now, &ahead)
+                    .map(|d| (d, passed))
             })
-            .collect();
-        states.map(|states| lock::decide_queued_set(&states, &c.owner, c.session, now, &ahead))
+        }
+        other => other.map(|d| d.map(|d| (d, vec![]))),
     };
-    let grants = match decision {
-        Ok(Ok(MultiAcquire::Grant(grants))) => grants,
-        Ok(Ok(MultiAcquire::Busy)) => {
+    let (grants, passed) = match decision {
+        Ok(Ok((MultiAcquire::Grant(grants), passed))) => (grants, passed),
+        Ok(Ok((MultiAcquire::Busy, _))) => {
             let busy = locks.busy(ctx, lock_key, &set, &c.owner, now);
             let me = Ahead {
                 set: true,
