@@ -126,7 +126,7 @@ fn mode_name(mode: Mode) -> RedisValue {
 /// The `INFO lock` section: fields are printed as `lock_<name>`.
 #[allow(deprecated)] // the builder API cannot name a section after the module alone
 pub fn info_section(ctx: &InfoContext) -> Status {
-    let counters: [(&str, i64); 18] = [
+    let counters: [(&str, i64); 19] = [
         ("locks", stats::LOCK_VALUES.load(Relaxed).max(0)),
         ("waiters", blocking::total_waiters() as i64),
         ("waiting_keys", blocking::waiting_keys() as i64),
@@ -154,6 +154,7 @@ pub fn info_section(ctx: &InfoContext) -> Status {
             "keys_in_lock_delay",
             crate::redis::session::keys_in_delay() as i64,
         ),
+        ("sets_overtaken", stats::SETS_OVERTAKEN.get() as i64),
     ];
     if ctx.add_info_section(None) == Status::Err {
         return Status::Err;

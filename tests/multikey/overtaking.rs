@@ -84,9 +84,17 @@ fn a_set_is_overtaken_at_most_max_overtakes_times_then_its_free_keys_wait_for_it
         last = got[1];
         assert_eq!(mrelease(&mut c2, &ks[1..], &owner), 2);
     }
+    assert_eq!(
+        lock_info_field(&mut c, "sets_overtaken"),
+        MAX_OVERTAKES as i64
+    );
     // The bound is reached: the next set waits, and ks[1] stays free for w.
     let next = Blocked::set(&server, &mut c, &ks[1..], "next", "0");
     assert_eq!(blocked_clients(&mut c), 2);
+    assert_eq!(
+        lock_info_field(&mut c, "sets_overtaken"),
+        MAX_OVERTAKES as i64
+    );
     assert_all_absent(&mut c, &ks[1..]);
     assert_eq!(release(&mut c, &ks[0], "holder"), 1);
     let t = w.tokens();

@@ -24,6 +24,7 @@ struct Counters {
     sessions_disconnected: i64,
     session_holds_released: i64,
     keys_in_lock_delay: i64,
+    sets_overtaken: i64,
 }
 
 /// One of `lock_wait_ms` / `lock_hold_ms`: `count=N,mean=F,p50=F,p90=F,p99=F,max=F`.
@@ -46,7 +47,7 @@ struct LockInfo {
 }
 
 /// The field names `INFO lock` must print, in order.
-const INFO_FIELDS: [&str; 20] = [
+const INFO_FIELDS: [&str; 21] = [
     "lock_locks",
     "lock_waiters",
     "lock_waiting_keys",
@@ -65,6 +66,7 @@ const INFO_FIELDS: [&str; 20] = [
     "lock_sessions_disconnected",
     "lock_session_holds_released",
     "lock_keys_in_lock_delay",
+    "lock_sets_overtaken",
     "lock_wait_ms",
     "lock_hold_ms",
 ];
@@ -160,9 +162,10 @@ fn lock_stats(conn: &mut Connection) -> LockInfo {
             sessions_disconnected: int(15),
             session_holds_released: int(16),
             keys_in_lock_delay: int(17),
+            sets_overtaken: int(18),
         },
-        wait: parse_summary(&fields[18].0, &fields[18].1),
-        hold: parse_summary(&fields[19].0, &fields[19].1),
+        wait: parse_summary(&fields[19].0, &fields[19].1),
+        hold: parse_summary(&fields[20].0, &fields[20].1),
     }
 }
 

@@ -483,6 +483,7 @@ fn try_set(
     grant(ctx, lock_key, qk, c, &set, grants, is_head, now)?;
     for s in passed {
         s.overtaken.set(s.overtaken.get() + 1);
+        crate::stats::SETS_OVERTAKEN.incr();
     }
     Ok(Turn::Granted)
 }
