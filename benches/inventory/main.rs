@@ -229,6 +229,7 @@ impl ServerView {
             acquired: count("acquired"),
             contended: count("contended"),
             handed_off: count("handed_off"),
+            sets_overtaken: count("sets_overtaken"),
             wait: info("wait_ms").unwrap_or_default(),
             hold: info("hold_ms").unwrap_or_default(),
             cpu_s,
@@ -266,6 +267,8 @@ struct ServerView {
     contended: i64,
     /// Queued waiters granted (`lock_handed_off`).
     handed_off: i64,
+    /// Times a waiting `LOCK.MACQUIRE` set was passed (`lock_sets_overtaken`).
+    sets_overtaken: i64,
     /// `lock_wait_ms`: from queueing to the grant, queued waiters only (server clock).
     wait: String,
     /// `lock_hold_ms`: grant to release, millisecond resolution.
@@ -497,8 +500,8 @@ fn diagnostics(results: &[Result]) -> String {
          to the last release's reply; server: `INFO lock` of the recipe's own server, \
          `lock_wait_ms` counts queued calls only):\n\n\
          | recipe | sleep p50 ms | p99 | max | client hold mean ms | p99 | queued / acquire calls \
-         | handed off | server wait (queued) | server hold mean ms (1 ms resolution) \
-         | server CPU % of one core |\n|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|\n",
+         | handed off | sets overtaken per order | server wait (queued) | server hold mean ms (1 ms resolution) \
+         | server CPU % of one core |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|\n",
     );
     for r in results {
         let mean = |v: &[Duration]| {
@@ -511,7 +514,7 @@ fn diagnostics(results: &[Result]) -> String {
         };
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {:.2} | {} | {:.2} | {} | {} | {} | {:.1} |",
+            "| {} | {} | {} | {} | {:.2} | {} | {:.2} | {} | {:.2} | {} | {} | {:.1} |",
             r.recipe.name(),
             ms(percentile(&r.slept, 0.5)),
             ms(percentile(&r.slept, 0.99)),
@@ -520,6 +523,7 @@ fn diagnostics(results: &[Result]) -> String {
             ms(percentile(&r.held, 0.99)),
             r.server.contended as f64 / calls.max(1) as f64,
             r.server.handed_off,
+            r.server.sets_overtaken as f64 / r.orders.max(1) as f64,
             r.server.wait.replace(',', ", "),
             summary_field(&r.server.hold, "mean"),
             r.server.cpu_s / r.elapsed.as_secs_f64() * 100.0,
