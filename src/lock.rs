@@ -12,7 +12,7 @@ pub mod session;
 mod value;
 pub use multi::{
     busy_for, decide_macquire, decide_queued_set, first_duplicate, Ahead, KeyGrant, KeyState,
-    MultiAcquire, MAX_OVERTAKES,
+    MultiAcquire, DEFAULT_MAX_OVERTAKES,
 };
 pub use session::{Serial, Session, Sessions};
 pub use value::{decide_acquire, held_by, Acquire, Conflict, Lock, Mode, INLINE_OWNER};

@@ -34,6 +34,10 @@ pub const DEFAULT_MAX_WAITERS: i64 = 10_000;
 pub static MAX_MULTI_KEYS: AtomicI64 = AtomicI64::new(DEFAULT_MAX_MULTI_KEYS);
 pub const DEFAULT_MAX_MULTI_KEYS: i64 = 64;
 
+/// `lock.max-overtakes`: how many times a blocked `LOCK.MACQUIRE` set may be passed by a later
+/// set whose keys are all free (`lock::multi`, bounded overtaking); 0 is strict arrival order.
+pub static MAX_OVERTAKES: AtomicI64 = AtomicI64::new(crate::lock::DEFAULT_MAX_OVERTAKES as i64);
+
 /// `lock.max-session-ttl-ms`: the longest session ttl a client may ask for (one day by
 /// default: a session is renewed by its keepalive, so its ttl is the time to notice a dead
 /// holder that did not disconnect, not the length of the work).
@@ -58,6 +62,12 @@ pub fn max_sessions() -> usize {
 
 pub fn max_session_holds() -> usize {
     MAX_SESSION_HOLDS.load(Ordering::Relaxed).max(1) as usize
+}
+
+pub fn max_overtakes() -> u32 {
+    MAX_OVERTAKES
+        .load(Ordering::Relaxed)
+        .clamp(0, u32::MAX as i64) as u32
 }
 
 pub fn max_multi_keys() -> usize {

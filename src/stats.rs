@@ -55,7 +55,7 @@ pub static SESSIONS_DISCONNECTED: Counter = Counter::new();
 /// Holds that ended because their session did.
 pub static SESSION_HOLDS_RELEASED: Counter = Counter::new();
 /// Times a blocked `LOCK.MACQUIRE` set was passed by a later set whose keys were all free
-/// (bounded overtaking: at most `lock::multi::MAX_OVERTAKES` times per set).
+/// (bounded overtaking: at most `lock.max-overtakes` times per set).
 pub static SETS_OVERTAKEN: Counter = Counter::new();
 /// Lock values in the dataset (created minus freed), expired ones not yet removed included.
 pub static LOCK_VALUES: AtomicI64 = AtomicI64::new(0);

@@ -22,7 +22,7 @@ pub struct Numeric {
     pub max: i64,
 }
 
-pub static SETTINGS: [Numeric; 7] = [
+pub static SETTINGS: [Numeric; 8] = [
     Numeric {
         name: c"max-owner-bytes",
         value: &state::MAX_OWNER_BYTES,
@@ -40,6 +40,12 @@ pub static SETTINGS: [Numeric; 7] = [
         value: &state::MAX_MULTI_KEYS,
         min: 1,
         max: 100_000,
+    },
+    Numeric {
+        name: c"max-overtakes",
+        value: &state::MAX_OVERTAKES,
+        min: 0,
+        max: 1_000,
     },
     Numeric {
         name: c"max-session-ttl-ms",

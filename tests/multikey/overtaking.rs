@@ -1,10 +1,11 @@
 //! Bounded overtaking (`LOCK.MACQUIRE ... BLOCK`): a set whose keys are all free is granted
-//! ahead of sets queued before it that wait on a busy key, at most `MAX_OVERTAKES` times per
-//! overtaken set; single-key waiters are never passed; a non-blocking call never barges.
+//! ahead of sets queued before it that wait on a busy key, at most `lock.max-overtakes` (8)
+//! times per overtaken set, and never with `lock.max-overtakes 0`; single-key waiters are never
+//! passed; a non-blocking call never barges.
 
 use super::*;
 
-/// `crate::lock::MAX_OVERTAKES` (src/lock/multi.rs) and docs/commands.md.
+/// `lock.max-overtakes`' default: `DEFAULT_MAX_OVERTAKES` (src/lock/multi.rs), docs/commands.md.
 const MAX_OVERTAKES: usize = 8;
 
 /// `LOCK.MACQUIRE keys owner WAITER_TTL BLOCK 0` on `c`, which must be granted at once.
@@ -37,6 +38,35 @@ fn a_set_whose_keys_are_free_goes_ahead_of_a_set_waiting_on_a_busy_key() {
     let t = w.tokens();
     assert!(t.iter().all(|t| *t > got[1] && *t > h));
     assert_eq!(mrelease(&mut c, &ks[..2], "w"), 2);
+}
+
+#[test]
+fn with_max_overtakes_0_a_set_waiting_on_a_busy_key_keeps_its_free_keys() {
+    let (server, mut c) = start();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("lock.max-overtakes")
+        .arg("0")
+        .query(&mut c)
+        .unwrap();
+    let ks = keys(3);
+    let h = must_acquire(&mut c, &ks[0], "holder", LONG_TTL);
+    let w = Blocked::set(&server, &mut c, &ks[..2], "w", "0"); // waits for ks[0]
+                                                               // The later set on the free ks[1] and ks[2] queues behind w instead of passing it.
+    let later = Blocked::set(&server, &mut c, &ks[1..], "later", "0");
+    assert_eq!(blocked_clients(&mut c), 2);
+    assert_all_absent(&mut c, &ks[1..]);
+    assert_eq!(lock_info_field(&mut c, "sets_overtaken"), 0);
+    // Arrival order: w first, then `later`.
+    assert_eq!(release(&mut c, &ks[0], "holder"), 1);
+    let t = w.tokens();
+    assert!(t.iter().all(|t| *t > h));
+    assert_eq!(blocked_clients(&mut c), 1);
+    assert_eq!(mrelease(&mut c, &ks[..2], "w"), 2);
+    let got = later.tokens();
+    assert!(got[0] > t[1]);
+    assert_eq!(mrelease(&mut c, &ks[1..], "later"), 2);
+    assert_eq!(lock_info_field(&mut c, "sets_overtaken"), 0);
 }
 
 #[test]

@@ -12,6 +12,7 @@ fn configs_have_defaults_and_reject_out_of_range_values() {
         .unwrap();
     let expected: BTreeMap<String, String> = [
         ("lock.max-multi-keys", "64"),
+        ("lock.max-overtakes", "8"),
         ("lock.max-owner-bytes", "1024"),
         ("lock.max-waiters", "10000"),
         ("lock.failover-token-margin-ms", "60000"),
@@ -34,6 +35,8 @@ fn configs_have_defaults_and_reject_out_of_range_values() {
         ("lock.max-waiters", "-1"),
         ("lock.max-waiters", "abc"),
         ("lock.max-multi-keys", "0"),
+        ("lock.max-overtakes", "-1"),
+        ("lock.max-overtakes", "1001"),
         ("lock.max-session-ttl-ms", "0"),
         ("lock.max-sessions", "-1"),
         ("lock.max-session-holds", "0"),

@@ -7,7 +7,7 @@
 //! key's scan (`serve`) hands over to [`serve_set`], which looks at that key's waiters in
 //! order, at most [`SCAN_DEPTH`] deep, and grants the first set that may go; it stops at the
 //! first waiter that may not be overtaken, so nobody is passed but sets that wait on a busy
-//! key, each at most `lock::MAX_OVERTAKES` times. Keys outside a set never see it. Whenever one
+//! key, each at most ``lock.max-overtakes`` times. Keys outside a set never see it. Whenever one
 //! of a set's keys is served (a release, an expiry, a waiter leaving), the scan of that key
 //! finds it; a new blocking call is looked at once it has queued ([`block_set`]).
 
@@ -38,7 +38,7 @@ const SCAN_DEPTH: usize = 32;
 /// entry in every queue shares this.
 pub(super) struct Set {
     keys: Vec<Vec<u8>>,
-    /// Sets granted ahead of it so far (at most `lock::MAX_OVERTAKES`).
+    /// Sets granted ahead of it so far (at most ``lock.max-overtakes``).
     overtaken: Cell<u32>,
 }
 
@@ -307,6 +307,7 @@ fn ahead_of(
     set: &Set,
     locks: &mut Locks,
     now: Millis,
+    bound: u32,
 ) -> (Vec<Ahead>, Vec<Rc<Set>>) {
     let mut seen = std::collections::HashSet::new();
     let mut before: Vec<(Option<Rc<Set>>, Vec<u8>)> = vec![];
@@ -344,7 +345,7 @@ fn ahead_of(
             }
         };
         ahead.push(view);
-        if !view.overtakable() {
+        if !view.overtakable(bound) {
             // The candidate may not pass this one, so it is not granted: the rest does not
             // change that (and is not read).
             break;
@@ -384,7 +385,7 @@ enum Turn {
 /// [`SCAN_DEPTH`] deep) whose keys are all free and that is at the head of each of their queues
 /// or may overtake everyone ahead of it there. The scan stops at the first waiter that may not
 /// be overtaken (a single-key waiter, a set waiting on nothing busy, or one passed
-/// `lock::MAX_OVERTAKES` times). `lock_key` is `qk`'s key, open; the other keys are opened
+/// ``lock.max-overtakes`` times). `lock_key` is `qk`'s key, open; the other keys are opened
 /// here (no caller has them open: every caller of `serve` has exactly one key open).
 pub(super) fn serve_set(
     ctx: *mut raw::RedisModuleCtx,
@@ -421,6 +422,7 @@ fn try_set(
     let Some(set) = c.set.clone() else {
         return Ok(Turn::Wait { passable: false });
     };
+    let bound = state::max_overtakes();
     if !session::alive(c.session) {
         // Its session ended while it waited: it is never granted.
         let waiter = if is_head {
@@ -447,9 +449,9 @@ fn try_set(
         .map(|keys| lock::decide_macquire(&keys, &c.owner, c.session, now));
     let decision = match own {
         Ok(Ok(MultiAcquire::Grant(_))) => {
-            let (ahead, passed) = ahead_of(ctx, lock_key, c, &set, locks, now);
+            let (ahead, passed) = ahead_of(ctx, lock_key, c, &set, locks, now, bound);
             key_states(locks, lock_key, &set).map(|states| {
-                lock::decide_queued_set(&states, &c.owner, c.session, now, &ahead)
+                lock::decide_queued_set(&states, &c.owner, c.session, now, &ahead, bound)
                     .map(|d| (d, passed))
             })
         }
@@ -465,7 +467,7 @@ fn try_set(
                 busy,
             };
             return Ok(Turn::Wait {
-                passable: me.overtakable(),
+                passable: me.overtakable(bound),
             });
         }
         _ if !is_head => return Ok(Turn::Wait { passable: false }),
