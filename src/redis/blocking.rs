@@ -43,6 +43,7 @@ mod deferred;
 mod events;
 mod multi;
 mod sessions;
+mod timeouts;
 
 use callbacks::{disconnect_callback, free_outcome, reply_callback, timeout_callback};
 use deferred::{defer, run};
@@ -60,8 +61,8 @@ struct Waiter {
     bc: *mut raw::RedisModuleBlockedClient,
     /// Unique per blocked call: a handle's address can be reused once Redis frees it.
     id: u64,
-    /// The module timer that ends the wait at its `BLOCK` timeout (none for `BLOCK 0`).
-    timeout_timer: Option<raw::RedisModuleTimerID>,
+    /// When its `BLOCK` timeout ends the wait (none for `BLOCK 0`): its key in `timeouts`.
+    timeout: Option<Instant>,
     owner: Vec<u8>,
     mode: Mode,
     ttl: Millis,
@@ -72,7 +73,7 @@ struct Waiter {
     queued: Instant,
     /// For a `LOCK.MACQUIRE` waiter: all of its keys (in the database of this queue), in
     /// argument order. Every one of their queues has an entry with this `id`, each carrying
-    /// the same `timeout_timer`; the entry that is taken out first is the one retired.
+    /// the same `timeout`; the entry that is taken out first is the one retired.
     set: Option<Rc<multi::Set>>,
 }
 
@@ -252,11 +253,11 @@ pub fn block(
     if waiters(db, key) >= cap {
         return Err(error::too_many_waiters(cap));
     }
-    let (bc, id, timeout_timer) = block_client(ctx, timeout)?;
+    let (bc, id, timeout) = block_client(ctx, timeout)?;
     let waiter = Waiter {
         bc,
         id,
-        timeout_timer,
+        timeout,
         owner: wants.owner.to_vec(),
         mode: wants.mode,
         ttl: wants.ttl,
@@ -275,7 +276,7 @@ pub fn block(
     });
     if let Err(lock::QueueFull(waiter)) = pushed {
         // Checked above and nothing runs in between; keep the invariant anyway.
-        retire(ctx.ctx, &waiter);
+        retire(&waiter);
         unblock(
             bc,
             Outcome::Failed("ERR too many waiters on this key".into()),
@@ -288,16 +289,12 @@ pub fn block(
 }
 
 /// Block the calling client (no entry in any queue yet): its handle, a new waiter id, and
-/// the timer that ends the wait after `timeout` ms (none for 0).
+/// when its wait ends after `timeout` ms (none for 0; see `timeouts`).
 fn block_client(
     ctx: &Context,
     timeout: Millis,
-) -> Result<(
-    *mut raw::RedisModuleBlockedClient,
-    u64,
-    Option<raw::RedisModuleTimerID>,
-)> {
-    // Why Redis gets no timeout (0) and a module timer ends the wait instead: on Redis 7.0 a
+) -> Result<(*mut raw::RedisModuleBlockedClient, u64, Option<Instant>)> {
+    // Why Redis gets no timeout (0) and the module's timer ends the wait instead: on Redis 7.0 a
     // client whose timeout Redis processes after we unblocked it with a grant (same event-loop
     // turn) gets no reply at all. With one path for every unblock, that race cannot happen.
     // The timeout callback stays registered so that CLIENT UNBLOCK works.
@@ -321,20 +318,8 @@ fn block_client(
         n.set(n.get() + 1);
         n.get()
     });
-    let timeout_timer = (timeout > 0).then(|| {
-        let data = Box::into_raw(Box::new((bc as usize, id)));
-        // SAFETY: the callback matches RedisModuleTimerProc; `data` is reclaimed by the
-        // callback or by `retire`, exactly once.
-        unsafe {
-            raw::RedisModule_CreateTimer.unwrap()(
-                ctx.ctx,
-                timeout,
-                Some(block_timeout_timer),
-                data.cast(),
-            )
-        }
-    });
-    Ok((bc, id, timeout_timer))
+    let timeout = (timeout > 0).then(|| timeouts::start(ctx.ctx, bc, id, timeout));
+    Ok((bc, id, timeout))
 }
 
 /// Admit the waiters at the head of `key`'s queue that the lock in `lock_key` can take now: in
@@ -506,13 +491,13 @@ fn pop_front(ctx: *mut raw::RedisModuleCtx, qk: &QueueKey) -> Option<Waiter> {
     CLIENTS.with(|c| c.borrow_mut().remove(&(waiter.bc as usize)));
     drop_queue_if_empty(ctx, qk);
     multi::leave_other_queues(ctx, qk, &waiter);
-    retire(ctx, &waiter);
+    retire(&waiter);
     Some(waiter)
 }
 
 /// Take a blocked client out of whichever queue holds it (`id` narrows it to one blocked
-/// call); `None` if it is in none (already granted or failed). The caller retires it: a
-/// timer callback must not stop its own timer (Redis frees a fired timer after the callback).
+/// call); `None` if it is in none (already granted or failed). The caller retires it (the
+/// timeout timer took its entry out of `timeouts` already).
 fn remove_waiter(
     ctx: *mut raw::RedisModuleCtx,
     bc: *mut raw::RedisModuleBlockedClient,
@@ -540,32 +525,11 @@ fn remove_waiter(
     Some(waiter)
 }
 
-/// A waiter leaves its queue: its timeout timer must not fire any more.
-fn retire(ctx: *mut raw::RedisModuleCtx, waiter: &Waiter) {
-    if let Some(id) = waiter.timeout_timer {
-        let mut data: *mut c_void = std::ptr::null_mut();
-        // SAFETY: on success Redis hands back the data boxed in `block`; a timer that already
-        // fired has freed its own data and StopTimer fails.
-        let ok = unsafe { raw::RedisModule_StopTimer.unwrap()(ctx, id, &mut data) };
-        if ok == raw::REDISMODULE_OK as c_int && !data.is_null() {
-            // SAFETY: see above.
-            drop(unsafe { Box::from_raw(data.cast::<(usize, u64)>()) });
-        }
+/// A waiter leaves its queue: its `BLOCK` timeout must not end it any more.
+fn retire(waiter: &Waiter) {
+    if let Some(at) = waiter.timeout {
+        timeouts::cancel(at, waiter.id);
     }
-}
-
-/// A waiter's `BLOCK` timeout passed: it leaves the queue with a nil reply.
-extern "C" fn block_timeout_timer(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
-    // SAFETY: data is the Box<(usize, u64)> created in `block`; a fired timer's data is ours.
-    let (bc, id) = *unsafe { Box::from_raw(data.cast::<(usize, u64)>()) };
-    guard::callback("BLOCK timeout", (), || {
-        let bc = bc as *mut raw::RedisModuleBlockedClient;
-        if let Some(waiter) = remove_waiter(ctx, bc, Some(id)) {
-            // Not retired: this timer is the one firing, and Redis frees it.
-            stats::TIMED_OUT.incr();
-            unblock(waiter.bc, Outcome::TimedOut);
-        }
-    })
 }
 
 fn drop_queue_if_empty(ctx: *mut raw::RedisModuleCtx, qk: &QueueKey) {
