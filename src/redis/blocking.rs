@@ -42,6 +42,7 @@ mod callbacks;
 mod deferred;
 mod events;
 mod multi;
+mod queue_key;
 mod sessions;
 mod timeouts;
 
@@ -49,6 +50,7 @@ use callbacks::{disconnect_callback, free_outcome, reply_callback, timeout_callb
 use deferred::{defer, run};
 pub use events::{key_unlinked, orphans_loaded, subscribe};
 pub use multi::block_set;
+use queue_key::KeyView;
 pub use sessions::{
     apply_ended, close_session, expire_sessions, session_disconnected, session_hold_exists,
     CloseReply,
@@ -174,14 +176,15 @@ impl Hasher for AddressHasher {
 
 /// True when `key` has queued waiters.
 pub fn has_waiters(db: i32, key: &[u8]) -> bool {
-    QUEUED_KEYS.with(Cell::get) > 0 && QUEUES.with(|q| q.borrow().contains_key(&(db, key.to_vec())))
+    QUEUED_KEYS.with(Cell::get) > 0
+        && QUEUES.with(|q| q.borrow().contains_key(&(db, key) as &dyn KeyView))
 }
 
 /// Queue length of `key` (0 without a queue).
 pub fn waiters(db: i32, key: &[u8]) -> usize {
     QUEUES.with(|q| {
         q.borrow()
-            .get(&(db, key.to_vec()))
+            .get(&(db, key) as &dyn KeyView)
             .map_or(0, |q| q.waiters.len())
     })
 }
@@ -189,12 +192,14 @@ pub fn waiters(db: i32, key: &[u8]) -> usize {
 /// The waiters of `key` in queue order: owner and mode (for `LOCK.INFO`).
 pub fn queue_view(db: i32, key: &[u8]) -> Vec<(Vec<u8>, Mode)> {
     QUEUES.with(|q| {
-        q.borrow().get(&(db, key.to_vec())).map_or(vec![], |q| {
-            q.waiters
-                .iter()
-                .map(|w| (w.owner.clone(), w.mode))
-                .collect()
-        })
+        q.borrow()
+            .get(&(db, key) as &dyn KeyView)
+            .map_or(vec![], |q| {
+                q.waiters
+                    .iter()
+                    .map(|w| (w.owner.clone(), w.mode))
+                    .collect()
+            })
     })
 }
 
@@ -207,7 +212,7 @@ pub fn queued_conflict(db: i32, key: &[u8], mode: Mode) -> Option<Conflict> {
     QUEUES.with(|q| {
         let queues = q.borrow();
         let other = queues
-            .get(&(db, key.to_vec()))?
+            .get(&(db, key) as &dyn KeyView)?
             .waiters
             .iter()
             .find(|w| w.mode.is_shared() && w.mode != mode)?;
@@ -266,25 +271,36 @@ pub fn block(
         queued: Instant::now(),
         set: None,
     };
+    // One lookup for the push and for whether the queue's timer already fires by
+    // `next_expiry` (under contention it does: the holder's deadline only moves later).
     let pushed = QUEUES.with(|q| {
         let mut queues = q.borrow_mut();
-        let queue = queues.entry(qk.clone()).or_insert_with(|| {
-            QUEUED_KEYS.with(|n| n.set(n.get() + 1));
-            Queue::default()
-        });
-        queue.waiters.push(waiter, cap)
+        if let Some(queue) = queues.get_mut(&qk) {
+            let armed = queue.timer.is_some_and(|(_, at)| at <= next_expiry);
+            return queue.waiters.push(waiter, cap).map(|()| armed);
+        }
+        let mut queue = Queue::default();
+        queue.waiters.push(waiter, cap)?;
+        queues.insert(qk.clone(), queue);
+        QUEUED_KEYS.with(|n| n.set(n.get() + 1));
+        Ok(false)
     });
-    if let Err(lock::QueueFull(waiter)) = pushed {
-        // Checked above and nothing runs in between; keep the invariant anyway.
-        retire(&waiter);
-        unblock(
-            bc,
-            Outcome::Failed("ERR too many waiters on this key".into()),
-        );
-        return Ok(());
+    let armed = match pushed {
+        Ok(armed) => armed,
+        Err(lock::QueueFull(waiter)) => {
+            // Checked above and nothing runs in between; keep the invariant anyway.
+            retire(&waiter);
+            unblock(
+                bc,
+                Outcome::Failed("ERR too many waiters on this key".into()),
+            );
+            return Ok(());
+        }
+    };
+    if !armed {
+        arm_deadline_timer(ctx.ctx, &qk, next_expiry);
     }
-    CLIENTS.with(|c| c.borrow_mut().insert(bc as usize, qk.clone()));
-    arm_deadline_timer(ctx.ctx, &qk, next_expiry);
+    CLIENTS.with(|c| c.borrow_mut().insert(bc as usize, qk));
     Ok(())
 }
 
@@ -338,31 +354,58 @@ pub fn serve(
     }
     let qk: QueueKey = (key::selected_db(ctx), key.to_vec());
     let mut granted = 0;
+    // Whether the queue's timer is known to fire by the next expiry when the scan stops.
+    let mut armed = false;
     loop {
-        // One look at the queue's head per round (each costs a hash of the key): a multi-key
-        // waiter (`Err(())`), or what a grant to it would be.
         let lock = lock_key.lock();
-        let step = QUEUES.with(|q| {
-            let queues = q.borrow();
-            let Some(head) = queues
-                .get(&qk)
-                .and_then(|queue| queue.waiters.iter().next())
-            else {
-                return Ok(None);
+        // One look at the queue per round (each costs a hash of the key): the head, taken out
+        // in the same look unless it must wait or is a multi-key waiter.
+        let head = QUEUES.with(|q| {
+            let mut queues = q.borrow_mut();
+            let Some(queue) = queues.get_mut(&qk) else {
+                return Head::Empty;
+            };
+            let Some(head) = queue.waiters.iter().next() else {
+                return Head::Empty;
             };
             if head.set.is_some() {
-                return Err(());
+                return Head::Set;
             }
-            if !session::alive(head.session) {
-                return Ok(Some(Ok(Err(None))));
+            let taken = if !session::alive(head.session) {
+                Taken::SessionEnded
+            } else {
+                let lock = match lock {
+                    Ok(lock) => lock,
+                    Err(e) => return Head::Error(e),
+                };
+                match lock::decide_acquire(lock, &head.owner, head.mode, head.session, now, false) {
+                    Ok(Acquire::Busy) => {
+                        let armed = lock
+                            .and_then(|l| l.next_expiry(now))
+                            .is_none_or(|at| queue.timer.is_some_and(|(_, fires)| fires <= at));
+                        return Head::Busy { armed };
+                    }
+                    Ok(Acquire::Retry { token }) => Taken::Grant(Some(token)),
+                    Ok(_) => Taken::Grant(None),
+                    Err(conflict) => Taken::Conflict(conflict),
+                }
+            };
+            match queue.waiters.pop_front() {
+                Some(waiter) => Head::Taken(waiter, queue.waiters.is_empty(), taken),
+                None => Head::Empty,
             }
-            Ok(Some(lock.map(|lock| {
-                lock::decide_acquire(lock, &head.owner, head.mode, head.session, now, false)
-                    .map_err(Some)
-            })))
         });
-        let step = match step {
-            Err(()) => {
+        let (waiter, taken) = match head {
+            Head::Empty => {
+                armed = true;
+                break;
+            }
+            Head::Busy { armed: known } => {
+                armed = known;
+                break;
+            }
+            Head::Error(e) => return Err(e),
+            Head::Set => {
                 // A multi-key waiter at the head: the whole set, or this key waits for it.
                 match multi::serve_set(ctx, lock_key, &qk, now)? {
                     multi::SetStep::Granted => granted += 1,
@@ -371,31 +414,24 @@ pub fn serve(
                 }
                 continue;
             }
-            Ok(None) => None,
-            Ok(Some(step)) => Some(step?),
+            Head::Taken(waiter, emptied, taken) => {
+                taken_out(ctx, &qk, &waiter, emptied);
+                (waiter, taken)
+            }
         };
-        let token = match step {
-            None | Some(Ok(Acquire::Busy)) => break,
-            Some(Err(None)) => {
+        let token = match taken {
+            Taken::SessionEnded => {
                 // Its session ended while it waited: it is never granted.
-                if let Some(waiter) = pop_front(ctx, &qk) {
-                    let msg = error::session_ended_while_waiting().to_string();
-                    unblock(waiter.bc, Outcome::Failed(msg));
-                }
+                let msg = error::session_ended_while_waiting().to_string();
+                unblock(waiter.bc, Outcome::Failed(msg));
                 continue;
             }
-            Some(Ok(Acquire::Retry { token })) => Some(token),
-            Some(Ok(_)) => None,
-            Some(Err(Some(conflict))) => {
-                if let Some(waiter) = pop_front(ctx, &qk) {
-                    let msg = error::conflict(conflict).reply_text();
-                    unblock(waiter.bc, Outcome::Failed(msg));
-                }
+            Taken::Conflict(conflict) => {
+                let msg = error::conflict(conflict).reply_text();
+                unblock(waiter.bc, Outcome::Failed(msg));
                 continue;
             }
-        };
-        let Some(waiter) = pop_front(ctx, &qk) else {
-            break;
+            Taken::Grant(token) => token,
         };
         // The ttl was checked against the clock when the waiter queued; a long wait cannot push
         // it past the cap by more than the wait itself, so clamp instead of failing the grant.
@@ -451,10 +487,36 @@ pub fn serve(
         );
         granted += 1;
     }
-    if let Some(at) = lock_key.lock()?.and_then(|l| l.next_expiry(now)) {
-        arm_deadline_timer(ctx, &qk, at);
+    if !armed {
+        if let Some(at) = lock_key.lock()?.and_then(|l| l.next_expiry(now)) {
+            arm_deadline_timer(ctx, &qk, at);
+        }
     }
     Ok(granted)
+}
+
+/// What one look at the head of a queue found (see `serve`).
+enum Head {
+    /// No waiter.
+    Empty,
+    /// A multi-key waiter: `multi::serve_set` decides.
+    Set,
+    /// The head must wait; `armed`: the queue's timer already fires by the next expiry.
+    Busy { armed: bool },
+    /// The key is not a lock.
+    Error(error::Error),
+    /// The head, taken out of the queue (`true`: which is now empty), and what it gets.
+    Taken(Waiter, bool, Taken),
+}
+
+/// What the head taken out of its queue by `serve` gets.
+enum Taken {
+    /// An error: its session ended while it waited.
+    SessionEnded,
+    /// An error: it asks for what the holders' mode or limit refuses.
+    Conflict(Conflict),
+    /// The lock; `Some(token)`: its owner holds it already, with that token.
+    Grant(Option<u64>),
 }
 
 /// The deadline of a hold granted at `now` for `ttl` ms: with a session, 0 means none of its
@@ -487,12 +549,24 @@ pub fn deadline_changed(
 }
 
 fn pop_front(ctx: *mut raw::RedisModuleCtx, qk: &QueueKey) -> Option<Waiter> {
-    let waiter = QUEUES.with(|q| q.borrow_mut().get_mut(qk)?.waiters.pop_front())?;
-    CLIENTS.with(|c| c.borrow_mut().remove(&(waiter.bc as usize)));
-    drop_queue_if_empty(ctx, qk);
-    multi::leave_other_queues(ctx, qk, &waiter);
-    retire(&waiter);
+    let (waiter, emptied) = QUEUES.with(|q| {
+        let mut queues = q.borrow_mut();
+        let queue = queues.get_mut(qk)?;
+        let waiter = queue.waiters.pop_front()?;
+        Some((waiter, queue.waiters.is_empty()))
+    })?;
+    taken_out(ctx, qk, &waiter, emptied);
     Some(waiter)
+}
+
+/// The rest of taking `waiter` off the front of `qk`'s queue (`emptied`: none is left there).
+fn taken_out(ctx: *mut raw::RedisModuleCtx, qk: &QueueKey, waiter: &Waiter, emptied: bool) {
+    CLIENTS.with(|c| c.borrow_mut().remove(&(waiter.bc as usize)));
+    if emptied {
+        drop_queue_if_empty(ctx, qk);
+    }
+    multi::leave_other_queues(ctx, qk, waiter);
+    retire(waiter);
 }
 
 /// Take a blocked client out of whichever queue holds it (`id` narrows it to one blocked
