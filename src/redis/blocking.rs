@@ -39,15 +39,20 @@ use crate::{state, stats};
 use std::time::Instant;
 
 mod callbacks;
+mod deadlines;
 mod deferred;
 mod events;
 mod multi;
+mod queue_key;
 mod sessions;
+mod timeouts;
 
 use callbacks::{disconnect_callback, free_outcome, reply_callback, timeout_callback};
+use deadlines::{arm_deadline_timer, stop_timer, MAX_TIMER_MS};
 use deferred::{defer, run};
 pub use events::{key_unlinked, orphans_loaded, subscribe};
 pub use multi::block_set;
+use queue_key::KeyView;
 pub use sessions::{
     apply_ended, close_session, expire_sessions, session_disconnected, session_hold_exists,
     CloseReply,
@@ -60,8 +65,8 @@ struct Waiter {
     bc: *mut raw::RedisModuleBlockedClient,
     /// Unique per blocked call: a handle's address can be reused once Redis frees it.
     id: u64,
-    /// The module timer that ends the wait at its `BLOCK` timeout (none for `BLOCK 0`).
-    timeout_timer: Option<raw::RedisModuleTimerID>,
+    /// When its `BLOCK` timeout ends the wait (none for `BLOCK 0`): its key in `timeouts`.
+    timeout: Option<Instant>,
     owner: Vec<u8>,
     mode: Mode,
     ttl: Millis,
@@ -72,7 +77,7 @@ struct Waiter {
     queued: Instant,
     /// For a `LOCK.MACQUIRE` waiter: all of its keys (in the database of this queue), in
     /// argument order. Every one of their queues has an entry with this `id`, each carrying
-    /// the same `timeout_timer`; the entry that is taken out first is the one retired.
+    /// the same `timeout`; the entry that is taken out first is the one retired.
     set: Option<Rc<multi::Set>>,
 }
 
@@ -173,14 +178,15 @@ impl Hasher for AddressHasher {
 
 /// True when `key` has queued waiters.
 pub fn has_waiters(db: i32, key: &[u8]) -> bool {
-    QUEUED_KEYS.with(Cell::get) > 0 && QUEUES.with(|q| q.borrow().contains_key(&(db, key.to_vec())))
+    QUEUED_KEYS.with(Cell::get) > 0
+        && QUEUES.with(|q| q.borrow().contains_key(&(db, key) as &dyn KeyView))
 }
 
 /// Queue length of `key` (0 without a queue).
 pub fn waiters(db: i32, key: &[u8]) -> usize {
     QUEUES.with(|q| {
         q.borrow()
-            .get(&(db, key.to_vec()))
+            .get(&(db, key) as &dyn KeyView)
             .map_or(0, |q| q.waiters.len())
     })
 }
@@ -188,12 +194,14 @@ pub fn waiters(db: i32, key: &[u8]) -> usize {
 /// The waiters of `key` in queue order: owner and mode (for `LOCK.INFO`).
 pub fn queue_view(db: i32, key: &[u8]) -> Vec<(Vec<u8>, Mode)> {
     QUEUES.with(|q| {
-        q.borrow().get(&(db, key.to_vec())).map_or(vec![], |q| {
-            q.waiters
-                .iter()
-                .map(|w| (w.owner.clone(), w.mode))
-                .collect()
-        })
+        q.borrow()
+            .get(&(db, key) as &dyn KeyView)
+            .map_or(vec![], |q| {
+                q.waiters
+                    .iter()
+                    .map(|w| (w.owner.clone(), w.mode))
+                    .collect()
+            })
     })
 }
 
@@ -206,7 +214,7 @@ pub fn queued_conflict(db: i32, key: &[u8], mode: Mode) -> Option<Conflict> {
     QUEUES.with(|q| {
         let queues = q.borrow();
         let other = queues
-            .get(&(db, key.to_vec()))?
+            .get(&(db, key) as &dyn KeyView)?
             .waiters
             .iter()
             .find(|w| w.mode.is_shared() && w.mode != mode)?;
@@ -252,11 +260,11 @@ pub fn block(
     if waiters(db, key) >= cap {
         return Err(error::too_many_waiters(cap));
     }
-    let (bc, id, timeout_timer) = block_client(ctx, timeout)?;
+    let (bc, id, timeout) = block_client(ctx, timeout)?;
     let waiter = Waiter {
         bc,
         id,
-        timeout_timer,
+        timeout,
         owner: wants.owner.to_vec(),
         mode: wants.mode,
         ttl: wants.ttl,
@@ -265,39 +273,46 @@ pub fn block(
         queued: Instant::now(),
         set: None,
     };
+    // One lookup for the push and for whether the queue's timer already fires by
+    // `next_expiry` (under contention it does: the holder's deadline only moves later).
     let pushed = QUEUES.with(|q| {
         let mut queues = q.borrow_mut();
-        let queue = queues.entry(qk.clone()).or_insert_with(|| {
-            QUEUED_KEYS.with(|n| n.set(n.get() + 1));
-            Queue::default()
-        });
-        queue.waiters.push(waiter, cap)
+        if let Some(queue) = queues.get_mut(&qk) {
+            let armed = queue.timer.is_some_and(|(_, at)| at <= next_expiry);
+            return queue.waiters.push(waiter, cap).map(|()| armed);
+        }
+        let mut queue = Queue::default();
+        queue.waiters.push(waiter, cap)?;
+        queues.insert(qk.clone(), queue);
+        QUEUED_KEYS.with(|n| n.set(n.get() + 1));
+        Ok(false)
     });
-    if let Err(lock::QueueFull(waiter)) = pushed {
-        // Checked above and nothing runs in between; keep the invariant anyway.
-        retire(ctx.ctx, &waiter);
-        unblock(
-            bc,
-            Outcome::Failed("ERR too many waiters on this key".into()),
-        );
-        return Ok(());
+    let armed = match pushed {
+        Ok(armed) => armed,
+        Err(lock::QueueFull(waiter)) => {
+            // Checked above and nothing runs in between; keep the invariant anyway.
+            retire(&waiter);
+            unblock(
+                bc,
+                Outcome::Failed("ERR too many waiters on this key".into()),
+            );
+            return Ok(());
+        }
+    };
+    if !armed {
+        arm_deadline_timer(ctx.ctx, &qk, next_expiry);
     }
-    CLIENTS.with(|c| c.borrow_mut().insert(bc as usize, qk.clone()));
-    arm_deadline_timer(ctx.ctx, &qk, next_expiry);
+    CLIENTS.with(|c| c.borrow_mut().insert(bc as usize, qk));
     Ok(())
 }
 
 /// Block the calling client (no entry in any queue yet): its handle, a new waiter id, and
-/// the timer that ends the wait after `timeout` ms (none for 0).
+/// when its wait ends after `timeout` ms (none for 0; see `timeouts`).
 fn block_client(
     ctx: &Context,
     timeout: Millis,
-) -> Result<(
-    *mut raw::RedisModuleBlockedClient,
-    u64,
-    Option<raw::RedisModuleTimerID>,
-)> {
-    // Why Redis gets no timeout (0) and a module timer ends the wait instead: on Redis 7.0 a
+) -> Result<(*mut raw::RedisModuleBlockedClient, u64, Option<Instant>)> {
+    // Why Redis gets no timeout (0) and the module's timer ends the wait instead: on Redis 7.0 a
     // client whose timeout Redis processes after we unblocked it with a grant (same event-loop
     // turn) gets no reply at all. With one path for every unblock, that race cannot happen.
     // The timeout callback stays registered so that CLIENT UNBLOCK works.
@@ -321,20 +336,8 @@ fn block_client(
         n.set(n.get() + 1);
         n.get()
     });
-    let timeout_timer = (timeout > 0).then(|| {
-        let data = Box::into_raw(Box::new((bc as usize, id)));
-        // SAFETY: the callback matches RedisModuleTimerProc; `data` is reclaimed by the
-        // callback or by `retire`, exactly once.
-        unsafe {
-            raw::RedisModule_CreateTimer.unwrap()(
-                ctx.ctx,
-                timeout,
-                Some(block_timeout_timer),
-                data.cast(),
-            )
-        }
-    });
-    Ok((bc, id, timeout_timer))
+    let timeout = (timeout > 0).then(|| timeouts::start(ctx.ctx, bc, id, timeout));
+    Ok((bc, id, timeout))
 }
 
 /// Admit the waiters at the head of `key`'s queue that the lock in `lock_key` can take now: in
@@ -353,31 +356,58 @@ pub fn serve(
     }
     let qk: QueueKey = (key::selected_db(ctx), key.to_vec());
     let mut granted = 0;
+    // Whether the queue's timer is known to fire by the next expiry when the scan stops.
+    let mut armed = false;
     loop {
-        // One look at the queue's head per round (each costs a hash of the key): a multi-key
-        // waiter (`Err(())`), or what a grant to it would be.
         let lock = lock_key.lock();
-        let step = QUEUES.with(|q| {
-            let queues = q.borrow();
-            let Some(head) = queues
-                .get(&qk)
-                .and_then(|queue| queue.waiters.iter().next())
-            else {
-                return Ok(None);
+        // One look at the queue per round (each costs a hash of the key): the head, taken out
+        // in the same look unless it must wait or is a multi-key waiter.
+        let head = QUEUES.with(|q| {
+            let mut queues = q.borrow_mut();
+            let Some(queue) = queues.get_mut(&qk) else {
+                return Head::Empty;
+            };
+            let Some(head) = queue.waiters.iter().next() else {
+                return Head::Empty;
             };
             if head.set.is_some() {
-                return Err(());
+                return Head::Set;
             }
-            if !session::alive(head.session) {
-                return Ok(Some(Ok(Err(None))));
+            let taken = if !session::alive(head.session) {
+                Taken::SessionEnded
+            } else {
+                let lock = match lock {
+                    Ok(lock) => lock,
+                    Err(e) => return Head::Error(e),
+                };
+                match lock::decide_acquire(lock, &head.owner, head.mode, head.session, now, false) {
+                    Ok(Acquire::Busy) => {
+                        let armed = lock
+                            .and_then(|l| l.next_expiry(now))
+                            .is_none_or(|at| queue.timer.is_some_and(|(_, fires)| fires <= at));
+                        return Head::Busy { armed };
+                    }
+                    Ok(Acquire::Retry { token }) => Taken::Grant(Some(token)),
+                    Ok(_) => Taken::Grant(None),
+                    Err(conflict) => Taken::Conflict(conflict),
+                }
+            };
+            match queue.waiters.pop_front() {
+                Some(waiter) => Head::Taken(waiter, queue.waiters.is_empty(), taken),
+                None => Head::Empty,
             }
-            Ok(Some(lock.map(|lock| {
-                lock::decide_acquire(lock, &head.owner, head.mode, head.session, now, false)
-                    .map_err(Some)
-            })))
         });
-        let step = match step {
-            Err(()) => {
+        let (waiter, taken) = match head {
+            Head::Empty => {
+                armed = true;
+                break;
+            }
+            Head::Busy { armed: known } => {
+                armed = known;
+                break;
+            }
+            Head::Error(e) => return Err(e),
+            Head::Set => {
                 // A multi-key waiter at the head: the whole set, or this key waits for it.
                 match multi::serve_set(ctx, lock_key, &qk, now)? {
                     multi::SetStep::Granted => granted += 1,
@@ -386,31 +416,24 @@ pub fn serve(
                 }
                 continue;
             }
-            Ok(None) => None,
-            Ok(Some(step)) => Some(step?),
+            Head::Taken(waiter, emptied, taken) => {
+                taken_out(ctx, &qk, &waiter, emptied);
+                (waiter, taken)
+            }
         };
-        let token = match step {
-            None | Some(Ok(Acquire::Busy)) => break,
-            Some(Err(None)) => {
+        let token = match taken {
+            Taken::SessionEnded => {
                 // Its session ended while it waited: it is never granted.
-                if let Some(waiter) = pop_front(ctx, &qk) {
-                    let msg = error::session_ended_while_waiting().to_string();
-                    unblock(waiter.bc, Outcome::Failed(msg));
-                }
+                let msg = error::session_ended_while_waiting().to_string();
+                unblock(waiter.bc, Outcome::Failed(msg));
                 continue;
             }
-            Some(Ok(Acquire::Retry { token })) => Some(token),
-            Some(Ok(_)) => None,
-            Some(Err(Some(conflict))) => {
-                if let Some(waiter) = pop_front(ctx, &qk) {
-                    let msg = error::conflict(conflict).reply_text();
-                    unblock(waiter.bc, Outcome::Failed(msg));
-                }
+            Taken::Conflict(conflict) => {
+                let msg = error::conflict(conflict).reply_text();
+                unblock(waiter.bc, Outcome::Failed(msg));
                 continue;
             }
-        };
-        let Some(waiter) = pop_front(ctx, &qk) else {
-            break;
+            Taken::Grant(token) => token,
         };
         // The ttl was checked against the clock when the waiter queued; a long wait cannot push
         // it past the cap by more than the wait itself, so clamp instead of failing the grant.
@@ -466,10 +489,36 @@ pub fn serve(
         );
         granted += 1;
     }
-    if let Some(at) = lock_key.lock()?.and_then(|l| l.next_expiry(now)) {
-        arm_deadline_timer(ctx, &qk, at);
+    if !armed {
+        if let Some(at) = lock_key.lock()?.and_then(|l| l.next_expiry(now)) {
+            arm_deadline_timer(ctx, &qk, at);
+        }
     }
     Ok(granted)
+}
+
+/// What one look at the head of a queue found (see `serve`).
+enum Head {
+    /// No waiter.
+    Empty,
+    /// A multi-key waiter: `multi::serve_set` decides.
+    Set,
+    /// The head must wait; `armed`: the queue's timer already fires by the next expiry.
+    Busy { armed: bool },
+    /// The key is not a lock.
+    Error(error::Error),
+    /// The head, taken out of the queue (`true`: which is now empty), and what it gets.
+    Taken(Waiter, bool, Taken),
+}
+
+/// What the head taken out of its queue by `serve` gets.
+enum Taken {
+    /// An error: its session ended while it waited.
+    SessionEnded,
+    /// An error: it asks for what the holders' mode or limit refuses.
+    Conflict(Conflict),
+    /// The lock; `Some(token)`: its owner holds it already, with that token.
+    Grant(Option<u64>),
 }
 
 /// The deadline of a hold granted at `now` for `ttl` ms: with a session, 0 means none of its
@@ -502,17 +551,29 @@ pub fn deadline_changed(
 }
 
 fn pop_front(ctx: *mut raw::RedisModuleCtx, qk: &QueueKey) -> Option<Waiter> {
-    let waiter = QUEUES.with(|q| q.borrow_mut().get_mut(qk)?.waiters.pop_front())?;
-    CLIENTS.with(|c| c.borrow_mut().remove(&(waiter.bc as usize)));
-    drop_queue_if_empty(ctx, qk);
-    multi::leave_other_queues(ctx, qk, &waiter);
-    retire(ctx, &waiter);
+    let (waiter, emptied) = QUEUES.with(|q| {
+        let mut queues = q.borrow_mut();
+        let queue = queues.get_mut(qk)?;
+        let waiter = queue.waiters.pop_front()?;
+        Some((waiter, queue.waiters.is_empty()))
+    })?;
+    taken_out(ctx, qk, &waiter, emptied);
     Some(waiter)
 }
 
+/// The rest of taking `waiter` off the front of `qk`'s queue (`emptied`: none is left there).
+fn taken_out(ctx: *mut raw::RedisModuleCtx, qk: &QueueKey, waiter: &Waiter, emptied: bool) {
+    CLIENTS.with(|c| c.borrow_mut().remove(&(waiter.bc as usize)));
+    if emptied {
+        drop_queue_if_empty(ctx, qk);
+    }
+    multi::leave_other_queues(ctx, qk, waiter);
+    retire(waiter);
+}
+
 /// Take a blocked client out of whichever queue holds it (`id` narrows it to one blocked
-/// call); `None` if it is in none (already granted or failed). The caller retires it: a
-/// timer callback must not stop its own timer (Redis frees a fired timer after the callback).
+/// call); `None` if it is in none (already granted or failed). The caller retires it (the
+/// timeout timer took its entry out of `timeouts` already).
 fn remove_waiter(
     ctx: *mut raw::RedisModuleCtx,
     bc: *mut raw::RedisModuleBlockedClient,
@@ -540,32 +601,11 @@ fn remove_waiter(
     Some(waiter)
 }
 
-/// A waiter leaves its queue: its timeout timer must not fire any more.
-fn retire(ctx: *mut raw::RedisModuleCtx, waiter: &Waiter) {
-    if let Some(id) = waiter.timeout_timer {
-        let mut data: *mut c_void = std::ptr::null_mut();
-        // SAFETY: on success Redis hands back the data boxed in `block`; a timer that already
-        // fired has freed its own data and StopTimer fails.
-        let ok = unsafe { raw::RedisModule_StopTimer.unwrap()(ctx, id, &mut data) };
-        if ok == raw::REDISMODULE_OK as c_int && !data.is_null() {
-            // SAFETY: see above.
-            drop(unsafe { Box::from_raw(data.cast::<(usize, u64)>()) });
-        }
+/// A waiter leaves its queue: its `BLOCK` timeout must not end it any more.
+fn retire(waiter: &Waiter) {
+    if let Some(at) = waiter.timeout {
+        timeouts::cancel(at, waiter.id);
     }
-}
-
-/// A waiter's `BLOCK` timeout passed: it leaves the queue with a nil reply.
-extern "C" fn block_timeout_timer(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
-    // SAFETY: data is the Box<(usize, u64)> created in `block`; a fired timer's data is ours.
-    let (bc, id) = *unsafe { Box::from_raw(data.cast::<(usize, u64)>()) };
-    guard::callback("BLOCK timeout", (), || {
-        let bc = bc as *mut raw::RedisModuleBlockedClient;
-        if let Some(waiter) = remove_waiter(ctx, bc, Some(id)) {
-            // Not retired: this timer is the one firing, and Redis frees it.
-            stats::TIMED_OUT.incr();
-            unblock(waiter.bc, Outcome::TimedOut);
-        }
-    })
 }
 
 fn drop_queue_if_empty(ctx: *mut raw::RedisModuleCtx, qk: &QueueKey) {
@@ -596,70 +636,6 @@ fn unblock(bc: *mut raw::RedisModuleBlockedClient, outcome: Outcome) {
     // SAFETY: bc is a blocked client that has been removed from every queue, so this is the one
     // UnblockClient call it gets; Redis passes `data` to reply_callback, then free_outcome.
     unsafe { raw::RedisModule_UnblockClient.unwrap()(bc, data.cast()) };
-}
-
-/// Make sure the queue's timer fires by `deadline`: keep one that fires then or earlier (an
-/// early one finds the hold live and re-arms, see `settle`), replace a later one. Under
-/// contention every handoff moves the deadline later, so the timer is re-armed about once a
-/// ttl rather than stopped and created again at every handoff.
-fn arm_deadline_timer(ctx: *mut raw::RedisModuleCtx, qk: &QueueKey, deadline: Millis) {
-    let old = QUEUES.with(|q| {
-        let mut queues = q.borrow_mut();
-        let queue = queues.get_mut(qk)?;
-        match queue.timer {
-            Some((_, at)) if at <= deadline => None,
-            _ => Some(queue.timer.take()),
-        }
-    });
-    let Some(old) = old else { return };
-    if let Some((id, _)) = old {
-        stop_timer(ctx, id);
-    }
-    // From the clock in microseconds, rounded up: a delay computed from milliseconds fires up
-    // to a millisecond late, and one that fires early only finds the hold live and re-arms.
-    // Capped: on Redis 7.0 a timer more than about 35 minutes away can make the event loop
-    // spin (fixed in 7.2.2), and a session hold may have no deadline at all.
-    let delay = (deadline.saturating_mul(1000) - key::now_micros() + 999)
-        .div_euclid(1000)
-        .clamp(0, MAX_TIMER_MS);
-    let data = Box::into_raw(Box::new(qk.clone()));
-    // SAFETY: the callback matches RedisModuleTimerProc; `data` is reclaimed by the callback or
-    // by stop_timer, exactly once.
-    let id = unsafe {
-        raw::RedisModule_CreateTimer.unwrap()(ctx, delay, Some(deadline_timer), data.cast())
-    };
-    QUEUES.with(|q| {
-        if let Some(queue) = q.borrow_mut().get_mut(qk) {
-            queue.timer = Some((id, deadline));
-        }
-    });
-}
-
-/// The longest a deadline timer is armed for at once (see `arm_deadline_timer`).
-const MAX_TIMER_MS: Millis = 600_000;
-
-fn stop_timer(ctx: *mut raw::RedisModuleCtx, id: raw::RedisModuleTimerID) {
-    let mut data: *mut c_void = std::ptr::null_mut();
-    // SAFETY: on success Redis hands back the data pointer we boxed in arm_deadline_timer.
-    let ok = unsafe { raw::RedisModule_StopTimer.unwrap()(ctx, id, &mut data) };
-    if ok == raw::REDISMODULE_OK as c_int && !data.is_null() {
-        // SAFETY: see above; the timer will not fire any more, so the box is ours again.
-        drop(unsafe { Box::from_raw(data.cast::<QueueKey>()) });
-    }
-}
-
-extern "C" fn deadline_timer(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
-    // SAFETY: data is the Box<QueueKey> created in arm_deadline_timer; a fired timer's data is
-    // ours to free.
-    let qk = *unsafe { Box::from_raw(data.cast::<QueueKey>()) };
-    guard::callback("deadline timer", (), || {
-        QUEUES.with(|q| {
-            if let Some(queue) = q.borrow_mut().get_mut(&qk) {
-                queue.timer = None;
-            }
-        });
-        run(ctx, vec![Work::Settle(qk)]);
-    })
 }
 
 /// Re-examine a key with waiters: hand the lock over if it is free, otherwise wait for the

@@ -65,7 +65,7 @@ pub(super) extern "C" fn timeout_callback(
         // SAFETY: in a timeout callback the context carries the blocked client's handle.
         let bc = unsafe { raw::RedisModule_GetBlockedClientHandle.unwrap()(ctx) };
         if let Some(waiter) = remove_waiter(ctx, bc, None) {
-            retire(ctx, &waiter);
+            retire(&waiter);
             stats::TIMED_OUT.incr();
             // SAFETY: removed from the queue just now, so this is its only UnblockClient call;
             // it releases the handle (Redis requires it even after a timeout).
@@ -82,7 +82,7 @@ pub(super) extern "C" fn disconnect_callback(
 ) {
     guard::callback("blocked disconnect", (), || {
         if let Some(waiter) = remove_waiter(ctx, bc, None) {
-            retire(ctx, &waiter);
+            retire(&waiter);
             // SAFETY: as in timeout_callback.
             unsafe { raw::RedisModule_UnblockClient.unwrap()(bc, std::ptr::null_mut()) };
         }

@@ -66,7 +66,7 @@ pub fn block_set(
     if keys.iter().any(|k| waiters(db, k) >= cap) {
         return Err(error::too_many_waiters(cap));
     }
-    let (bc, id, timeout_timer) = block_client(ctx, timeout)?;
+    let (bc, id, timeout) = block_client(ctx, timeout)?;
     let set = Rc::new(Set {
         keys: keys.iter().map(|k| k.to_vec()).collect(),
         overtaken: Cell::new(0),
@@ -82,7 +82,7 @@ pub fn block_set(
             let waiter = Waiter {
                 bc,
                 id,
-                timeout_timer,
+                timeout,
                 owner: wants.owner.to_vec(),
                 mode: Mode::Exclusive,
                 ttl: wants.ttl,
@@ -430,7 +430,7 @@ fn try_set(
         } else {
             let waiter = remove_waiter(ctx, c.bc, Some(c.id));
             if let Some(waiter) = &waiter {
-                retire(ctx, waiter);
+                retire(waiter);
             }
             waiter
         };
@@ -519,7 +519,7 @@ fn grant(
         } else {
             let waiter = remove_waiter(ctx, c.bc, Some(c.id));
             if let Some(waiter) = &waiter {
-                retire(ctx, waiter);
+                retire(waiter);
             }
             waiter
         }

@@ -162,7 +162,7 @@ fn fail_waiters_of(ctx: *mut raw::RedisModuleCtx, serial: lock::Serial) {
     for (bc, id) in theirs {
         let bc = bc as *mut raw::RedisModuleBlockedClient;
         if let Some(waiter) = remove_waiter(ctx, bc, Some(id)) {
-            retire(ctx, &waiter);
+            retire(&waiter);
             let msg = error::session_ended_while_waiting().to_string();
             unblock(waiter.bc, Outcome::Failed(msg));
         }
