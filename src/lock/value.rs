@@ -12,7 +12,7 @@
 
 use std::num::NonZeroU8;
 
-use super::{Hold, HoldRef, Millis, Serial};
+use super::{Hold, HoldRef, IntoHold, Millis, Serial};
 
 /// How a key is held, or how a caller asks to hold it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -88,7 +88,7 @@ struct Inline {
 
 impl Inline {
     /// `hold` packed, if it is a hold this form can keep.
-    fn of(mode: Mode, hold: &Hold) -> Option<Inline> {
+    fn of(mode: Mode, hold: &HoldRef) -> Option<Inline> {
         if mode != Mode::Exclusive
             || hold.session != 0
             || hold.delay != 0
@@ -97,7 +97,7 @@ impl Inline {
             return None;
         }
         let mut owner = [0; INLINE_OWNER];
-        owner[..hold.owner.len()].copy_from_slice(&hold.owner);
+        owner[..hold.owner.len()].copy_from_slice(hold.owner);
         Some(Inline {
             token: hold.token,
             deadline: hold.deadline,
@@ -149,13 +149,13 @@ pub enum Acquire {
 }
 
 impl Lock {
-    /// A key's first holder.
-    pub fn new(mode: Mode, hold: Hold) -> Lock {
-        Lock(match Inline::of(mode, &hold) {
+    /// A key's first holder (borrowed when it comes packed: see [`IntoHold`]).
+    pub fn new(mode: Mode, hold: impl IntoHold) -> Lock {
+        Lock(match Inline::of(mode, &hold.hold_ref()) {
             Some(inline) => Repr::One(inline),
             None => Repr::Many {
                 mode,
-                holders: vec![hold],
+                holders: vec![hold.into_hold()],
             },
         })
     }
@@ -171,7 +171,7 @@ impl Lock {
     fn settle(&mut self) {
         if let Repr::Many { mode, holders } = &self.0 {
             if let [only] = holders.as_slice() {
-                if let Some(inline) = Inline::of(*mode, only) {
+                if let Some(inline) = Inline::of(*mode, &only.view()) {
                     self.0 = Repr::One(inline);
                 }
             }
@@ -298,15 +298,16 @@ impl Lock {
     /// Store `hold` in `mode` after [`decide_acquire`] allowed it (or a replica applies the
     /// primary's decision): an exclusive hold replaces every holder; a shared one replaces the
     /// same owner's entry or joins the others. The mode (and limit) become `mode`.
-    pub fn admit(&mut self, mode: Mode, hold: Hold) {
+    pub fn admit(&mut self, mode: Mode, hold: impl IntoHold) {
         match &mut self.0 {
             Repr::Many {
                 mode: held,
                 holders,
             } if mode.is_shared() && held.is_shared() => {
-                match holders.iter_mut().find(|h| h.owner == hold.owner) {
-                    Some(h) => *h = hold,
-                    None => holders.push(hold),
+                let owner = hold.hold_ref().owner;
+                match holders.iter_mut().position(|h| *h.owner == *owner) {
+                    Some(at) => holders[at] = hold.into_hold(),
+                    None => holders.push(hold.into_hold()),
                 }
                 *held = mode;
             }

@@ -11,7 +11,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use redis_module::{raw, Context, RedisString};
 
 use crate::error::{Error, Result};
-use crate::lock::{Hold, HoldRef, Lock, Millis, Mode};
+use crate::lock::{Hold, HoldRef, IntoHold, Lock, Millis, Mode};
 use crate::redis::{datatype, feed};
 use crate::stats;
 
@@ -128,7 +128,7 @@ impl LockKey {
     /// Store `hold` in `mode`, as `lock::decide_acquire` (or the primary) allowed: create the
     /// value, or admit the hold into it after dropping the holders that expired at or before
     /// `prune` (each counts as an expiry, `lock.expired`). The key's expiry follows.
-    pub fn grant(&mut self, mode: Mode, hold: Hold, prune: Option<Millis>) -> Result<()> {
+    pub fn grant(&mut self, mode: Mode, hold: impl IntoHold, prune: Option<Millis>) -> Result<()> {
         let (ctx, name) = (self.ctx, self.name);
         match self.lock_mut()? {
             Some(lock) => {
