@@ -336,6 +336,22 @@ impl Lock {
         Some(removed)
     }
 
+    /// [`Lock::remove`] for a caller that needs only the removed hold's session (a release):
+    /// `Some(session)`, 0 for none. The packed form's owner is not copied out to be dropped.
+    pub fn discard(&mut self, owner: &[u8]) -> Option<Serial> {
+        match &self.0 {
+            Repr::One(inline) if inline.view().owner == owner => {
+                self.0 = Repr::Many {
+                    mode: Mode::Exclusive,
+                    holders: Vec::new(),
+                };
+                Some(0)
+            }
+            Repr::One(_) => None,
+            Repr::Many { .. } => self.remove(owner).map(|hold| hold.session),
+        }
+    }
+
     /// Move `owner`'s live deadline; false if it holds nothing live.
     pub fn set_deadline(&mut self, owner: &[u8], deadline: Millis, now: Millis) -> bool {
         match &mut self.0 {

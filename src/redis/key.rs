@@ -11,7 +11,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use redis_module::{raw, Context, RedisString};
 
 use crate::error::{Error, Result};
-use crate::lock::{Hold, HoldRef, IntoHold, Lock, Millis, Mode};
+use crate::lock::{HoldRef, IntoHold, Lock, Millis, Mode, Serial};
 use crate::redis::{datatype, feed};
 use crate::stats;
 
@@ -176,21 +176,22 @@ impl LockKey {
         self.sync_expiry()
     }
 
-    /// Take `owner`'s entry out, and the holders that expired at or before `prune`. The value
-    /// stays even when it has no holders left, so that a handoff can fill it in the same
-    /// command; the caller deletes the key if nobody is granted (see [`Self::delete_if_empty`]).
-    pub fn remove(&mut self, owner: &[u8], prune: Option<Millis>) -> Result<Option<Hold>> {
+    /// Take `owner`'s entry out, and the holders that expired at or before `prune`; `Some`
+    /// (the removed hold's session, 0 for none) when there was one. The value stays even when
+    /// it has no holders left, so that a handoff can fill it in the same command; the caller
+    /// deletes the key if nobody is granted (see [`Self::delete_if_empty`]).
+    pub fn remove(&mut self, owner: &[u8], prune: Option<Millis>) -> Result<Option<Serial>> {
         let (ctx, name) = (self.ctx, self.name);
         let Some(lock) = self.lock_mut()? else {
             return Ok(None);
         };
-        let removed = lock.remove(owner);
+        let removed = lock.discard(owner);
         if let Some(before) = prune.filter(|_| feed::watching()) {
             feed_pruned(ctx, name, lock, before);
         }
-        if let Some(hold) = removed.as_ref().filter(|h| h.session != 0) {
+        if let Some(session) = removed.filter(|s| *s != 0) {
             let name = redis_module::RedisString::string_as_slice(name);
-            crate::redis::session::untrack(hold.session, selected_db(ctx), name, owner);
+            crate::redis::session::untrack(session, selected_db(ctx), name, owner);
         }
         let expired = prune.map_or(0, |before| lock.prune(before));
         if expired > 0 {
