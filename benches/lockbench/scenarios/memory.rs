@@ -93,18 +93,34 @@ fn with_floor(cfg: &Config, ctl: &mut Connection) -> Result<Server, String> {
         return Err("REDIS_URL server: the floor module cannot be loaded into it".into());
     }
     let floor = floor_module()?;
-    // The binary our own child was started as: its argv[0] (INFO's `executable` is relative
-    // to its working directory when it came through PATH, and /proc/PID/exe resolves Debian's
-    // redis-server symlink to redis-check-rdb).
+    // The binary of the run (REDIS_SERVER, BENCH_SERVERS, BENCH_MATRIX) that our own child
+    // runs: /proc/PID/exe, matched against each one with its symlinks resolved (Debian's
+    // redis-server is a link to redis-check-rdb, which only acts as a server when called
+    // redis-server; INFO's `executable` is relative to the server's directory when it came
+    // through PATH, and the server rewrites its argv[0] into its process title).
     let pid = info_u64(ctl, "server", "process_id");
-    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))
-        .map_err(|e| format!("cannot read /proc/{pid}/cmdline: {e}"))?;
-    let bin = String::from_utf8_lossy(cmdline.split(|b| *b == 0).next().unwrap_or_default());
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
+        .map_err(|e| format!("cannot read /proc/{pid}/exe: {e}"))?;
+    let bin = [&cfg.server_bin]
+        .into_iter()
+        .chain(&cfg.headline_bins)
+        .chain(&cfg.matrix_bins)
+        .find(|bin| resolve(bin).is_some_and(|path| path == exe))
+        .ok_or_else(|| format!("{} is none of the run's servers", exe.display()))?;
     Server::spawn(
-        &bin,
+        bin,
         Some(&cfg.module),
         &["--loadmodule", &floor.to_string_lossy()],
     )
+}
+
+/// Where `bin` (a path, or a name looked up in PATH) leads once its symlinks are resolved.
+fn resolve(bin: &str) -> Option<PathBuf> {
+    if bin.contains('/') {
+        return std::fs::canonicalize(bin).ok();
+    }
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .find_map(|dir| std::fs::canonicalize(dir.join(bin)).ok())
 }
 
 pub fn used_memory(con: &mut Connection) -> f64 {
