@@ -47,7 +47,7 @@ impl Value {
     }
 
     /// A new value (the caller has checked `owner.len() <= OWNER_MAX`).
-    fn new(owner: &[u8], token: u64, deadline: i64) -> *mut u8 {
+    fn alloc(owner: &[u8], token: u64, deadline: i64) -> *mut u8 {
         // SAFETY: the layout has a non-zero size; every byte is written below.
         unsafe {
             let p = std::alloc::alloc(Self::layout(owner.len()));
@@ -66,7 +66,7 @@ impl Value {
     /// The value's bytes.
     ///
     /// # Safety
-    /// `p` came from [`Value::new`] and was not freed.
+    /// `p` came from [`Value::alloc`] and was not freed.
     unsafe fn bytes<'a>(p: *const u8) -> &'a [u8] {
         std::slice::from_raw_parts(p, HEAD + usize::from(*p.add(16)))
     }
@@ -128,7 +128,7 @@ unsafe fn value(key: *mut raw::RedisModuleKey) -> Result<*mut u8, ()> {
 /// Store a new value in the open empty key and set its expiry at `deadline`, as `LockKey::grant`
 /// does (absolute on 7.2+, relative on 7.0).
 unsafe fn store(key: *mut raw::RedisModuleKey, owner: &[u8], token: u64, deadline: i64) -> bool {
-    let v = Value::new(owner, token, deadline);
+    let v = Value::alloc(owner, token, deadline);
     if raw::RedisModule_ModuleTypeSetValue.unwrap()(key, TYPE.load(Relaxed), v.cast()) != OK {
         Value::free(v);
         return false;
@@ -295,7 +295,7 @@ extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, _encver: c_int) -> *mut c_v
         return null_mut();
     };
     let owner = owner.as_ref();
-    Value::new(&owner[..owner.len().min(OWNER_MAX)], token, deadline).cast()
+    Value::alloc(&owner[..owner.len().min(OWNER_MAX)], token, deadline).cast()
 }
 
 extern "C" fn aof_rewrite(
