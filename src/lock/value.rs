@@ -50,8 +50,9 @@ impl Mode {
 /// leaves one plain exclusive hold goes back to [`Inline`], so the derived equality is
 /// equality of mode and holders.
 ///
-/// Measured with `make bench ONLY=memory` (100,000 locks, 36-byte owners): see BENCHMARKS.md
-/// section 6 and the Goals rows on memory.
+/// Measured with `make bench ONLY=memory` (100,000 locks, 36-byte owners), beside the string
+/// and the bench-only floor module's one-allocation value (token, deadline, owner: 17 + 36
+/// bytes): see BENCHMARKS.md, "Memory per held lock", and the Goals rows on memory.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Lock(Repr);
 
