@@ -145,6 +145,8 @@ torture: test-deps ## The fault-injection suite, 60 s per scenario (TORTURE_SECS
 # of everything; QUICK=1 (a smoke run) and ONLY=id,id (some benchmarks) write under target/bench/.
 # benches/README.md says what each benchmark measures.
 bench: build servers ## Benchmarks vs the classic pattern and real lock libraries, Redis 7.0 and 8.2; writes BENCHMARKS.md and benches/results/ (QUICK=1: smoke run into target/bench/; ONLY=id,...)
+	@# The bench-only floor module: the one-allocation reference of the memory section.
+	$(CARGO) build --release -p redis-lock-floor
 	REDIS_SERVER=$(REDIS_SERVER) BENCH_SERVERS="$(REDIS_8)" BENCH_MATRIX="$(VALKEY_8) $(VALKEY_9)" \
 		REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_RELEASE) QUICK=$(QUICK) ONLY=$(ONLY) $(CARGO) bench --bench lockbench
 	@if [ -z "$(ONLY)" ] || [[ ",$(ONLY)," == *,inventory,* ]]; then \

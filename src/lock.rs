@@ -138,6 +138,37 @@ impl HoldRef<'_> {
     }
 }
 
+/// A hold to store: owned ([`Hold`]) or borrowed ([`HoldRef`]).
+///
+/// Why both: the typical lock packs its owner into the value (see [`Lock`]), so an acquire
+/// that hands over the owner it parsed, borrowed, stores it without allocating a copy that the
+/// packed form would copy again and free; only a hold kept in the general form is made a
+/// [`Hold`] (one allocation for its owner, as before).
+pub trait IntoHold {
+    /// The hold's fields, the owner borrowed.
+    fn hold_ref(&self) -> HoldRef<'_>;
+    /// The hold, owned (a copy of a borrowed owner).
+    fn into_hold(self) -> Hold;
+}
+
+impl IntoHold for Hold {
+    fn hold_ref(&self) -> HoldRef<'_> {
+        self.view()
+    }
+    fn into_hold(self) -> Hold {
+        self
+    }
+}
+
+impl IntoHold for HoldRef<'_> {
+    fn hold_ref(&self) -> HoldRef<'_> {
+        *self
+    }
+    fn into_hold(self) -> Hold {
+        self.to_hold()
+    }
+}
+
 /// `now + ttl`, or `None` when that deadline would overflow (the caller reports `ttl-ms is too
 /// large`).
 pub fn deadline_after(now: Millis, ttl: Millis) -> Option<Millis> {

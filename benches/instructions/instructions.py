@@ -84,8 +84,9 @@ CONTENDERS = {
     # The platform's floor for our commands (issue 22): the bench-only module in
     # benches/floor_module makes the server calls an uncontended LOCK.ACQUIRE and LOCK.RELEASE
     # make (open key, module-type set/delete, expiry, notify, RM_Replicate `sbll` /
-    # verbatim, integer reply) and nothing else. cycle / modcycle is our code's share;
-    # modcycle / floor is the platform's.
+    # verbatim, integer reply) and nothing else, storing the smallest one-allocation value (17
+    # + owner bytes; the memory section's reference too). cycle / modcycle is our code's
+    # share; modcycle / floor is the platform's.
     "modcycle": (
         "floor module acquire + release",
         lambda k, sha: [["FLOOR.ACQUIRE", k, OWNER, TTL], ["FLOOR.RELEASE", k, OWNER]],

@@ -4,7 +4,7 @@
 use redis_module::{raw, Context, RedisResult, RedisValue};
 
 use crate::error;
-use crate::lock::{self, Acquire, Hold};
+use crate::lock::{self, Acquire, HoldRef};
 use crate::parse;
 use crate::redis::guard::Args;
 use crate::redis::key::{self, LockKey};
@@ -52,8 +52,9 @@ pub fn run(ctx: &Context, args: &Args) -> RedisResult {
         }
         Acquire::Grant => {
             let token = state::next_token(now);
-            let hold = Hold {
-                owner: cmd.owner.into(),
+            // Borrowed: the typical lock copies the owner into its value (see `IntoHold`).
+            let hold = HoldRef {
+                owner: cmd.owner,
                 token,
                 deadline,
                 granted_at: now,

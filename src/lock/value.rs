@@ -12,7 +12,7 @@
 
 use std::num::NonZeroU8;
 
-use super::{Hold, HoldRef, Millis, Serial};
+use super::{Hold, HoldRef, IntoHold, Millis, Serial};
 
 /// How a key is held, or how a caller asks to hold it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -50,8 +50,9 @@ impl Mode {
 /// leaves one plain exclusive hold goes back to [`Inline`], so the derived equality is
 /// equality of mode and holders.
 ///
-/// Measured with `make bench ONLY=memory` (100,000 locks, 36-byte owners): see BENCHMARKS.md
-/// section 6 and the Goals rows on memory.
+/// Measured with `make bench ONLY=memory` (100,000 locks, 36-byte owners), beside the string
+/// and the bench-only floor module's one-allocation value (token, deadline, owner: 17 + 36
+/// bytes): see BENCHMARKS.md, "Memory per held lock", and the Goals rows on memory.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Lock(Repr);
 
@@ -88,7 +89,7 @@ struct Inline {
 
 impl Inline {
     /// `hold` packed, if it is a hold this form can keep.
-    fn of(mode: Mode, hold: &Hold) -> Option<Inline> {
+    fn of(mode: Mode, hold: &HoldRef) -> Option<Inline> {
         if mode != Mode::Exclusive
             || hold.session != 0
             || hold.delay != 0
@@ -97,7 +98,7 @@ impl Inline {
             return None;
         }
         let mut owner = [0; INLINE_OWNER];
-        owner[..hold.owner.len()].copy_from_slice(&hold.owner);
+        owner[..hold.owner.len()].copy_from_slice(hold.owner);
         Some(Inline {
             token: hold.token,
             deadline: hold.deadline,
@@ -149,13 +150,13 @@ pub enum Acquire {
 }
 
 impl Lock {
-    /// A key's first holder.
-    pub fn new(mode: Mode, hold: Hold) -> Lock {
-        Lock(match Inline::of(mode, &hold) {
+    /// A key's first holder (borrowed when it comes packed: see [`IntoHold`]).
+    pub fn new(mode: Mode, hold: impl IntoHold) -> Lock {
+        Lock(match Inline::of(mode, &hold.hold_ref()) {
             Some(inline) => Repr::One(inline),
             None => Repr::Many {
                 mode,
-                holders: vec![hold],
+                holders: vec![hold.into_hold()],
             },
         })
     }
@@ -171,7 +172,7 @@ impl Lock {
     fn settle(&mut self) {
         if let Repr::Many { mode, holders } = &self.0 {
             if let [only] = holders.as_slice() {
-                if let Some(inline) = Inline::of(*mode, only) {
+                if let Some(inline) = Inline::of(*mode, &only.view()) {
                     self.0 = Repr::One(inline);
                 }
             }
@@ -298,15 +299,16 @@ impl Lock {
     /// Store `hold` in `mode` after [`decide_acquire`] allowed it (or a replica applies the
     /// primary's decision): an exclusive hold replaces every holder; a shared one replaces the
     /// same owner's entry or joins the others. The mode (and limit) become `mode`.
-    pub fn admit(&mut self, mode: Mode, hold: Hold) {
+    pub fn admit(&mut self, mode: Mode, hold: impl IntoHold) {
         match &mut self.0 {
             Repr::Many {
                 mode: held,
                 holders,
             } if mode.is_shared() && held.is_shared() => {
-                match holders.iter_mut().find(|h| h.owner == hold.owner) {
-                    Some(h) => *h = hold,
-                    None => holders.push(hold),
+                let owner = hold.hold_ref().owner;
+                match holders.iter_mut().position(|h| *h.owner == *owner) {
+                    Some(at) => holders[at] = hold.into_hold(),
+                    None => holders.push(hold.into_hold()),
                 }
                 *held = mode;
             }
@@ -333,6 +335,22 @@ impl Lock {
         };
         self.settle();
         Some(removed)
+    }
+
+    /// [`Lock::remove`] for a caller that needs only the removed hold's session (a release):
+    /// `Some(session)`, 0 for none. The packed form's owner is not copied out to be dropped.
+    pub fn discard(&mut self, owner: &[u8]) -> Option<Serial> {
+        match &self.0 {
+            Repr::One(inline) if inline.view().owner == owner => {
+                self.0 = Repr::Many {
+                    mode: Mode::Exclusive,
+                    holders: Vec::new(),
+                };
+                Some(0)
+            }
+            Repr::One(_) => None,
+            Repr::Many { .. } => self.remove(owner).map(|hold| hold.session),
+        }
     }
 
     /// Move `owner`'s live deadline; false if it holds nothing live.

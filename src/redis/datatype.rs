@@ -251,6 +251,9 @@ extern "C" fn free(value: *mut c_void) {
         // SAFETY: Redis hands back a value we created with Box::into_raw, exactly once.
         let lock = unsafe { Box::from_raw(value.cast::<Lock>()) };
         stats::LOCK_VALUES.fetch_sub(1, Relaxed);
+        if lock.is_empty() {
+            return; // a release's delete: nothing left to count, no clock to read
+        }
         let now = wall_clock_ms();
         let expired = lock.holders().filter(|h| !h.is_live(now)).count();
         stats::EXPIRED.add(expired as u64);

@@ -4,6 +4,7 @@
 //! Why raw calls and not the crate's `RedisKeyWritable`: that type hides its key pointer, and we
 //! need the type check, the absolute expiry (7.2+) and in-place updates that it does not offer.
 
+use std::cell::Cell;
 use std::ffi::CStr;
 use std::os::raw::{c_char, c_int, c_longlong, c_void};
 use std::sync::atomic::Ordering::Relaxed;
@@ -11,7 +12,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use redis_module::{raw, Context, RedisString};
 
 use crate::error::{Error, Result};
-use crate::lock::{Hold, HoldRef, Lock, Millis, Mode};
+use crate::lock::{HoldRef, IntoHold, Lock, Millis, Mode, Serial};
 use crate::redis::{datatype, feed};
 use crate::stats;
 
@@ -59,6 +60,16 @@ pub struct LockKey {
     /// The value was created through this handle: nothing on a replica can need pruning
     /// (its copy of the key was deleted or never existed), so shared grants skip `PRUNE`.
     created: bool,
+    /// The value's address as this handle last found it (null: empty), `None` until the first
+    /// read. Why a cache is exact: the server's key handle keeps the value object it opened
+    /// (`key->value`), and `RM_KeyType`/`RM_ModuleTypeGetValue` only read through it, so what
+    /// they return changes only when this handle stores or deletes the value (both set the
+    /// cache) or when our type's value is replaced in place (`RM_ModuleTypeReplaceValue`, which
+    /// the module never calls). A second handle that deleted or replaced the same key would
+    /// leave the server's `key->value` of this one dangling, cache or not: the cache adds no
+    /// case that the uncached reads survive. Saves the three server calls of each read after
+    /// the first (a cycle reads it about seven times).
+    value: Cell<Option<*mut Lock>>,
 }
 
 impl LockKey {
@@ -90,26 +101,32 @@ impl LockKey {
             key: key.cast(),
             name,
             created: false,
+            value: Cell::new(None),
         }
     }
 
     fn raw_value(&self) -> Result<*mut Lock> {
+        if let Some(value) = self.value.get() {
+            return Ok(value);
+        }
         if self.key.is_null() {
             return Ok(std::ptr::null_mut());
         }
         // SAFETY: self.key is an open key; these calls only read its type and value pointer.
-        unsafe {
+        let value = unsafe {
             match raw::RedisModule_KeyType.unwrap()(self.key) as isize {
-                raw::REDISMODULE_KEYTYPE_EMPTY => Ok(std::ptr::null_mut()),
+                raw::REDISMODULE_KEYTYPE_EMPTY => std::ptr::null_mut(),
                 raw::REDISMODULE_KEYTYPE_MODULE
                     if raw::RedisModule_ModuleTypeGetType.unwrap()(self.key)
                         == datatype::raw_type() =>
                 {
-                    Ok(raw::RedisModule_ModuleTypeGetValue.unwrap()(self.key).cast())
+                    raw::RedisModule_ModuleTypeGetValue.unwrap()(self.key).cast()
                 }
-                _ => Err(Error::WrongType),
+                _ => return Err(Error::WrongType),
             }
-        }
+        };
+        self.value.set(Some(value));
+        Ok(value)
     }
 
     /// The stored lock, with live and expired holders; `WRONGTYPE` if the key holds something
@@ -128,7 +145,7 @@ impl LockKey {
     /// Store `hold` in `mode`, as `lock::decide_acquire` (or the primary) allowed: create the
     /// value, or admit the hold into it after dropping the holders that expired at or before
     /// `prune` (each counts as an expiry, `lock.expired`). The key's expiry follows.
-    pub fn grant(&mut self, mode: Mode, hold: Hold, prune: Option<Millis>) -> Result<()> {
+    pub fn grant(&mut self, mode: Mode, hold: impl IntoHold, prune: Option<Millis>) -> Result<()> {
         let (ctx, name) = (self.ctx, self.name);
         match self.lock_mut()? {
             Some(lock) => {
@@ -160,6 +177,7 @@ impl LockKey {
                 }
                 stats::LOCK_VALUES.fetch_add(1, Relaxed);
                 self.created = true;
+                self.value.set(Some(value));
             }
         }
         self.sync_expiry()
@@ -176,21 +194,22 @@ impl LockKey {
         self.sync_expiry()
     }
 
-    /// Take `owner`'s entry out, and the holders that expired at or before `prune`. The value
-    /// stays even when it has no holders left, so that a handoff can fill it in the same
-    /// command; the caller deletes the key if nobody is granted (see [`Self::delete_if_empty`]).
-    pub fn remove(&mut self, owner: &[u8], prune: Option<Millis>) -> Result<Option<Hold>> {
+    /// Take `owner`'s entry out, and the holders that expired at or before `prune`; `Some`
+    /// (the removed hold's session, 0 for none) when there was one. The value stays even when
+    /// it has no holders left, so that a handoff can fill it in the same command; the caller
+    /// deletes the key if nobody is granted (see [`Self::delete_if_empty`]).
+    pub fn remove(&mut self, owner: &[u8], prune: Option<Millis>) -> Result<Option<Serial>> {
         let (ctx, name) = (self.ctx, self.name);
         let Some(lock) = self.lock_mut()? else {
             return Ok(None);
         };
-        let removed = lock.remove(owner);
+        let removed = lock.discard(owner);
         if let Some(before) = prune.filter(|_| feed::watching()) {
             feed_pruned(ctx, name, lock, before);
         }
-        if let Some(hold) = removed.as_ref().filter(|h| h.session != 0) {
+        if let Some(session) = removed.filter(|s| *s != 0) {
             let name = redis_module::RedisString::string_as_slice(name);
-            crate::redis::session::untrack(hold.session, selected_db(ctx), name, owner);
+            crate::redis::session::untrack(session, selected_db(ctx), name, owner);
         }
         let expired = prune.map_or(0, |before| lock.prune(before));
         if expired > 0 {
@@ -260,6 +279,7 @@ impl LockKey {
             // SAFETY: the key is open for writing; deleting an empty key is a no-op.
             unsafe { raw::RedisModule_DeleteKey.unwrap()(self.key) };
             feed::deleting(false);
+            self.value.set(Some(std::ptr::null_mut()));
         }
     }
 

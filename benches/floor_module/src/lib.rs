@@ -1,10 +1,23 @@
-//! Bench-only floor module for `make bench-instructions` (issue 22): `FLOOR.ACQUIRE key owner
-//! ttl-ms` and `FLOOR.RELEASE key owner` make the same server calls as an uncontended
-//! `LOCK.ACQUIRE` and `LOCK.RELEASE` of an exclusive lock, and nothing else: open the key, check
-//! its type, store (or read and delete) a module-type value, set the key's expiry, notify,
-//! replicate (`FLOOR.LOAD key owner token deadline`, the shape of `LOCK.LOAD`, format `sbll`;
-//! the release verbatim) and reply with an integer. What `LOCK.*` costs beyond these is ours;
-//! these are the platform's. Raw handlers, no argument wrapping, one allocation per value.
+//! Bench-only floor module (issue 22): the platform's share of our commands, in instructions
+//! (`make bench-instructions`) and in memory (`make bench`, section "Memory per held lock").
+//!
+//! Instructions: `FLOOR.ACQUIRE key owner ttl-ms` and `FLOOR.RELEASE key owner` make the same
+//! server calls as an uncontended `LOCK.ACQUIRE` and `LOCK.RELEASE` of an exclusive lock, and
+//! nothing else: open the key, check its type, store (or read and delete) a module-type value,
+//! set the key's expiry, notify, replicate (`FLOOR.LOAD key owner token deadline`, the shape of
+//! `LOCK.LOAD`, format `sbll`; the release verbatim) and reply with an integer. What `LOCK.*`
+//! costs beyond these is ours; these are the platform's. Raw handlers, no argument wrapping.
+//!
+//! Memory: the value `FLOOR.ACQUIRE` stores is the smallest honest value a lock
+//! can have, in one allocation: what a lock must know to answer a release, an extend and a
+//! fence (the fencing token, the deadline, the owner's bytes and their length), with no
+//! capacity to spare: `8 + 8 + 1 + owner` bytes, 53 for a 36-byte UUID owner, which the server's
+//! allocator serves from its next size class. The key, its dict entry, its expiry and the
+//! module-type wrapper around the value cost what ours cost, so `used_memory` per key of
+//! `FLOOR.ACQUIRE` against `LOCK.ACQUIRE` (same keys, owners and ttl) is what our value's
+//! layout costs beyond the least a module type can spend (issue 22, goal 2 on Redis 8.2). What
+//! it leaves out and `LOCK.ACQUIRE`'s value keeps: the grant time (the hold-time statistic),
+//! and room for owners up to 39 bytes whatever this owner's length.
 //!
 //! Never shipped and never loaded by the tests: it has no persistence worth the name (an
 //! owner longer than 64 bytes is refused) and no queue.
@@ -20,12 +33,63 @@ static ALLOC: RedisAlloc = RedisAlloc;
 
 const OWNER_MAX: usize = 64;
 
-/// The value: one allocation, like the smallest lock value could be.
-struct Value {
-    token: u64,
-    deadline: i64,
-    len: usize,
-    owner: [u8; OWNER_MAX],
+/// The value: token, deadline, the owner's length and its bytes, packed into one allocation of
+/// exactly [`HEAD`] + length bytes (see the module docs); `*mut u8` to its first byte.
+struct Value;
+
+/// Bytes before the owner: token (8), deadline (8), owner length (1).
+const HEAD: usize = 17;
+
+impl Value {
+    fn layout(owner_len: usize) -> std::alloc::Layout {
+        // Align 8: the server's allocator rounds every request up to its size class anyway.
+        std::alloc::Layout::from_size_align(HEAD + owner_len, 8).expect("small layout")
+    }
+
+    /// A new value (the caller has checked `owner.len() <= OWNER_MAX`).
+    fn alloc(owner: &[u8], token: u64, deadline: i64) -> *mut u8 {
+        // SAFETY: the layout has a non-zero size; every byte is written below.
+        unsafe {
+            let p = std::alloc::alloc(Self::layout(owner.len()));
+            if p.is_null() {
+                std::alloc::handle_alloc_error(Self::layout(owner.len()));
+            }
+            let v = std::slice::from_raw_parts_mut(p, HEAD + owner.len());
+            v[..8].copy_from_slice(&token.to_ne_bytes());
+            v[8..16].copy_from_slice(&deadline.to_ne_bytes());
+            v[16] = owner.len() as u8;
+            v[HEAD..].copy_from_slice(owner);
+            p
+        }
+    }
+
+    /// The value's bytes.
+    ///
+    /// # Safety
+    /// `p` came from [`Value::alloc`] and was not freed.
+    unsafe fn bytes<'a>(p: *const u8) -> &'a [u8] {
+        std::slice::from_raw_parts(p, HEAD + usize::from(*p.add(16)))
+    }
+
+    /// (owner, token, deadline).
+    ///
+    /// # Safety
+    /// As in [`Value::bytes`].
+    unsafe fn read<'a>(p: *const u8) -> (&'a [u8], u64, i64) {
+        let v = Self::bytes(p);
+        let word = |at: usize| <[u8; 8]>::try_from(&v[at..at + 8]).expect("8 bytes");
+        (
+            &v[HEAD..],
+            u64::from_ne_bytes(word(0)),
+            i64::from_ne_bytes(word(8)),
+        )
+    }
+
+    /// # Safety
+    /// As in [`Value::bytes`]; freed once.
+    unsafe fn free(p: *mut u8) {
+        std::alloc::dealloc(p, Self::layout(usize::from(*p.add(16))));
+    }
 }
 
 static TYPE: AtomicPtr<raw::RedisModuleType> = AtomicPtr::new(null_mut());
@@ -49,7 +113,7 @@ unsafe fn error(ctx: *mut raw::RedisModuleCtx, msg: &std::ffi::CStr) -> c_int {
 }
 
 /// The key's value if it holds ours, null if empty; Err on another type.
-unsafe fn value(key: *mut raw::RedisModuleKey) -> Result<*mut Value, ()> {
+unsafe fn value(key: *mut raw::RedisModuleKey) -> Result<*mut u8, ()> {
     match raw::RedisModule_KeyType.unwrap()(key) as isize {
         raw::REDISMODULE_KEYTYPE_EMPTY => Ok(null_mut()),
         raw::REDISMODULE_KEYTYPE_MODULE
@@ -64,16 +128,9 @@ unsafe fn value(key: *mut raw::RedisModuleKey) -> Result<*mut Value, ()> {
 /// Store a new value in the open empty key and set its expiry at `deadline`, as `LockKey::grant`
 /// does (absolute on 7.2+, relative on 7.0).
 unsafe fn store(key: *mut raw::RedisModuleKey, owner: &[u8], token: u64, deadline: i64) -> bool {
-    let mut v = Box::new(Value {
-        token,
-        deadline,
-        len: owner.len(),
-        owner: [0; OWNER_MAX],
-    });
-    v.owner[..owner.len()].copy_from_slice(owner);
-    let v = Box::into_raw(v);
+    let v = Value::alloc(owner, token, deadline);
     if raw::RedisModule_ModuleTypeSetValue.unwrap()(key, TYPE.load(Relaxed), v.cast()) != OK {
-        drop(Box::from_raw(v));
+        Value::free(v);
         return false;
     }
     let rc = match raw::RedisModule_SetAbsExpire {
@@ -168,8 +225,8 @@ extern "C" fn release(
             Err(()) => error(ctx, c"WRONGTYPE"),
             Ok(v) if v.is_null() => raw::RedisModule_ReplyWithLongLong.unwrap()(ctx, 0),
             Ok(v) => {
-                let v = &*v;
-                if &v.owner[..v.len] != owner || v.deadline <= now {
+                let (held, _, deadline) = Value::read(v);
+                if held != owner || deadline <= now {
                     raw::RedisModule_ReplyWithLongLong.unwrap()(ctx, 0)
                 } else {
                     raw::RedisModule_NotifyKeyspaceEvent.unwrap()(
@@ -223,10 +280,10 @@ extern "C" fn load(
 
 extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
     // SAFETY: the server passes a value of our type.
-    let v = unsafe { &*value.cast::<Value>() };
-    raw::save_slice(rdb, &v.owner[..v.len]);
-    raw::save_unsigned(rdb, v.token);
-    raw::save_signed(rdb, v.deadline);
+    let (owner, token, deadline) = unsafe { Value::read(value.cast()) };
+    raw::save_slice(rdb, owner);
+    raw::save_unsigned(rdb, token);
+    raw::save_signed(rdb, deadline);
 }
 
 extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, _encver: c_int) -> *mut c_void {
@@ -238,15 +295,7 @@ extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, _encver: c_int) -> *mut c_v
         return null_mut();
     };
     let owner = owner.as_ref();
-    let len = owner.len().min(OWNER_MAX);
-    let mut v = Box::new(Value {
-        token,
-        deadline,
-        len,
-        owner: [0; OWNER_MAX],
-    });
-    v.owner[..len].copy_from_slice(&owner[..len]);
-    Box::into_raw(v).cast()
+    Value::alloc(&owner[..owner.len().min(OWNER_MAX)], token, deadline).cast()
 }
 
 extern "C" fn aof_rewrite(
@@ -256,27 +305,28 @@ extern "C" fn aof_rewrite(
 ) {
     // SAFETY: the server passes a value of our type; the format matches the arguments.
     unsafe {
-        let v = &*value.cast::<Value>();
+        let (owner, token, deadline) = Value::read(value.cast());
         raw::RedisModule_EmitAOF.unwrap()(
             aof,
             c"FLOOR.LOAD".as_ptr(),
             c"sbll".as_ptr(),
             key,
-            v.owner.as_ptr().cast::<c_char>(),
-            v.len,
-            v.token as c_longlong,
-            v.deadline as c_longlong,
+            owner.as_ptr().cast::<c_char>(),
+            owner.len(),
+            token as c_longlong,
+            deadline as c_longlong,
         );
     }
 }
 
-extern "C" fn mem_usage(_value: *const c_void) -> usize {
-    std::mem::size_of::<Value>()
+extern "C" fn mem_usage(value: *const c_void) -> usize {
+    // SAFETY: the server passes a value of our type.
+    unsafe { Value::bytes(value.cast()).len() }
 }
 
 extern "C" fn free(value: *mut c_void) {
-    // SAFETY: a value of our type is a Box<Value> we handed to the server, freed once.
-    drop(unsafe { Box::from_raw(value.cast::<Value>()) });
+    // SAFETY: a value of our type came from Value::new and the server frees it once.
+    unsafe { Value::free(value.cast()) };
 }
 
 #[no_mangle]

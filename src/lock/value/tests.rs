@@ -326,6 +326,31 @@ fn the_inline_form_behaves_like_any_other() {
 }
 
 #[test]
+fn discard_removes_like_remove_and_tells_the_session() {
+    let mut in_session = hold("s", 2, T0 + 100);
+    in_session.session = 9;
+    for (mode, h, session) in [
+        (X, hold("a", 1, T0 + 100), 0),
+        (X, in_session, 9),
+        (S, hold("a", 1, T0 + 100), 0),
+    ] {
+        let mut l = Lock::new(mode, h.clone());
+        assert_eq!(l.discard(b"zz"), None, "{h:?}");
+        assert_eq!(l, Lock::new(mode, h.clone()), "nothing removed");
+        let mut removed = l.clone();
+        assert_eq!(l.discard(&h.owner), Some(session), "{h:?}");
+        assert_eq!(removed.remove(&h.owner), Some(h.clone()));
+        assert_eq!(l, removed, "the same value as after remove");
+        assert!(l.is_empty() && l.key_deadline().is_none());
+        assert_eq!(l.discard(&h.owner), None);
+    }
+    // Out of several holders: the others stay.
+    let mut l = held(S, &[("r1", T0 + 100), ("r2", T0 + 200)]);
+    assert_eq!(l.discard(b"r1"), Some(0));
+    assert_eq!(l.holders().map(|h| h.owner).collect::<Vec<_>>(), [b"r2"]);
+}
+
+#[test]
 fn the_form_is_canonical() {
     let plain = hold("a", 1, T0 + 100);
     let packed = Lock::new(X, plain.clone());
