@@ -154,6 +154,10 @@ pub fn waiters_killed_and_unblocked() -> Scenario {
 }
 
 const UNBLOCK_TIMEOUT: &str = "CLIENT UNBLOCK of a waiter";
+/// How much later than `CLIENT UNBLOCK`'s own reply a raced grant's token may reach the waiter
+/// (both leave the server in one event-loop turn; the rest is the two client threads being
+/// scheduled on a loaded machine), in microseconds.
+const RACED_REPLY: i64 = 100_000;
 const UNBLOCK_ERROR: &str = "CLIENT UNBLOCK ... ERROR of a waiter";
 
 /// Every 20-80 ms, pick a client blocked in `LOCK.ACQUIRE ... BLOCK` and kill it, unblock it
@@ -183,8 +187,16 @@ pub fn disturb_waiters(env: &mut Env) {
 }
 
 /// Pass: a waiter that `CLIENT UNBLOCK` reports as unblocked (reply 1) gets `nil` (TIMEOUT) or
-/// an `UNBLOCKED` error (ERROR), never a token: its call of `LOCK.ACQUIRE` spanning the
-/// unblock is not granted.
+/// an `UNBLOCKED` error (ERROR): its call of `LOCK.ACQUIRE` spanning the unblock is not
+/// granted. Save one race that is the server's: when the module has already granted the
+/// waiter (`RedisModule_UnblockClient` with its token, the reply handed over at the end of the
+/// event-loop turn) and the unblock arrives in that same turn, the client is still flagged
+/// blocked, so `CLIENT UNBLOCK` answers 1, while Redis skips the timeout callback of a client
+/// the module already unblocked; the waiter gets its token (a real grant, which the other
+/// checks judge like any other). Both replies leave the server in that turn, so such a token
+/// must reach the waiter within [`RACED_REPLY`] of the unblock's own reply; a later token was
+/// granted after the unblock, which is the failure this check is for. Seen 3 times in 212
+/// runs of 1 s on a loaded machine, with the module before and after its `BLOCK` timer change.
 pub fn unblocked_waiters_get_no_lock(h: &History, _v: &Verdict) -> Vec<Check> {
     let mut c = Check::new(
         "unblocked-waiter-not-granted",
@@ -223,6 +235,10 @@ pub fn unblocked_waiters_get_no_lock(h: &History, _v: &Verdict) -> Vec<Check> {
         } else {
             call.reply == "nil"
         };
+        let raced = call.outcome == Outcome::Ok && call.complete <= f.complete + RACED_REPLY;
+        if raced {
+            continue;
+        }
         if call.outcome == Outcome::Ok || !expected {
             c.violations.push(format!("{f}\n      answered: {call}"));
         }
