@@ -229,7 +229,10 @@ fn limits_reached(h: &History) -> Check {
             ));
         }
     }
-    if c.checked == 0 {
+    // Likewise: a 1 s run with a failover in it on a loaded machine once granted no SHARED
+    // LIMIT hold at all (Redis 8.2, seed 335321: 58 refused while exclusive holds of 0.3-2 s
+    // kept both keys).
+    if c.checked == 0 && !short {
         c.violations
             .push("no SHARED LIMIT hold at all (the scenario tested nothing)".to_string());
     }
