@@ -176,7 +176,8 @@ fn readers_share(h: &History) -> Check {
             }
         }
     }
-    if most < 2 {
+    // A coverage check: required in the long runs only, as `limit-reached` below.
+    if most < 2 && crate::run::workload_secs() >= 10.0 {
         c.violations.push(format!(
             "at most {most} shared holders at once on a key also held exclusively: the readers \
              never shared (the scenario tested nothing)"
