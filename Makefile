@@ -155,7 +155,7 @@ bench: build servers ## Benchmarks vs the classic pattern and real lock librarie
 			$(CARGO) bench --bench inventory; \
 	fi
 
-bench-instructions: build servers ## Server instructions per operation under callgrind (Redis 7.0 and 8.2, bare/AOF/AOF+replica); writes benches/results/instructions.md and instructions_handoff.md (contended handoffs vs BLPOP) (QUICK=1: smoke run into target/)
+bench-instructions: build servers ## Server instructions per operation under callgrind (Redis 7.0 and 8.2, bare/AOF/AOF+replica); writes benches/results/instructions.md and instructions_handoff.md/.json (contended handoffs vs BLPOP, the semaphore vs the sorted set) (QUICK=1: smoke run into target/)
 	@command -v valgrind >/dev/null || { echo "valgrind is missing: sudo apt-get install -y valgrind"; exit 1; }
 	REDIS_SERVERS="redis-7.0=$(REDIS_SERVER) redis-8.2=$(REDIS_8)" REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_RELEASE) \
 		QUICK=$(QUICK) python3 benches/instructions/instructions.py

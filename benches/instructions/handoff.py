@@ -26,6 +26,7 @@ valgrind, default 0.05), CONTENDERS (a subset, by key of CONTENDERS below). Prin
 target/bench-instructions/instructions_handoff.md).
 """
 
+import json
 import os
 import select
 import shutil
@@ -216,9 +217,11 @@ def main():
               (["sem", "zset", "zsetpoll"], ("sem", "zset"), "semaphore / sorted-set grant")]
     tables = [([c for c in cs if c in contenders], pair, label) for cs, pair, label in tables]
     rows = {id(t): [] for t in tables}
+    # The same shape as instructions.json, so that lockbench's Goals table reads both.
+    results = {}
     for name, path in servers:
         for setting in settings:
-            r = {}
+            r = results.setdefault(name, {"version": ins.version(path)}).setdefault(setting, {})
             for contender in contenders:
                 files = [ins.OUT / f"callgrind.handoff.{name}.{setting}.{contender}.{n}"
                          for n in (SHORT, LONG)]
@@ -250,7 +253,12 @@ def main():
     out = ins.OUT if partial else ins.RESULTS
     out.mkdir(parents=True, exist_ok=True)
     (out / "instructions_handoff.md").write_text("\n".join(lines) + "\n")
-    print(f"wrote {out / 'instructions_handoff.md'}")
+    commit = subprocess.run(["git", "-C", str(ins.ROOT), "describe", "--always", "--dirty"],
+                            capture_output=True, text=True).stdout.strip()
+    (out / "instructions_handoff.json").write_text(
+        json.dumps({"commit": commit, "short": SHORT, "long": LONG, "results": results},
+                   indent=2) + "\n")
+    print(f"wrote {out / 'instructions_handoff.md'} and instructions_handoff.json")
     print("\n".join(lines))
 
 

@@ -174,9 +174,11 @@ fn run() -> Result<(), String> {
         total_secs: started.elapsed().as_secs_f64(),
         done,
         instructions: fs::read_to_string(root.join("benches/results/instructions.md")).ok(),
-        instruction_goals: fs::read_to_string(root.join("benches/results/instructions.json"))
-            .map(|j| instruction_goals::goals(&j))
-            .unwrap_or_default(),
+        instruction_goals: ["instructions.json", "instructions_handoff.json"]
+            .iter()
+            .filter_map(|f| fs::read_to_string(root.join("benches/results").join(f)).ok())
+            .flat_map(|j| instruction_goals::goals(&j))
+            .collect(),
     };
     let out = &cfg.out;
     fs::create_dir_all(&out.dir).map_err(|e| format!("{}: {e}", out.dir.display()))?;
