@@ -28,6 +28,7 @@ use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::os::raw::{c_int, c_void};
 use std::rc::Rc;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
 use redis_module::{logging, raw, Context, RedisString};
 
@@ -141,13 +142,17 @@ enum Work {
     ExpireSessionsAfterPause,
 }
 
+/// Number of keys with a queue: lets unlink callbacks and the fast paths return at once when
+/// zero. An atomic rather than a thread-local only because a static is cheaper to read from a
+/// `cdylib` (a thread-local read calls `__tls_get_addr`); like the rest of this state it is read
+/// and written on the server's main thread only, so `Relaxed` is all the ordering it needs.
+static QUEUED_KEYS: AtomicUsize = AtomicUsize::new(0);
+
 thread_local! {
     static QUEUES: RefCell<HashMap<QueueKey, Queue>> = RefCell::new(HashMap::new());
     /// Which queue each blocked client is in (keyed by its handle's address).
     static CLIENTS: RefCell<HashMap<usize, QueueKey, BuildHasherDefault<AddressHasher>>> =
         RefCell::new(HashMap::default());
-    /// Number of keys with a queue: lets unlink callbacks return at once when zero.
-    static QUEUED_KEYS: Cell<usize> = const { Cell::new(0) };
     static PENDING: RefCell<Vec<Work>> = const { RefCell::new(Vec::new()) };
     static PENDING_ARMED: Cell<bool> = const { Cell::new(false) };
     static NEXT_WAITER_ID: Cell<u64> = const { Cell::new(0) };
@@ -178,7 +183,7 @@ impl Hasher for AddressHasher {
 
 /// True when `key` has queued waiters.
 pub fn has_waiters(db: i32, key: &[u8]) -> bool {
-    QUEUED_KEYS.with(Cell::get) > 0
+    QUEUED_KEYS.load(Relaxed) > 0
         && QUEUES.with(|q| q.borrow().contains_key(&(db, key) as &dyn KeyView))
 }
 
@@ -208,7 +213,7 @@ pub fn queue_view(db: i32, key: &[u8]) -> Vec<(Vec<u8>, Mode)> {
 /// A shared waiter queued on `key` whose limit differs from `mode`'s: the key's limit is
 /// fixed by whoever is queued first, so a caller asking for another would only fail later.
 pub fn queued_conflict(db: i32, key: &[u8], mode: Mode) -> Option<Conflict> {
-    if !mode.is_shared() || QUEUED_KEYS.with(Cell::get) == 0 {
+    if !mode.is_shared() || QUEUED_KEYS.load(Relaxed) == 0 {
         return None;
     }
     QUEUES.with(|q| {
@@ -231,7 +236,7 @@ pub fn total_waiters() -> usize {
 
 /// Keys with at least one blocked client.
 pub fn waiting_keys() -> usize {
-    QUEUED_KEYS.with(Cell::get)
+    QUEUED_KEYS.load(Relaxed)
 }
 
 /// True when the command runs where it must not block: `MULTI`, Lua, functions.
@@ -284,7 +289,7 @@ pub fn block(
         let mut queue = Queue::default();
         queue.waiters.push(waiter, cap)?;
         queues.insert(qk.clone(), queue);
-        QUEUED_KEYS.with(|n| n.set(n.get() + 1));
+        QUEUED_KEYS.fetch_add(1, Relaxed);
         Ok(false)
     });
     let armed = match pushed {
@@ -351,7 +356,7 @@ pub fn serve(
     key: &[u8],
     now: Millis,
 ) -> Result<usize> {
-    if QUEUED_KEYS.with(Cell::get) == 0 {
+    if QUEUED_KEYS.load(Relaxed) == 0 {
         return Ok(0);
     }
     let qk: QueueKey = (key::selected_db(ctx), key.to_vec());
@@ -538,7 +543,7 @@ pub fn deadline_changed(
     key: &[u8],
     now: Millis,
 ) {
-    if QUEUED_KEYS.with(Cell::get) > 0 {
+    if QUEUED_KEYS.load(Relaxed) > 0 {
         if let Some(at) = lock_key
             .lock()
             .ok()
@@ -612,7 +617,7 @@ fn drop_queue_if_empty(ctx: *mut raw::RedisModuleCtx, qk: &QueueKey) {
     let timer = QUEUES.with(|q| {
         let mut queues = q.borrow_mut();
         if queues.get(qk).is_some_and(|queue| queue.waiters.is_empty()) {
-            QUEUED_KEYS.with(|n| n.set(n.get() - 1));
+            QUEUED_KEYS.fetch_sub(1, Relaxed);
             queues.remove(qk).and_then(|queue| queue.timer)
         } else {
             None

@@ -76,7 +76,7 @@ pub fn block_set(
         let mut queues = q.borrow_mut();
         for k in keys {
             let queue = queues.entry((db, k.to_vec())).or_insert_with(|| {
-                QUEUED_KEYS.with(|n| n.set(n.get() + 1));
+                QUEUED_KEYS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 Queue::default()
             });
             let waiter = Waiter {
