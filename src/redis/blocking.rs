@@ -53,7 +53,7 @@ use deadlines::{arm_deadline_timer, stop_timer, MAX_TIMER_MS};
 use deferred::{defer, run};
 pub use events::{key_unlinked, orphans_loaded, subscribe};
 pub use multi::block_set;
-use queue_key::KeyView;
+use queue_key::{KeyRef, KeyView};
 pub use sessions::{
     apply_ended, close_session, expire_sessions, session_disconnected, session_hold_exists,
     CloseReply,
@@ -305,7 +305,7 @@ pub fn block(
         }
     };
     if !armed {
-        arm_deadline_timer(ctx.ctx, &qk, next_expiry);
+        arm_deadline_timer(ctx.ctx, (qk.0, &qk.1), next_expiry);
     }
     CLIENTS.with(|c| c.borrow_mut().insert(bc as usize, qk));
     Ok(())
@@ -359,7 +359,8 @@ pub fn serve(
     if QUEUED_KEYS.load(Relaxed) == 0 {
         return Ok(0);
     }
-    let qk: QueueKey = (key::selected_db(ctx), key.to_vec());
+    // Borrowed: the name is copied only into a grant's outcome (and a new timer's data).
+    let qk: KeyRef = (key::selected_db(ctx), key);
     let mut granted = 0;
     // Whether the queue's timer is known to fire by the next expiry when the scan stops.
     let mut armed = false;
@@ -369,7 +370,7 @@ pub fn serve(
         // in the same look unless it must wait or is a multi-key waiter.
         let head = QUEUES.with(|q| {
             let mut queues = q.borrow_mut();
-            let Some(queue) = queues.get_mut(&qk) else {
+            let Some(queue) = queues.get_mut(&qk as &dyn KeyView) else {
                 return Head::Empty;
             };
             let Some(head) = queue.waiters.iter().next() else {
@@ -414,7 +415,7 @@ pub fn serve(
             Head::Error(e) => return Err(e),
             Head::Set => {
                 // A multi-key waiter at the head: the whole set, or this key waits for it.
-                match multi::serve_set(ctx, lock_key, &qk, now)? {
+                match multi::serve_set(ctx, lock_key, &(qk.0, qk.1.to_vec()), now)? {
                     multi::SetStep::Granted => granted += 1,
                     multi::SetStep::Failed => {}
                     multi::SetStep::Wait => break,
@@ -422,7 +423,7 @@ pub fn serve(
                 continue;
             }
             Head::Taken(waiter, emptied, taken) => {
-                taken_out(ctx, &qk, &waiter, emptied);
+                taken_out(ctx, qk, &waiter, emptied);
                 (waiter, taken)
             }
         };
@@ -458,7 +459,7 @@ pub fn serve(
                     session: waiter.session,
                     delay: waiter.delay,
                 };
-                session::track(waiter.session, qk.0, &qk.1, &waiter.owner);
+                session::track(waiter.session, qk.0, qk.1, &waiter.owner);
                 lock_key.grant(waiter.mode, hold, Some(now)).map(|_| token)
             }
         };
@@ -488,7 +489,7 @@ pub fn serve(
             Outcome::Granted {
                 token,
                 db: qk.0,
-                key: qk.1.clone(),
+                key: qk.1.to_vec(),
                 delivered: false,
             },
         );
@@ -496,7 +497,7 @@ pub fn serve(
     }
     if !armed {
         if let Some(at) = lock_key.lock()?.and_then(|l| l.next_expiry(now)) {
-            arm_deadline_timer(ctx, &qk, at);
+            arm_deadline_timer(ctx, qk, at);
         }
     }
     Ok(granted)
@@ -550,7 +551,7 @@ pub fn deadline_changed(
             .flatten()
             .and_then(|l| l.next_expiry(now))
         {
-            arm_deadline_timer(ctx, &(key::selected_db(ctx), key.to_vec()), at);
+            arm_deadline_timer(ctx, (key::selected_db(ctx), key), at);
         }
     }
 }
@@ -562,12 +563,12 @@ fn pop_front(ctx: *mut raw::RedisModuleCtx, qk: &QueueKey) -> Option<Waiter> {
         let waiter = queue.waiters.pop_front()?;
         Some((waiter, queue.waiters.is_empty()))
     })?;
-    taken_out(ctx, qk, &waiter, emptied);
+    taken_out(ctx, (qk.0, &qk.1), &waiter, emptied);
     Some(waiter)
 }
 
 /// The rest of taking `waiter` off the front of `qk`'s queue (`emptied`: none is left there).
-fn taken_out(ctx: *mut raw::RedisModuleCtx, qk: &QueueKey, waiter: &Waiter, emptied: bool) {
+fn taken_out(ctx: *mut raw::RedisModuleCtx, qk: KeyRef, waiter: &Waiter, emptied: bool) {
     CLIENTS.with(|c| c.borrow_mut().remove(&(waiter.bc as usize)));
     if emptied {
         drop_queue_if_empty(ctx, qk);
@@ -593,8 +594,8 @@ fn remove_waiter(
         Some((waiters.remove(is)?, was_head))
     })?;
     CLIENTS.with(|c| c.borrow_mut().remove(&(bc as usize)));
-    drop_queue_if_empty(ctx, &qk);
-    multi::leave_other_queues(ctx, &qk, &waiter);
+    drop_queue_if_empty(ctx, (qk.0, &qk.1));
+    multi::leave_other_queues(ctx, (qk.0, &qk.1), &waiter);
     if was_head && has_waiters(qk.0, &qk.1) {
         // The head stopped the scan; whoever is at the head now may be admissible (readers
         // behind a writer that gave up, while other readers hold the key).
@@ -613,12 +614,17 @@ fn retire(waiter: &Waiter) {
     }
 }
 
-fn drop_queue_if_empty(ctx: *mut raw::RedisModuleCtx, qk: &QueueKey) {
+fn drop_queue_if_empty(ctx: *mut raw::RedisModuleCtx, qk: KeyRef) {
     let timer = QUEUES.with(|q| {
         let mut queues = q.borrow_mut();
-        if queues.get(qk).is_some_and(|queue| queue.waiters.is_empty()) {
+        if queues
+            .get(&qk as &dyn KeyView)
+            .is_some_and(|queue| queue.waiters.is_empty())
+        {
             QUEUED_KEYS.fetch_sub(1, Relaxed);
-            queues.remove(qk).and_then(|queue| queue.timer)
+            queues
+                .remove(&qk as &dyn KeyView)
+                .and_then(|queue| queue.timer)
         } else {
             None
         }
