@@ -356,9 +356,24 @@ pub fn serve(
     key: &[u8],
     now: Millis,
 ) -> Result<usize> {
+    serve_looked(ctx, lock_key, key, now, |_| {})
+}
+
+/// As [`serve`], first calling `looked` with whether `key` has a queue (what [`has_waiters`]
+/// says), before anything is granted or replicated: a caller that needs to know gets it from
+/// serve's own first lookup instead of one of its own (`LOCK.RELEASE`).
+pub fn serve_looked(
+    ctx: *mut raw::RedisModuleCtx,
+    lock_key: &mut LockKey,
+    key: &[u8],
+    now: Millis,
+    looked: impl FnOnce(bool),
+) -> Result<usize> {
     if QUEUED_KEYS.load(Relaxed) == 0 {
+        looked(false);
         return Ok(0);
     }
+    let mut looked = Some(looked);
     // Borrowed: the name is copied only into a grant's outcome (and a new timer's data).
     let qk: KeyRef = (key::selected_db(ctx), key);
     let mut granted = 0;
@@ -368,11 +383,13 @@ pub fn serve(
         let lock = lock_key.lock();
         // One look at the queue per round (each costs a hash of the key): the head, taken out
         // in the same look unless it must wait or is a multi-key waiter.
+        let mut queued = false;
         let head = QUEUES.with(|q| {
             let mut queues = q.borrow_mut();
             let Some(queue) = queues.get_mut(&qk as &dyn KeyView) else {
                 return Head::Empty;
             };
+            queued = true;
             let Some(head) = queue.waiters.iter().next() else {
                 return Head::Empty;
             };
@@ -403,6 +420,9 @@ pub fn serve(
                 None => Head::Empty,
             }
         });
+        if let Some(looked) = looked.take() {
+            looked(queued);
+        }
         let (waiter, taken) = match head {
             Head::Empty => {
                 armed = true;
