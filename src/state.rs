@@ -1,19 +1,30 @@
 //! Module-wide state: the token mint and the configuration values.
 //!
-//! Why thread-locals: every callback that touches this state runs on the server's main thread
-//! (or, for `aux_save` during `BGSAVE`, on the main thread of the forked child), so a `Cell` is
-//! enough and a lock would only add cost to every grant.
+//! Why `Relaxed` atomics: every callback that touches this state runs on the server's main
+//! thread (or, for `aux_save` during `BGSAVE`, on the main thread of the forked child), so no
+//! ordering and no lock is needed, and a plain static is cheaper to read from a `cdylib` than a
+//! thread-local (which calls `__tls_get_addr`).
 
-use std::cell::Cell;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 
 use crate::lock::{Millis, TokenMint};
 
-thread_local! {
-    static MINT: Cell<TokenMint> = const { Cell::new(TokenMint::new()) };
-    /// True from the module's load until the first token is minted: a load from RDB or AOF
-    /// in this window is the start-up load (see `redis::role`).
-    static STARTING: Cell<bool> = const { Cell::new(true) };
+/// The token mint's high-water mark (see [`with_mint`]).
+static HIGH_WATER: AtomicU64 = AtomicU64::new(0);
+/// True from the module's load until the first token is minted: a load from RDB or AOF
+/// in this window is the start-up load (see `redis::role`).
+static STARTING: AtomicBool = AtomicBool::new(true);
+
+/// Run `f` on the token mint. The mint is its high-water mark alone, kept in an atomic rather
+/// than a thread-local only because a static is cheaper to read from a `cdylib` (a thread-local
+/// read calls `__tls_get_addr`); one thread touches it at a time (see the module doc), so
+/// `Relaxed` loads and stores are all the ordering it needs.
+fn with_mint<R>(f: impl FnOnce(&mut TokenMint) -> R) -> R {
+    let mut mint = TokenMint::new();
+    mint.observe(HIGH_WATER.load(Ordering::Relaxed));
+    let result = f(&mut mint);
+    HIGH_WATER.store(mint.high_water(), Ordering::Relaxed);
+    result
 }
 
 /// `lock.failover-token-margin-ms`: how far ahead the token high-water mark jumps when this
@@ -88,36 +99,22 @@ pub fn failover_token_margin_ms() -> Millis {
 
 /// Mint a new fencing token.
 pub fn next_token(now: Millis) -> u64 {
-    STARTING.with(|s| s.set(false));
-    MINT.with(|m| {
-        let mut mint = m.take();
-        let token = mint.next(now);
-        m.set(mint);
-        token
-    })
+    STARTING.store(false, Ordering::Relaxed);
+    with_mint(|mint| mint.next(now))
 }
 
 /// Raise the high-water mark to a token seen in a load, replication or AOF.
 pub fn observe_token(token: u64) {
-    MINT.with(|m| {
-        let mut mint = m.take();
-        mint.observe(token);
-        m.set(mint);
-    })
+    with_mint(|mint| mint.observe(token))
 }
 
 pub fn token_high_water() -> u64 {
-    MINT.with(|m| {
-        let mint = m.take();
-        let hw = mint.high_water();
-        m.set(mint);
-        hw
-    })
+    HIGH_WATER.load(Ordering::Relaxed)
 }
 
 /// True until the first token of this process is minted.
 pub fn starting() -> bool {
-    STARTING.with(Cell::get)
+    STARTING.load(Ordering::Relaxed)
 }
 
 /// Jump the high-water mark ahead by `lock.failover-token-margin-ms` (at the module's load,
@@ -125,10 +122,5 @@ pub fn starting() -> bool {
 /// ceiling below 2^53.
 pub fn skip_ahead(now: Millis) -> bool {
     let margin = failover_token_margin_ms();
-    MINT.with(|m| {
-        let mut mint = m.take();
-        let whole = mint.skip_ahead(now, margin);
-        m.set(mint);
-        whole
-    })
+    with_mint(|mint| mint.skip_ahead(now, margin))
 }

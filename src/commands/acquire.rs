@@ -27,7 +27,13 @@ pub fn run(ctx: &Context, args: &Args) -> RedisResult {
         lock::decide_acquire(lock_key.lock()?, cmd.owner, cmd.mode, serial, now, queued)
             .map_err(error::conflict)
     };
-    let mut decision = decide(&lock_key, blocking::has_waiters(db, name))?;
+    // Whether others are queued changes only a grant (into `ServeQueue`), so the queue is
+    // looked up only for one: a caller that finds the lock busy, as under contention, costs no
+    // lookup here.
+    let mut decision = decide(&lock_key, false)?;
+    if decision == Acquire::Grant && blocking::has_waiters(db, name) {
+        decision = decide(&lock_key, true)?;
+    }
     if decision == Acquire::ServeQueue {
         // Compatible, but others queued first: admit them, and this caller only if nobody is
         // left waiting ahead of it (no barging).

@@ -34,26 +34,35 @@ pub fn run(ctx: &Context, args: &Args) -> RedisResult {
     lock_key.notify(c"lock.released");
     lock_key.feed(crate::redis::feed::Kind::Released, cmd.owner, token, None);
     lock_key.remove(cmd.owner, Some(now))?;
-    let waiting = blocking::has_waiters(key::selected_db(ctx.ctx), name);
-    if shared && !waiting && lock_key.delete_if_empty()? {
-        // The last holder left a shared key: `DEL` alone, because the replica may still keep
-        // holders that expired here unseen, and the key goes on both sides.
-        lock_key.replicate_delete();
-        return Ok(RedisValue::Integer(1));
-    }
     // The command itself is the effect: replayed on a replica or from the AOF it removes the
     // same holder (see above), and replicating it verbatim costs a fraction of building a
-    // `DEL`. It goes first, so that the handoffs below reach replicas after it; an exclusive
-    // lock handed to a waiter needs none (the handoff replaces the whole value there).
-    let exclusive_handoff = !shared && waiting;
-    if !exclusive_handoff {
+    // `DEL`. It goes before the handoffs, so that they reach replicas after it (`serve_looked`
+    // says whether anyone is queued before it grants anything, from its own lookup of the
+    // queue); an exclusive lock handed to a waiter needs none (the handoff replaces the whole
+    // value there).
+    let mut waiting = false;
+    let granted = blocking::serve_looked(ctx.ctx, &mut lock_key, name, now, |queued| {
+        waiting = queued;
+        if queued && shared {
+            key::replicate_verbatim(ctx.ctx);
+        }
+    })?;
+    if !waiting {
+        // Nobody queued: nothing was granted or replicated above.
+        if shared && lock_key.delete_if_empty()? {
+            // The last holder left a shared key: `DEL` alone, because the replica may still
+            // keep holders that expired here unseen, and the key goes on both sides.
+            lock_key.replicate_delete();
+            return Ok(RedisValue::Integer(1));
+        }
         key::replicate_verbatim(ctx.ctx);
+        lock_key.delete_if_empty()?;
+        return Ok(RedisValue::Integer(1));
     }
-    let granted = blocking::serve(ctx.ctx, &mut lock_key, name, now)?;
     if lock_key.delete_if_empty()? {
         if shared {
             lock_key.replicate_delete();
-        } else if exclusive_handoff && granted == 0 {
+        } else if granted == 0 {
             key::replicate_verbatim(ctx.ctx);
         }
     }

@@ -28,6 +28,7 @@ use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::os::raw::{c_int, c_void};
 use std::rc::Rc;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
 use redis_module::{logging, raw, Context, RedisString};
 
@@ -52,7 +53,7 @@ use deadlines::{arm_deadline_timer, stop_timer, MAX_TIMER_MS};
 use deferred::{defer, run};
 pub use events::{key_unlinked, orphans_loaded, subscribe};
 pub use multi::block_set;
-use queue_key::KeyView;
+use queue_key::{KeyRef, KeyView};
 pub use sessions::{
     apply_ended, close_session, expire_sessions, session_disconnected, session_hold_exists,
     CloseReply,
@@ -141,13 +142,17 @@ enum Work {
     ExpireSessionsAfterPause,
 }
 
+/// Number of keys with a queue: lets unlink callbacks and the fast paths return at once when
+/// zero. An atomic rather than a thread-local only because a static is cheaper to read from a
+/// `cdylib` (a thread-local read calls `__tls_get_addr`); like the rest of this state it is read
+/// and written on the server's main thread only, so `Relaxed` is all the ordering it needs.
+static QUEUED_KEYS: AtomicUsize = AtomicUsize::new(0);
+
 thread_local! {
     static QUEUES: RefCell<HashMap<QueueKey, Queue>> = RefCell::new(HashMap::new());
     /// Which queue each blocked client is in (keyed by its handle's address).
     static CLIENTS: RefCell<HashMap<usize, QueueKey, BuildHasherDefault<AddressHasher>>> =
         RefCell::new(HashMap::default());
-    /// Number of keys with a queue: lets unlink callbacks return at once when zero.
-    static QUEUED_KEYS: Cell<usize> = const { Cell::new(0) };
     static PENDING: RefCell<Vec<Work>> = const { RefCell::new(Vec::new()) };
     static PENDING_ARMED: Cell<bool> = const { Cell::new(false) };
     static NEXT_WAITER_ID: Cell<u64> = const { Cell::new(0) };
@@ -178,7 +183,7 @@ impl Hasher for AddressHasher {
 
 /// True when `key` has queued waiters.
 pub fn has_waiters(db: i32, key: &[u8]) -> bool {
-    QUEUED_KEYS.with(Cell::get) > 0
+    QUEUED_KEYS.load(Relaxed) > 0
         && QUEUES.with(|q| q.borrow().contains_key(&(db, key) as &dyn KeyView))
 }
 
@@ -208,7 +213,7 @@ pub fn queue_view(db: i32, key: &[u8]) -> Vec<(Vec<u8>, Mode)> {
 /// A shared waiter queued on `key` whose limit differs from `mode`'s: the key's limit is
 /// fixed by whoever is queued first, so a caller asking for another would only fail later.
 pub fn queued_conflict(db: i32, key: &[u8], mode: Mode) -> Option<Conflict> {
-    if !mode.is_shared() || QUEUED_KEYS.with(Cell::get) == 0 {
+    if !mode.is_shared() || QUEUED_KEYS.load(Relaxed) == 0 {
         return None;
     }
     QUEUES.with(|q| {
@@ -231,7 +236,7 @@ pub fn total_waiters() -> usize {
 
 /// Keys with at least one blocked client.
 pub fn waiting_keys() -> usize {
-    QUEUED_KEYS.with(Cell::get)
+    QUEUED_KEYS.load(Relaxed)
 }
 
 /// True when the command runs where it must not block: `MULTI`, Lua, functions.
@@ -284,7 +289,7 @@ pub fn block(
         let mut queue = Queue::default();
         queue.waiters.push(waiter, cap)?;
         queues.insert(qk.clone(), queue);
-        QUEUED_KEYS.with(|n| n.set(n.get() + 1));
+        QUEUED_KEYS.fetch_add(1, Relaxed);
         Ok(false)
     });
     let armed = match pushed {
@@ -300,7 +305,7 @@ pub fn block(
         }
     };
     if !armed {
-        arm_deadline_timer(ctx.ctx, &qk, next_expiry);
+        arm_deadline_timer(ctx.ctx, (qk.0, &qk.1), next_expiry);
     }
     CLIENTS.with(|c| c.borrow_mut().insert(bc as usize, qk));
     Ok(())
@@ -351,10 +356,26 @@ pub fn serve(
     key: &[u8],
     now: Millis,
 ) -> Result<usize> {
-    if QUEUED_KEYS.with(Cell::get) == 0 {
+    serve_looked(ctx, lock_key, key, now, |_| {})
+}
+
+/// As [`serve`], first calling `looked` with whether `key` has a queue (what [`has_waiters`]
+/// says), before anything is granted or replicated: a caller that needs to know gets it from
+/// serve's own first lookup instead of one of its own (`LOCK.RELEASE`).
+pub fn serve_looked(
+    ctx: *mut raw::RedisModuleCtx,
+    lock_key: &mut LockKey,
+    key: &[u8],
+    now: Millis,
+    looked: impl FnOnce(bool),
+) -> Result<usize> {
+    if QUEUED_KEYS.load(Relaxed) == 0 {
+        looked(false);
         return Ok(0);
     }
-    let qk: QueueKey = (key::selected_db(ctx), key.to_vec());
+    let mut looked = Some(looked);
+    // Borrowed: the name is copied only into a grant's outcome (and a new timer's data).
+    let qk: KeyRef = (key::selected_db(ctx), key);
     let mut granted = 0;
     // Whether the queue's timer is known to fire by the next expiry when the scan stops.
     let mut armed = false;
@@ -362,11 +383,13 @@ pub fn serve(
         let lock = lock_key.lock();
         // One look at the queue per round (each costs a hash of the key): the head, taken out
         // in the same look unless it must wait or is a multi-key waiter.
+        let mut queued = false;
         let head = QUEUES.with(|q| {
             let mut queues = q.borrow_mut();
-            let Some(queue) = queues.get_mut(&qk) else {
+            let Some(queue) = queues.get_mut(&qk as &dyn KeyView) else {
                 return Head::Empty;
             };
+            queued = true;
             let Some(head) = queue.waiters.iter().next() else {
                 return Head::Empty;
             };
@@ -397,6 +420,9 @@ pub fn serve(
                 None => Head::Empty,
             }
         });
+        if let Some(looked) = looked.take() {
+            looked(queued);
+        }
         let (waiter, taken) = match head {
             Head::Empty => {
                 armed = true;
@@ -409,7 +435,7 @@ pub fn serve(
             Head::Error(e) => return Err(e),
             Head::Set => {
                 // A multi-key waiter at the head: the whole set, or this key waits for it.
-                match multi::serve_set(ctx, lock_key, &qk, now)? {
+                match multi::serve_set(ctx, lock_key, &(qk.0, qk.1.to_vec()), now)? {
                     multi::SetStep::Granted => granted += 1,
                     multi::SetStep::Failed => {}
                     multi::SetStep::Wait => break,
@@ -417,7 +443,7 @@ pub fn serve(
                 continue;
             }
             Head::Taken(waiter, emptied, taken) => {
-                taken_out(ctx, &qk, &waiter, emptied);
+                taken_out(ctx, qk, &waiter, emptied);
                 (waiter, taken)
             }
         };
@@ -453,7 +479,7 @@ pub fn serve(
                     session: waiter.session,
                     delay: waiter.delay,
                 };
-                session::track(waiter.session, qk.0, &qk.1, &waiter.owner);
+                session::track(waiter.session, qk.0, qk.1, &waiter.owner);
                 lock_key.grant(waiter.mode, hold, Some(now)).map(|_| token)
             }
         };
@@ -483,7 +509,7 @@ pub fn serve(
             Outcome::Granted {
                 token,
                 db: qk.0,
-                key: qk.1.clone(),
+                key: qk.1.to_vec(),
                 delivered: false,
             },
         );
@@ -491,7 +517,7 @@ pub fn serve(
     }
     if !armed {
         if let Some(at) = lock_key.lock()?.and_then(|l| l.next_expiry(now)) {
-            arm_deadline_timer(ctx, &qk, at);
+            arm_deadline_timer(ctx, qk, at);
         }
     }
     Ok(granted)
@@ -538,14 +564,14 @@ pub fn deadline_changed(
     key: &[u8],
     now: Millis,
 ) {
-    if QUEUED_KEYS.with(Cell::get) > 0 {
+    if QUEUED_KEYS.load(Relaxed) > 0 {
         if let Some(at) = lock_key
             .lock()
             .ok()
             .flatten()
             .and_then(|l| l.next_expiry(now))
         {
-            arm_deadline_timer(ctx, &(key::selected_db(ctx), key.to_vec()), at);
+            arm_deadline_timer(ctx, (key::selected_db(ctx), key), at);
         }
     }
 }
@@ -557,12 +583,12 @@ fn pop_front(ctx: *mut raw::RedisModuleCtx, qk: &QueueKey) -> Option<Waiter> {
         let waiter = queue.waiters.pop_front()?;
         Some((waiter, queue.waiters.is_empty()))
     })?;
-    taken_out(ctx, qk, &waiter, emptied);
+    taken_out(ctx, (qk.0, &qk.1), &waiter, emptied);
     Some(waiter)
 }
 
 /// The rest of taking `waiter` off the front of `qk`'s queue (`emptied`: none is left there).
-fn taken_out(ctx: *mut raw::RedisModuleCtx, qk: &QueueKey, waiter: &Waiter, emptied: bool) {
+fn taken_out(ctx: *mut raw::RedisModuleCtx, qk: KeyRef, waiter: &Waiter, emptied: bool) {
     CLIENTS.with(|c| c.borrow_mut().remove(&(waiter.bc as usize)));
     if emptied {
         drop_queue_if_empty(ctx, qk);
@@ -588,8 +614,8 @@ fn remove_waiter(
         Some((waiters.remove(is)?, was_head))
     })?;
     CLIENTS.with(|c| c.borrow_mut().remove(&(bc as usize)));
-    drop_queue_if_empty(ctx, &qk);
-    multi::leave_other_queues(ctx, &qk, &waiter);
+    drop_queue_if_empty(ctx, (qk.0, &qk.1));
+    multi::leave_other_queues(ctx, (qk.0, &qk.1), &waiter);
     if was_head && has_waiters(qk.0, &qk.1) {
         // The head stopped the scan; whoever is at the head now may be admissible (readers
         // behind a writer that gave up, while other readers hold the key).
@@ -608,12 +634,17 @@ fn retire(waiter: &Waiter) {
     }
 }
 
-fn drop_queue_if_empty(ctx: *mut raw::RedisModuleCtx, qk: &QueueKey) {
+fn drop_queue_if_empty(ctx: *mut raw::RedisModuleCtx, qk: KeyRef) {
     let timer = QUEUES.with(|q| {
         let mut queues = q.borrow_mut();
-        if queues.get(qk).is_some_and(|queue| queue.waiters.is_empty()) {
-            QUEUED_KEYS.with(|n| n.set(n.get() - 1));
-            queues.remove(qk).and_then(|queue| queue.timer)
+        if queues
+            .get(&qk as &dyn KeyView)
+            .is_some_and(|queue| queue.waiters.is_empty())
+        {
+            QUEUED_KEYS.fetch_sub(1, Relaxed);
+            queues
+                .remove(&qk as &dyn KeyView)
+                .and_then(|queue| queue.timer)
         } else {
             None
         }

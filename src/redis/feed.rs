@@ -17,6 +17,7 @@
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeSet, HashMap};
 use std::os::raw::c_void;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 
 use redis_module::raw;
 
@@ -84,23 +85,29 @@ struct Watch {
 
 type KeyRef = (i32, Vec<u8>);
 
+// The flags every command reads are atomics rather than thread-locals only because a static is
+// cheaper to read from a `cdylib` (a thread-local read calls `__tls_get_addr`). Like the rest of
+// the feed's state they are read and written on the server's main thread only, so `Relaxed` is
+// all the ordering they need.
+
+/// Number of watched keys: the whole cost of the feed for an unwatched key is reading it.
+static WATCHED: AtomicUsize = AtomicUsize::new(0);
+/// Something is queued: `flush`'s fast path reads only this.
+static QUEUED: AtomicBool = AtomicBool::new(false);
+/// The module itself is deleting a key (a release left it empty): its unlink is no news.
+static DELETING: AtomicBool = AtomicBool::new(false);
+
 thread_local! {
     static WATCHES: RefCell<HashMap<KeyRef, Watch>> = RefCell::new(HashMap::new());
     static BY_CLIENT: RefCell<HashMap<u64, BTreeSet<KeyRef>>> = RefCell::new(HashMap::new());
-    /// Number of watched keys: the whole cost of the feed for an unwatched key is reading it.
-    static WATCHED: Cell<usize> = const { Cell::new(0) };
     static PENDING: RefCell<Vec<Event>> = const { RefCell::new(Vec::new()) };
     static FLUSH_ARMED: Cell<bool> = const { Cell::new(false) };
-    /// Something is queued: `flush`'s fast path reads only this.
-    static QUEUED: Cell<bool> = const { Cell::new(false) };
     static DETACHED: Cell<*mut raw::RedisModuleCtx> = const { Cell::new(std::ptr::null_mut()) };
-    /// The module itself is deleting a key (a release left it empty): its unlink is no news.
-    static DELETING: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Around the module's own `DeleteKey` (see [`DELETING`]).
 pub fn deleting(on: bool) {
-    DELETING.with(|d| d.set(on));
+    DELETING.store(on, Relaxed);
 }
 
 /// A lock key left the keyspace by another way than the module's own release (`DEL`, `UNLINK`,
@@ -108,7 +115,7 @@ pub fn deleting(on: bool) {
 /// for each of its holders when none of them still held it (Redis expired the key), else one
 /// `deleted`.
 pub fn key_unlinked(db: i32, key: &[u8], lock: &crate::lock::Lock) {
-    if !watching() || DELETING.with(Cell::get) {
+    if !watching() || DELETING.load(Relaxed) {
         return;
     }
     let now = key::now();
@@ -124,7 +131,7 @@ pub fn key_unlinked(db: i32, key: &[u8], lock: &crate::lock::Lock) {
 /// True when some key is watched (check before building an event).
 #[inline]
 pub fn watching() -> bool {
-    WATCHED.with(Cell::get) > 0
+    WATCHED.load(Relaxed) > 0
 }
 
 fn watched(db: i32, key: &[u8]) -> bool {
@@ -146,7 +153,7 @@ pub fn watch(client: u64, db: i32, key: &[u8]) -> (Vec<u8>, u64) {
     let seq = WATCHES.with(|w| {
         let mut w = w.borrow_mut();
         let watch = w.entry(kr.clone()).or_insert_with(|| {
-            WATCHED.with(|n| n.set(n.get() + 1));
+            WATCHED.fetch_add(1, Relaxed);
             Watch::default()
         });
         watch.clients.insert(client);
@@ -183,7 +190,7 @@ fn drop_watcher(client: u64, kr: &KeyRef) {
             watch.clients.remove(&client);
             if watch.clients.is_empty() {
                 w.remove(kr);
-                WATCHED.with(|n| n.set(n.get() - 1));
+                WATCHED.fetch_sub(1, Relaxed);
             }
         }
     });
@@ -290,7 +297,7 @@ fn push(event: Event) {
 
 fn queue(event: Event) {
     PENDING.with(|p| p.borrow_mut().push(event));
-    QUEUED.with(|q| q.set(true));
+    QUEUED.store(true, Relaxed);
     // Published at the end of the command or callback that queued it (`flush`), or, for events
     // from inside the server's own operations, from this timer.
     if !FLUSH_ARMED.with(|a| a.replace(true)) {
@@ -319,7 +326,8 @@ extern "C" fn flush_timer(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
 /// Publish every queued event, in order, a handoff as one message.
 #[inline]
 pub fn flush(ctx: *mut raw::RedisModuleCtx) {
-    if QUEUED.with(|q| q.replace(false)) {
+    if QUEUED.load(Relaxed) {
+        QUEUED.store(false, Relaxed);
         publish_queued(ctx);
     }
 }

@@ -9,10 +9,10 @@ use super::*;
 /// early one finds the hold live and re-arms, see `settle`), replace a later one. Under
 /// contention every handoff moves the deadline later, so the timer is re-armed about once a
 /// ttl rather than stopped and created again at every handoff.
-pub(super) fn arm_deadline_timer(ctx: *mut raw::RedisModuleCtx, qk: &QueueKey, deadline: Millis) {
+pub(super) fn arm_deadline_timer(ctx: *mut raw::RedisModuleCtx, qk: KeyRef, deadline: Millis) {
     let old = QUEUES.with(|q| {
         let mut queues = q.borrow_mut();
-        let queue = queues.get_mut(qk)?;
+        let queue = queues.get_mut(&qk as &dyn KeyView)?;
         match queue.timer {
             Some((_, at)) if at <= deadline => None,
             _ => Some(queue.timer.take()),
@@ -29,14 +29,14 @@ pub(super) fn arm_deadline_timer(ctx: *mut raw::RedisModuleCtx, qk: &QueueKey, d
     let delay = (deadline.saturating_mul(1000) - key::now_micros() + 999)
         .div_euclid(1000)
         .clamp(0, MAX_TIMER_MS);
-    let data = Box::into_raw(Box::new(qk.clone()));
+    let data = Box::into_raw(Box::new((qk.0, qk.1.to_vec())));
     // SAFETY: the callback matches RedisModuleTimerProc; `data` is reclaimed by the callback or
     // by stop_timer, exactly once.
     let id = unsafe {
         raw::RedisModule_CreateTimer.unwrap()(ctx, delay, Some(deadline_timer), data.cast())
     };
     QUEUES.with(|q| {
-        if let Some(queue) = q.borrow_mut().get_mut(qk) {
+        if let Some(queue) = q.borrow_mut().get_mut(&qk as &dyn KeyView) {
             queue.timer = Some((id, deadline));
         }
     });

@@ -9,7 +9,7 @@ use super::*;
 /// A lock key left the keyspace (called from the type's unlink callback, in the middle of the
 /// deletion): if it has waiters, look at it again once the current command is done.
 pub fn key_unlinked(db: i32, key: &[u8]) {
-    if QUEUED_KEYS.with(Cell::get) == 0 {
+    if QUEUED_KEYS.load(std::sync::atomic::Ordering::Relaxed) == 0 {
         return;
     }
     let qk = (db, key.to_vec());

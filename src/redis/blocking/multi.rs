@@ -21,8 +21,8 @@ use redis_module::{raw, Context, RedisString};
 
 use super::{
     arm_deadline_timer, block_client, defer, drop_queue_if_empty, has_waiters, hold_deadline,
-    pop_front, remove_waiter, retire, unblock, waiters, Outcome, Queue, QueueKey, Waiter, Wants,
-    Work, CLIENTS, DETACHED, QUEUED_KEYS, QUEUES,
+    pop_front, remove_waiter, retire, unblock, waiters, KeyRef, Outcome, Queue, QueueKey, Waiter,
+    Wants, Work, CLIENTS, DETACHED, QUEUED_KEYS, QUEUES,
 };
 use crate::error::{self, Result};
 use crate::lock::{self, Ahead, Hold, KeyGrant, KeyState, Lock, Millis, Mode, MultiAcquire};
@@ -76,7 +76,7 @@ pub fn block_set(
         let mut queues = q.borrow_mut();
         for k in keys {
             let queue = queues.entry((db, k.to_vec())).or_insert_with(|| {
-                QUEUED_KEYS.with(|n| n.set(n.get() + 1));
+                QUEUED_KEYS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 Queue::default()
             });
             let waiter = Waiter {
@@ -98,7 +98,7 @@ pub fn block_set(
     });
     CLIENTS.with(|c| c.borrow_mut().insert(bc as usize, (db, keys[0].to_vec())));
     for (k, at) in keys.iter().zip(next_expiry) {
-        arm_deadline_timer(ctx.ctx, &(db, k.to_vec()), *at);
+        arm_deadline_timer(ctx.ctx, (db, k), *at);
     }
     // Its keys may all be free, with only sets that wait on busy keys ahead of it.
     let qk: QueueKey = (db, keys[0].to_vec());
@@ -154,9 +154,9 @@ pub(super) fn at_head_everywhere(db: i32, set: &[Vec<u8>], id: u64) -> bool {
 /// A waiter just taken out of `qk`'s queue: if it is a multi-key waiter, take its entries out
 /// of its other keys' queues too, and have each key whose head it was looked at again (the
 /// next waiter there may go now, or needs the timer for the new holder's deadline).
-pub(super) fn leave_other_queues(ctx: *mut raw::RedisModuleCtx, qk: &QueueKey, waiter: &Waiter) {
+pub(super) fn leave_other_queues(ctx: *mut raw::RedisModuleCtx, qk: KeyRef, waiter: &Waiter) {
     let Some(set) = &waiter.set else { return };
-    for k in set.iter().filter(|k| **k != qk.1) {
+    for k in set.iter().filter(|k| k.as_slice() != qk.1) {
         let other: QueueKey = (qk.0, k.clone());
         let was_head = QUEUES.with(|q| {
             let mut queues = q.borrow_mut();
@@ -171,7 +171,7 @@ pub(super) fn leave_other_queues(ctx: *mut raw::RedisModuleCtx, qk: &QueueKey, w
             queue.waiters.remove(|w| w.id == waiter.id);
             was_head
         });
-        drop_queue_if_empty(ctx, &other);
+        drop_queue_if_empty(ctx, (other.0, &other.1));
         if was_head && has_waiters(other.0, &other.1) {
             let detached = DETACHED.with(std::cell::Cell::get);
             if !detached.is_null() {
@@ -594,7 +594,7 @@ fn grant(
     // The keys' queues where it was at the head are looked at again from a zero-delay timer
     // (`leave_other_queues`); whoever it passed now waits for this grant's deadline.
     for k in set.iter() {
-        arm_deadline_timer(ctx, &(qk.0, k.clone()), deadline);
+        arm_deadline_timer(ctx, (qk.0, k), deadline);
     }
     Ok(())
 }

@@ -8,6 +8,9 @@ use std::hash::{Hash, Hasher};
 
 use super::QueueKey;
 
+/// A queue key borrowed: its database and name (what the hot path has, without a copy).
+pub(super) type KeyRef<'a> = (i32, &'a [u8]);
+
 /// A queue key, owned or borrowed: its database and name.
 pub(super) trait KeyView {
     fn view(&self) -> (i32, &[u8]);
