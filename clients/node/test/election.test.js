@@ -125,6 +125,7 @@ for (const kind of KINDS) {
         const lb = await new Election(b, key).campaign('b');
         const seen = [];
         while (seen.length === 0 || seen[seen.length - 1].leader === null || seen[seen.length - 1].leader.term !== lb.term) {
+          assert.ok(seen.length < 10, `b never reported as leader: ${JSON.stringify(seen)}`);
           seen.push(await changes.next(5000));
         }
         assert.ok(seen.some((c) => c.resync), JSON.stringify(seen));

@@ -170,9 +170,10 @@ for (const kind of KINDS) {
       const [, reason, at] = await lost.first();
       assert.equal(reason, 'deadline passed: no renewal succeeded');
       // Due 3 ms (the margin, 1 % of the ttl) before asked + 300 ms, less up to 1 ms: Node's
-      // timers run on libuv's millisecond loop clock (one fired 295.95 ms after `asked`); the
-      // upper bound leaves room for a timer's wake-up on a loaded machine.
-      assert.ok(at - asked >= 295 && at - asked < 400, `${at - asked} ms`);
+      // timers run on libuv's millisecond loop clock (one fired 295.95 ms after `asked`).
+      // Not before its conservative deadline; how soon after it is a timing goal, measured by
+      // `make bench` (the loss notice row), not asserted here.
+      assert.ok(at - asked >= 295, `${at - asked} ms`);
       assert.equal(lost.calls.length, 1);
     });
 

@@ -73,7 +73,7 @@ for (const kind of KINDS) {
       let previous = holder.token;
       assert.equal(await holder.release(), true);
       for (const l of lockers) {
-        while (l.token === null) await new Promise((r) => setTimeout(r, 5));
+        await until(`${l.owner} granted`, () => l.token !== null);
         assert.ok(l.token > previous, `${l.token} after ${previous}`);
         previous = l.token;
         assert.equal((await info(a, key)).owner, l.owner);

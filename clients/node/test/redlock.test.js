@@ -4,7 +4,7 @@
 
 const test = require('node:test');
 const assert = require('node:assert/strict');
-const { startServer } = require('./harness');
+const { startServer, waiters } = require('./harness');
 const { KINDS, connect, send, close } = require('./clients');
 const Redlock = require('../redlock');
 const { ExecutionError, ResourceLockedError } = Redlock;
@@ -39,11 +39,7 @@ for (const kind of KINDS) {
     const errors = [];
     second.on('error', (e) => errors.push(e));
     const waiting = second.acquire([key], 10000);
-    for (;;) {
-      const info = await send(a, 'LOCK.INFO', key);
-      if (info[7] === 1) break;
-      await new Promise((r) => setTimeout(r, 5));
-    }
+    await waiters(a, key, 1);
     await lock.release();
     const next = await waiting;
     assert.ok(next.tokens[0][0] > lock.tokens[0][0]);

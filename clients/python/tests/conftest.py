@@ -103,11 +103,63 @@ class Cluster:
         self._harness.wait(timeout=60)
 
 
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "own_server: the test changes server-wide state (configs, ACL users, flushes, command "
+        "stats) or asserts on it, so it gets a server of its own instead of the shared one",
+    )
+
+
+# What a test must not change on the shared server: it would change what the tests after it
+# see. The sentinel key goes with any flush.
+SENTINEL = "conftest:shared-server-sentinel"
+WATCHED_CONFIGS = ("timeout", "notify-keyspace-events", "maxmemory", "lock.*")
+
+
+def server_wide_state(client):
+    configs = {}
+    for pattern in WATCHED_CONFIGS:
+        configs.update(client.config_get(pattern))
+    return {
+        "configs": configs,
+        "ACL users": sorted(client.acl_users()),
+        "the keyspace (a flush)": client.exists(SENTINEL),
+    }
+
+
 @pytest.fixture(scope="session")
-def server():
+def shared_server():
     s = Server()
+    s.client().set(SENTINEL, 1)
     yield s
     s.stop()
+
+
+@pytest.fixture
+def server(request):
+    """The server a test talks to. Tests that change no server-wide state share one; a test
+    marked ``own_server`` gets its own, started for it and stopped after it. A test on the
+    shared server that changes configs, ACL users or the keyspace as a whole, or resets the
+    command stats, fails at teardown, naming what it changed: mark it ``own_server``."""
+    if request.node.get_closest_marker("own_server") is not None:
+        s = Server()
+        yield s
+        s.stop()
+        return
+    s = request.getfixturevalue("shared_server")
+    c = s.client()
+    before = server_wide_state(c)
+    commands_before = c.info("stats")["total_commands_processed"]
+    yield s
+    after = server_wide_state(c)
+    changed = [what for what in before if before[what] != after[what]]
+    if c.info("stats")["total_commands_processed"] < commands_before:
+        changed.append("the command stats (CONFIG RESETSTAT)")
+    c.close()
+    assert not changed, (
+        f"this test changed {', '.join(changed)} on the shared server: mark it "
+        "@pytest.mark.own_server")
 
 
 @pytest.fixture(scope="session")
@@ -141,6 +193,17 @@ def wait_until(what, predicate, timeout=10.0):
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.005)
+
+
+async def await_until(what, predicate, timeout=10.0):
+    """``wait_until`` for asyncio tests: yields to the event loop between looks."""
+    import asyncio
+
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.005)
 
 
 def waiters(client, key):

@@ -8,7 +8,7 @@ import time
 import pytest
 from redis.exceptions import LockError, ResponseError
 
-from conftest import command_calls, wait_waiters, waiters
+from conftest import await_until, command_calls, wait_waiters, waiters
 from redislock_native import AsyncLock, Lock, LockLostError, StaleTokenError
 from test_lock import info
 
@@ -58,6 +58,7 @@ def test_every_method(server, r, key):
     run(main())
 
 
+@pytest.mark.own_server
 def test_blocking_wait_outlasts_the_socket_timeout_with_one_command(server, r, key):
     async def main():
         ar = server.aclient(socket_timeout=1)
@@ -140,14 +141,14 @@ def test_cancellation_racing_the_grant_gives_the_grant_back(server, r, key, prot
     run(main())
 
 
+@pytest.mark.own_server
 def test_watchdog_keeps_renewing_and_stops_on_release(server, r, key):
     async def main():
         ar = server.aclient()
         lock = AsyncLock(ar, key, 1.2, watchdog=True)
         assert await lock.acquire()
         r.config_resetstat()
-        while command_calls(r, "lock.extend") < 4:
-            await asyncio.sleep(0.02)
+        await await_until("four renewals", lambda: command_calls(r, "lock.extend") >= 4)
         assert await lock.owned() and not lock.lost
         dog = lock._dog
         assert await lock.release()
@@ -196,8 +197,7 @@ def test_watchdog_of_a_stalled_event_loop_reports_the_loss(server, r, key):
         time.sleep(1.5)  # blocks the loop: no renewal can run
         t.join(10)
         assert got == [True]
-        while not lost:
-            await asyncio.sleep(0.01)
+        await await_until("the loss reported", lambda: lost)
         assert lost == [lock] and lock.lost_reason == "not held"
         assert other.owned() and info(r, key)["owner"] == other.owner.encode()
         other.release()
@@ -220,6 +220,7 @@ def test_async_with_gives_up_after_blocking_timeout(server, r, key):
     run(main())
 
 
+@pytest.mark.own_server
 def test_cancellation_without_client_unblock_permission(server, r, key):
     # A user without @admin cannot CLIENT UNBLOCK: the waiting connection is closed instead
     # (which takes the waiter out of the queue) and a grant that raced it is released.

@@ -7,7 +7,7 @@ import time
 import pytest
 from redis.exceptions import LockError, LockNotOwnedError
 
-from conftest import command_calls, wait_waiters, waiters
+from conftest import await_until, command_calls, wait_until, wait_waiters, waiters
 from redislock_native import AsyncRedisPyLock, RedisPyLock, compat
 from test_lock import info
 
@@ -65,6 +65,7 @@ def test_context_manager_as_redis_py(r, key):
     holder.release()
 
 
+@pytest.mark.own_server
 def test_blocking_timeout_beyond_socket_timeout_is_one_command(server, key):
     r = server.client(socket_timeout=1)
     holder = r.lock(key, timeout=30, thread_local=False, lock_class=RedisPyLock)
@@ -94,13 +95,13 @@ def test_thread_local_tokens(r, key):
     lock.release()
 
 
+@pytest.mark.own_server
 def test_lock_without_timeout_is_renewed_until_released(r, key, monkeypatch):
     monkeypatch.setattr(compat, "NO_TIMEOUT_TTL", 1.2)
     lock = r.lock(key, lock_class=RedisPyLock)  # timeout=None: held until released
     assert lock.acquire()
     r.config_resetstat()
-    while command_calls(r, "lock.extend") < 4:  # four renewals: 1.6 s, past the lease
-        time.sleep(0.02)
+    wait_until("four renewals: 1.6 s, past the lease", lambda: command_calls(r, "lock.extend") >= 4)
     assert lock.owned()
     with pytest.raises(LockError, match="Cannot extend a lock with no timeout"):
         lock.extend(1)
@@ -110,6 +111,7 @@ def test_lock_without_timeout_is_renewed_until_released(r, key, monkeypatch):
     assert r.exists(key) == 0
 
 
+@pytest.mark.own_server
 def test_async_drop_in(server, r, key, monkeypatch):
     async def main():
         ar = server.aclient(socket_timeout=1)
@@ -129,8 +131,7 @@ def test_async_drop_in(server, r, key, monkeypatch):
         waiter = ar.lock(key, timeout=10, blocking_timeout=20, lock_class=AsyncRedisPyLock)
         await ar.config_resetstat()
         task = asyncio.ensure_future(waiter.acquire())
-        while waiters(r, key) != 1:
-            await asyncio.sleep(0.005)
+        await await_until("the waiter queued", lambda: waiters(r, key) == 1)
         await asyncio.sleep(1.5)
         await lock.release()
         assert await task and command_calls(r, "lock.acquire") == 1

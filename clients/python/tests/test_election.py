@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import wait_until, wait_waiters
+from conftest import await_until, wait_until, wait_waiters, waiters
 from redislock_native import AsyncElection, Change, Election, Leader, Session, StaleTokenError, fenced_call
 from redislock_native import feed, feed_aio
 
@@ -103,6 +103,7 @@ def test_observe_resynchronises_after_its_pubsub_connection_is_killed(server, ke
         b = Election(r, key).campaign("b")
         seen = []
         while not seen or seen[-1].leader != Leader("b", b.term):
+            assert len(seen) < 10, f"b never reported as leader: {seen}"
             seen.append(changes.get(5))
         assert any(change.resync for change in seen), seen
         assert b.resign()
@@ -127,6 +128,7 @@ def read_line(proc, timeout=20):
     return line[0].split()
 
 
+@pytest.mark.own_server
 def test_leader_killed_the_next_leads_within_milliseconds(server, r, key):
     # Three candidates in bound sessions; the leader is SIGKILLed: its session ends with its
     # connection, and the next in the queue leads.
@@ -143,6 +145,7 @@ def test_leader_killed_the_next_leads_within_milliseconds(server, r, key):
                     assert first.value == "c1"
                 else:
                     wait_waiters(r, key, i)
+            disconnected = r.info("lock")["lock_sessions_disconnected"]
             killed = time.monotonic()
             candidates[0].send_signal(signal.SIGKILL)
             second = changes.get(10)
@@ -150,7 +153,9 @@ def test_leader_killed_the_next_leads_within_milliseconds(server, r, key):
             assert second.leader.value == "c2" and second.leader.term > first.term and not second.resync
             assert read_line(candidates[1]) == ["leader", str(second.leader.term)]
             assert election.leader() == second.leader
-            assert took < 1.0, took
+            # The leader's session ended with its connection, not at its 30 s ttl (how fast is
+            # `make bench`'s leader failover row).
+            assert r.info("lock")["lock_sessions_disconnected"] == disconnected + 1
             print(f"takeover observed {took * 1000:.1f} ms after SIGKILL")
             candidates[1].send_signal(signal.SIGKILL)
             third = changes.get(10).leader
@@ -202,15 +207,15 @@ def test_async_campaign_observe_resign(server, key):
             assert await election.leader() == Leader("a", a.term)
             other = AsyncElection(ar, key)
             waiting = asyncio.ensure_future(other.campaign("b"))
-            while feed._fields(await ar.execute_command("LOCK.INFO", key))["waiters"] != 1:
-                await asyncio.sleep(0.005)
+            probe = server.client()
+            await await_until("b queued", lambda: waiters(probe, key) == 1)
+            probe.close()
             assert await election.resign()
             b = await waiting
             assert b.term > a.term and await changes.get(5) == Change(Leader("b", b.term), False, 2)
             await ar.delete(key)
             assert (await changes.get(5)).leader is None
-            while not b.lost:
-                await asyncio.sleep(0.005)
+            await await_until("b's loss reported", lambda: b.lost)
             assert b.lost_reason == "feed: deleted" and lost == []
         await ar.aclose()
 
@@ -232,6 +237,7 @@ def test_async_observe_resynchronises_after_its_pubsub_connection_is_killed(serv
             b = await AsyncElection(ar, key).campaign("b")
             seen = []
             while not seen or seen[-1].leader != Leader("b", b.term):
+                assert len(seen) < 10, f"b never reported as leader: {seen}"
                 seen.append(await changes.get(5))
             assert any(change.resync for change in seen), seen
             assert await b.resign()

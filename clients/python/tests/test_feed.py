@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from conftest import Server, wait_until, wait_waiters
+from conftest import Server, await_until, wait_until, wait_waiters
 from redislock_native import (
     AsyncLock,
     AsyncSemaphore,
@@ -62,8 +62,9 @@ def synced(lock):
 
 
 async def asynced(lock):
-    while not (lock._feed_sub is not None and lock._feed_sub.checked == set(lock._feed_sub.tokens)):
-        await asyncio.sleep(0.005)
+    await await_until(
+        f"{lock!r} synced with the feed",
+        lambda: lock._feed_sub is not None and lock._feed_sub.checked == set(lock._feed_sub.tokens))
 
 
 # --- every loss the server causes -------------------------------------------------------
@@ -83,6 +84,7 @@ def test_deleted_key_is_reported_at_once(r, key):
     assert len(lost.calls) == 1
 
 
+@pytest.mark.own_server
 @pytest.mark.parametrize("how", ["flushdb", "flushall"])
 def test_flushed_is_reported(server, how):
     r = server.client(db=3)
@@ -187,9 +189,9 @@ def test_expiry_is_reported_at_the_clients_own_deadline(r, key):
     assert lock.acquire()
     _, reason, at = lost.wait()
     assert reason == "deadline passed: no renewal succeeded"
-    # Conservative: due 3 ms (the margin) before the server's deadline, asked + 300 ms; the
-    # upper bound leaves room for a thread's wake-up on a loaded 2-core machine.
-    assert 0.29 < at - asked < 0.4, at - asked
+    # Conservative: due 3 ms (the margin) before the server's deadline, asked + 300 ms, and
+    # never before it; how soon after it is a timing goal (`make bench`'s loss notice row).
+    assert at - asked > 0.29, at - asked
     assert len(lost.calls) == 1
 
 
@@ -374,8 +376,7 @@ def test_async_watchdog_through_many_periods_reports_nothing(server, key):
         assert lost == [] and await lock.release()
         expiring = AsyncLock(ar, f"{key}:x", 0.3, on_lost=lost.append)
         assert await expiring.acquire()
-        while not lost:
-            await asyncio.sleep(0.01)
+        await await_until("the expiry reported", lambda: lost)
         assert lost == [expiring] and expiring.lost_reason == "deadline passed: no renewal succeeded"
         await ar.aclose()
 

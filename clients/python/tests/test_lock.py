@@ -81,6 +81,7 @@ def held_past_the_socket_timeout(server, key, hold_secs):
     return r, waiter
 
 
+@pytest.mark.own_server
 def test_blocking_wait_outlasts_the_socket_timeout_with_one_command(server, key):
     # redis-py's defaults (Retry with retries) and a 1 s socket timeout: a wait of 2.5 s
     # must still be one LOCK.ACQUIRE, kept in the queue, granted on release.
@@ -96,6 +97,7 @@ def test_blocking_wait_outlasts_the_socket_timeout_with_one_command(server, key)
     assert waiter.release()
 
 
+@pytest.mark.own_server
 def test_wait_without_limit_outlasts_the_socket_timeout(server, key):
     r, waiter = held_past_the_socket_timeout(server, key, 1.5)
     assert waiter.acquire() is True  # timeout=None: LOCK.ACQUIRE ... BLOCK 0
@@ -103,6 +105,7 @@ def test_wait_without_limit_outlasts_the_socket_timeout(server, key):
     waiter.release()
 
 
+@pytest.mark.own_server
 def test_wait_that_runs_out_returns_false_and_leaves_the_queue(server, key):
     r = server.client(socket_timeout=0.5)
     holder, waiter = Lock(r, key, 30), Lock(r, key, 30)
@@ -114,6 +117,7 @@ def test_wait_that_runs_out_returns_false_and_leaves_the_queue(server, key):
     assert info(r, key)["owner"] == holder.owner.encode()
 
 
+@pytest.mark.own_server
 def test_zero_timeout_is_one_try_not_a_wait_without_limit(r, key):
     holder = Lock(r, key, 30)
     assert holder.acquire()
@@ -199,6 +203,7 @@ def test_with_block_gives_up_after_blocking_timeout(r, key):
 # --- watchdog ----------------------------------------------------------------------
 
 
+@pytest.mark.own_server
 def test_watchdog_keeps_the_lock_past_its_ttl_and_stops_on_release(r, key):
     lost = []
     lock = Lock(r, key, 1.2, watchdog=True, on_lost=lost.append)

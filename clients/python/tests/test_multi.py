@@ -7,7 +7,7 @@ import time
 import pytest
 from redis.exceptions import ResponseError
 
-from conftest import command_calls, wait_until, wait_waiters, waiters
+from conftest import await_until, command_calls, wait_until, wait_waiters, waiters
 from redislock_native import AsyncMultiLock, Lock, LockLostError, MultiLock
 from test_lock import info
 
@@ -32,6 +32,7 @@ def test_all_or_none(r, key):
             assert not held.owned() and held.extend() is False
 
 
+@pytest.mark.own_server
 def test_wait_for_every_key_with_one_command_past_the_socket_timeout(server, key):
     r = server.client(socket_timeout=1)
     a, b = Lock(r, f"{key}:a", 30), Lock(r, f"{key}:b", 30)
@@ -52,6 +53,7 @@ def test_wait_for_every_key_with_one_command_past_the_socket_timeout(server, key
     m.release()
 
 
+@pytest.mark.own_server
 def test_watchdog_renews_every_key_and_reports_a_loss(r, key):
     seen = threading.Event()
     m = MultiLock(r, [f"{key}:a", f"{key}:b"], 1.2, watchdog=True, on_lost=lambda lk: seen.set(), feed=False)
@@ -72,8 +74,7 @@ def test_async_multi_lock_and_cancellation(server, r, key):
         assert holder.acquire()
         m = AsyncMultiLock(ar, names, 30)
         task = asyncio.ensure_future(m.acquire())
-        while waiters(r, names[1]) != 1:
-            await asyncio.sleep(0.005)
+        await await_until("the set queued", lambda: waiters(r, names[1]) == 1)
         holder.release()  # granted to the waiter, which is cancelled before it reads the reply
         task.cancel()
         with pytest.raises(asyncio.CancelledError):

@@ -7,6 +7,9 @@ import pytest
 
 from conftest import REPO, Server
 
+# The snippets use fixed key names: each test flushes its own server first.
+pytestmark = pytest.mark.own_server
+
 
 def snippets(path):
     return re.findall(r"```python\n(.*?)```", (REPO / path).read_text(), re.S)

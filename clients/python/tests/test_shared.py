@@ -7,7 +7,7 @@ import time
 import pytest
 from redis.exceptions import ResponseError
 
-from conftest import command_calls, wait_until, wait_waiters, waiters
+from conftest import await_until, command_calls, wait_until, wait_waiters, waiters
 from redislock_native import AsyncReadWriteLock, AsyncSemaphore, Lock, ReadWriteLock, Semaphore
 
 
@@ -73,6 +73,7 @@ def test_semaphore_limit_is_never_exceeded(server, key):
     assert most[0] <= limit and r.exists(key) == 0
 
 
+@pytest.mark.own_server
 def test_semaphore_wait_outlasts_the_socket_timeout_with_one_command(server, key):
     r = server.client(socket_timeout=1)
     a, b = Semaphore(r, key, 1, 30), Semaphore(r, key, 1, 30)
@@ -83,6 +84,7 @@ def test_semaphore_wait_outlasts_the_socket_timeout_with_one_command(server, key
     b.release()
 
 
+@pytest.mark.own_server
 def test_semaphore_watchdog_reports_a_deleted_key(r, key):
     seen = threading.Event()
     sem = Semaphore(r, key, 2, 1.2, watchdog=True, on_lost=lambda s: seen.set(), feed=False)
@@ -133,8 +135,7 @@ def test_async_semaphore_and_read_write_lock(server, r, key):
         a, b = AsyncSemaphore(ar, key, 1, 30), AsyncSemaphore(ar, key, 1, 30)
         assert await a.acquire()
         task = asyncio.ensure_future(b.acquire())
-        while waiters(r, key) != 1:
-            await asyncio.sleep(0.005)
+        await await_until("b queued", lambda: waiters(r, key) == 1)
         task.cancel()  # a cancelled shared waiter leaves nothing behind either
         with pytest.raises(asyncio.CancelledError):
             await task
@@ -144,8 +145,7 @@ def test_async_semaphore_and_read_write_lock(server, r, key):
         r1, w = AsyncReadWriteLock(ar, f"{key}:rw", 30), AsyncReadWriteLock(ar, f"{key}:rw", 30)
         assert await r1.read.acquire()
         write = asyncio.ensure_future(w.write.acquire(timeout=20))
-        while waiters(r, f"{key}:rw") != 1:
-            await asyncio.sleep(0.005)
+        await await_until("the writer queued", lambda: waiters(r, f"{key}:rw") == 1)
         await asyncio.sleep(1.2)  # past the socket timeout
         assert await r1.read.release()
         assert await write and await w.write.owned()
