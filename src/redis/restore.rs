@@ -1,0 +1,148 @@
+//! Who is loading a lock value, and what a client's `RESTORE` may load (the rules are in
+//! `lock::restore`; this file is where the server tells us who asked).
+//!
+//! `rdb_load` runs for every load of a lock value, and three kinds must be told apart:
+//! - [`Origin::Loading`]: the start-up RDB or AOF (its `RESTORE` commands too), `DEBUG RELOAD`,
+//!   a replica's full sync. They replay what this server (or its primary) decided and must
+//!   always work: nothing is refused, holds rejoin their sessions (the aux data loaded the
+//!   session table first), only a token the module could never mint is not followed.
+//! - [`Origin::Replica`]: a `RESTORE` on a replica, which the primary checked before it sent
+//!   it (or a client wrote on a writable replica). Refusing would make the replica differ from
+//!   its primary, so it is applied; its tokens raise the mark only within the restore limit.
+//! - [`Origin::Client`]: a `RESTORE` on a primary: a client's, or the target side of a
+//!   `MIGRATE` (which sends `RESTORE-ASKING` as an ordinary client). Checked by
+//!   `lock::restore::check`; a refusal makes the server answer `ERR Bad data format` (the
+//!   reply is the server's own; the rule is written to the server log) and changes nothing.
+//!
+//! Why the server's flags and not the command's client: `rdb_load` gets no client, and the
+//! context `RM_GetContextFromIO` gives has none; but `server.loading` and the role are global
+//! and are what `RM_GetContextFlags` reports for any context.
+
+use std::cell::Cell;
+
+use redis_module::{logging, raw, RedisString};
+
+use crate::lock::restore::{check, restore_limit};
+use crate::lock::{Hold, Lock, Millis};
+use crate::redis::key::{self, LockKey};
+use crate::state;
+
+/// Who asked for the load in progress (see the module doc).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    Loading,
+    Replica,
+    Client,
+}
+
+thread_local! {
+    /// A context of our own with a client, for the flags and for reading the key a `RESTORE`
+    /// replaces. Made at the first load and kept for the module's life.
+    static DETACHED: Cell<*mut raw::RedisModuleCtx> = const { Cell::new(std::ptr::null_mut()) };
+}
+
+fn detached(rdb: *mut raw::RedisModuleIO) -> *mut raw::RedisModuleCtx {
+    let ctx = DETACHED.with(Cell::get);
+    if !ctx.is_null() {
+        return ctx;
+    }
+    // SAFETY: rdb is the IO handle of the load in progress; the IO context it returns carries
+    // our module, which is all GetDetachedThreadSafeContext reads from it. The detached context
+    // is never freed (it lives as long as the module, which cannot be unloaded: it has a type).
+    let ctx = unsafe {
+        let io_ctx = raw::RedisModule_GetContextFromIO.unwrap()(rdb);
+        raw::RedisModule_GetDetachedThreadSafeContext.unwrap()(io_ctx)
+    };
+    DETACHED.with(|d| d.set(ctx));
+    ctx
+}
+
+/// Who asked for the load of the value `rdb` is reading.
+pub fn origin(rdb: *mut raw::RedisModuleIO) -> Origin {
+    let ctx = detached(rdb);
+    if ctx.is_null() {
+        return Origin::Loading; // no context to ask: the safe side is never to refuse
+    }
+    let flags = key::context_flags(ctx);
+    if flags & (raw::REDISMODULE_CTX_FLAGS_LOADING | raw::REDISMODULE_CTX_FLAGS_ASYNC_LOADING) != 0
+    {
+        Origin::Loading
+    } else if flags & raw::REDISMODULE_CTX_FLAGS_SLAVE != 0 {
+        Origin::Replica
+    } else {
+        Origin::Client
+    }
+}
+
+/// The database and name of the key `rdb` is loading (empty when the server does not say).
+pub fn key_of<'a>(rdb: *mut raw::RedisModuleIO) -> (i32, &'a [u8], *const raw::RedisModuleString) {
+    // SAFETY: the IO handle Redis passed to rdb_load; both calls only read it (7.0+). The name
+    // lives until the load returns.
+    let (name, db) = unsafe {
+        (
+            raw::RedisModule_GetKeyNameFromIO.unwrap()(rdb),
+            raw::RedisModule_GetDbIdFromIO.map_or(0, |f| f(rdb)),
+        )
+    };
+    match name.is_null() {
+        true => (db, &[][..], name),
+        false => (db, RedisString::string_as_slice(name), name),
+    }
+}
+
+/// May a client's `RESTORE` load `holders` into the key `rdb` names? Logs the rule and
+/// returns false when not.
+pub fn admit(rdb: *mut raw::RedisModuleIO, holders: &[Hold]) -> bool {
+    let (db, name, name_ptr) = key_of(rdb);
+    let now = key::now();
+    let high_water = state::token_high_water();
+    let ctx = detached(rdb);
+    // The key still has its old value while its replacement loads (`RESTORE ... REPLACE`
+    // deletes the old one only after the load succeeded), so the rules can see both.
+    let readable = !name.is_empty() && !ctx.is_null() && key::select_db(ctx, db);
+    let current = readable.then(|| LockKey::open_raw(ctx, name_ptr.cast_mut(), raw::KeyMode::READ));
+    let current_lock: Option<&Lock> = current.as_ref().and_then(|k| k.lock().ok().flatten());
+    match check(holders, current_lock, now, high_water) {
+        Ok(()) => true,
+        Err(refusal) => {
+            logging::log_warning(format!(
+                "redis-lock: RESTORE of key '{}' (db {db}) refused: {refusal}",
+                String::from_utf8_lossy(name)
+            ));
+            false
+        }
+    }
+}
+
+/// Raise the token mint to the loaded tokens, as far as `origin` may move it.
+pub fn observe(origin: Origin, rdb: *mut raw::RedisModuleIO, holders: &[Hold]) {
+    let limit = match origin {
+        Origin::Replica => restore_limit(key::now(), state::token_high_water()),
+        Origin::Loading | Origin::Client => u64::MAX,
+    };
+    for hold in holders {
+        if hold.token <= limit && state::observe_token(hold.token) {
+            continue;
+        }
+        let (db, name, _) = key_of(rdb);
+        logging::log_warning(format!(
+            "redis-lock: key '{}' (db {db}) was loaded with token {} which this module could \
+             not have minted now (above {}); the token mint does not follow it",
+            String::from_utf8_lossy(name),
+            hold.token,
+            limit.min(crate::lock::EXACT_NUMBER_LIMIT - 1)
+        ));
+    }
+}
+
+/// The deadline of a session hold that a `RESTORE` (or `MIGRATE`) brought in: it never
+/// joins a session, so it ends at its own deadline, its session's deadline when it was dumped,
+/// or the session's deadline here if this server has that session, whichever comes first.
+pub fn orphan_deadline(
+    own: Millis,
+    dumped_session_deadline: Millis,
+    live: Option<Millis>,
+) -> Millis {
+    own.min(dumped_session_deadline)
+        .min(live.unwrap_or(Millis::MAX))
+}
