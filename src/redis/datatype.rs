@@ -192,8 +192,7 @@ fn link_sessions(rdb: *mut raw::RedisModuleIO, holders: &mut [Hold], origin: Ori
             && session::track(hold.session, db, name, &hold.owner);
         if !joins {
             let live = session::with(|s| s.get(hold.session).map(|x| x.deadline));
-            hold.deadline = restore::orphan_deadline(hold.deadline, session_deadline, live);
-            hold.session = 0;
+            restore::orphan(hold, session_deadline, live);
             orphaned = true;
         }
     }

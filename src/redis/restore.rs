@@ -23,7 +23,7 @@ use std::cell::Cell;
 use redis_module::{logging, raw, RedisString};
 
 use crate::lock::restore::{check, restore_limit};
-use crate::lock::{Hold, Lock, Millis};
+use crate::lock::{Hold, Lock, Millis, Serial};
 use crate::redis::key::{self, LockKey};
 use crate::state;
 
@@ -93,14 +93,19 @@ pub fn key_of<'a>(rdb: *mut raw::RedisModuleIO) -> (i32, &'a [u8], *const raw::R
 /// May a client's `RESTORE` load `holders` into the key `rdb` names? Logs the rule and
 /// returns false when not.
 pub fn admit(rdb: *mut raw::RedisModuleIO, holders: &[Hold]) -> bool {
-    let (db, name, name_ptr) = key_of(rdb);
+    let (db, name, _) = key_of(rdb);
     let now = key::now();
     let high_water = state::token_high_water();
     let ctx = detached(rdb);
     // The key still has its old value while its replacement loads (`RESTORE ... REPLACE`
     // deletes the old one only after the load succeeded), so the rules can see both.
     let readable = !name.is_empty() && !ctx.is_null() && key::select_db(ctx, db);
-    let current = readable.then(|| LockKey::open_raw(ctx, name_ptr.cast_mut(), raw::KeyMode::READ));
+    // A copy of the name: the server's is a stack object during a load, which `RM_OpenKey`
+    // would retain (7.0 aborts: "You tried to retain an object allocated in the stack").
+    let name_copy = readable.then(|| RedisString::create_from_slice(ctx, name));
+    let current = name_copy
+        .as_ref()
+        .map(|n| LockKey::open_raw(ctx, n.inner, raw::KeyMode::READ));
     let current_lock: Option<&Lock> = current.as_ref().and_then(|k| k.lock().ok().flatten());
     match check(holders, current_lock, now, high_water) {
         Ok(()) => true,
@@ -135,14 +140,76 @@ pub fn observe(origin: Origin, rdb: *mut raw::RedisModuleIO, holders: &[Hold]) {
     }
 }
 
-/// The deadline of a session hold that a `RESTORE` (or `MIGRATE`) brought in: it never
-/// joins a session, so it ends at its own deadline, its session's deadline when it was dumped,
-/// or the session's deadline here if this server has that session, whichever comes first.
-pub fn orphan_deadline(
-    own: Millis,
-    dumped_session_deadline: Millis,
-    live: Option<Millis>,
-) -> Millis {
-    own.min(dumped_session_deadline)
-        .min(live.unwrap_or(Millis::MAX))
+/// Sessions that ended on this server, kept for as long as a `DUMP` taken while they were
+/// alive could still carry a hold that has not reached its session's deadline: a restore of
+/// such a hold must not bring back what the session's end released.
+///
+/// Why a record and not the dump alone: the dump carries the session's deadline when it was
+/// taken, which says nothing of a `CLOSE` or a lost connection after it. Why bounded: one entry
+/// per ended session, until `until` (the session's deadline, or `now + ttl`, whichever is
+/// later); at most [`MAX_ENDED`] of them, the soonest to lapse dropped first.
+#[derive(Default)]
+struct Ended {
+    by_serial: std::collections::HashMap<Serial, EndedSession>,
+    by_until: std::collections::BTreeSet<(Millis, Serial)>,
+}
+
+#[derive(Clone, Copy)]
+struct EndedSession {
+    /// When it ended (the primary's moment on a replica).
+    at: Millis,
+    /// `CLOSE` (no lock-delay follows) rather than an expiry or a lost connection.
+    clean: bool,
+    /// Until when the record is kept.
+    until: Millis,
+}
+
+/// The most ended sessions remembered (about 80 bytes each).
+pub const MAX_ENDED: usize = 100_000;
+
+thread_local! {
+    static ENDED: std::cell::RefCell<Ended> = Default::default();
+}
+
+/// A session of this server ended at `at` (`clean`: by `CLOSE`). Called where sessions end on
+/// a primary and where a replica applies the primary's `ENDED`.
+pub fn session_ended(serial: Serial, at: Millis, clean: bool, deadline: Millis, ttl: Millis) {
+    let until = deadline.max(at.saturating_add(ttl));
+    ENDED.with(|e| {
+        let mut e = e.borrow_mut();
+        while let Some(&(lapse, old)) = e.by_until.first() {
+            if lapse >= at && e.by_serial.len() < MAX_ENDED {
+                break;
+            }
+            e.by_until.remove(&(lapse, old));
+            e.by_serial.remove(&old);
+        }
+        if let Some(prev) = e
+            .by_serial
+            .insert(serial, EndedSession { at, clean, until })
+        {
+            e.by_until.remove(&(prev.until, serial));
+        }
+        e.by_until.insert((until, serial));
+    });
+}
+
+/// A session hold that a `RESTORE` (or `MIGRATE`) brought in never joins a session; it ends
+/// at the earliest of its own deadline, its session's deadline when it was dumped, the
+/// session's deadline here if this server has that session, and the moment the session ended
+/// here if it did (with no lock-delay after a `CLOSE`, as the `CLOSE` released it).
+pub fn orphan(hold: &mut Hold, dumped_session_deadline: Millis, live: Option<Millis>) {
+    let ended = ENDED.with(|e| e.borrow().by_serial.get(&hold.session).copied());
+    let mut deadline = hold
+        .deadline
+        .min(dumped_session_deadline)
+        .min(live.unwrap_or(Millis::MAX));
+    if let Some(ended) = ended.filter(|_| live.is_none()) {
+        deadline = deadline.min(ended.at);
+        if ended.clean {
+            hold.delay = 0;
+        }
+    }
+    hold.deadline = deadline;
+    hold.session = 0;
 }
