@@ -475,3 +475,46 @@ fn a_replica_applies_what_its_primary_restored() {
         Value::Int(2)
     );
 }
+
+#[test]
+fn a_loaded_token_the_module_never_mints_is_not_followed() {
+    // An AOF edited on disk (or written by a primary without these checks) with a hold whose
+    // token is past 2^53: the load must work, but the mint must not follow it.
+    let server = Server::start_aof_always("no");
+    let mut c = server.conn();
+    let t = must_acquire(&mut c, &unique_key("before"), "me", 60_000);
+    let dir = server.dir().join("appendonlydir");
+    let incr = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{dir:?}: {e}"))
+        .map(|e| e.unwrap().path())
+        .find(|p| p.to_string_lossy().ends_with(".incr.aof"))
+        .expect("an incremental AOF file");
+    let deadline = (server_ms(&mut c) + 60_000).to_string();
+    let forged = i64::MAX.to_string();
+    let args = ["LOCK.LOAD", "forged", "them", &forged, &deadline];
+    let mut resp = format!("*{}\r\n", args.len());
+    for a in args {
+        resp.push_str(&format!("${}\r\n{a}\r\n", a.len()));
+    }
+    let mut file = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&incr)
+        .unwrap();
+    std::io::Write::write_all(&mut file, resp.as_bytes()).unwrap();
+    drop(file);
+    ok(call(&mut c, "DEBUG", &["LOADAOF"]), "DEBUG LOADAOF");
+    assert_eq!(holder(&mut c, "forged"), ("them".to_string(), i64::MAX));
+    let next = call(
+        &mut c,
+        "LOCK.ACQUIRE",
+        &[&unique_key("after"), "me", "60000"],
+    );
+    let Ok(Value::Int(next)) = next else {
+        panic!("LOCK.ACQUIRE: {next:?}")
+    };
+    assert!(t < next && next < 1 << 53, "{t} then {next}");
+    assert_logged(
+        &server,
+        &format!("LOCK.LOAD with token {forged} (at or above 2^53"),
+    );
+}
