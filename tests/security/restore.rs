@@ -518,3 +518,33 @@ fn a_loaded_token_the_module_never_mints_is_not_followed() {
         &format!("LOCK.LOAD with token {forged} (at or above 2^53"),
     );
 }
+
+#[test]
+fn restore_replace_over_a_lock_that_expired_unnoticed_works() {
+    // The replaced key is read while the new value loads; a key whose expiry passed but which
+    // the server has not removed yet is removed by that read, inside `RESTORE`.
+    let server = Server::start();
+    let mut c = server.conn();
+    ok(
+        call(&mut c, "DEBUG", &["SET-ACTIVE-EXPIRE", "0"]),
+        "DEBUG SET-ACTIVE-EXPIRE",
+    );
+    let key = unique_key("expired");
+    let old = must_acquire(&mut c, &key, "old", 60_000);
+    let old_dump = dump(&mut c, &key);
+    assert_eq!(release(&mut c, &key, "old"), 1);
+    let ttl = 100;
+    let until = std::time::Instant::now() + Duration::from_millis(ttl as u64 + 5);
+    let newer = must_acquire(&mut c, &key, "new", ttl);
+    assert!(newer > old);
+    sleep_until(until); // the deadline this test set
+    ok(
+        restore(&mut c, &key, &old_dump, true),
+        "RESTORE REPLACE over an expired lock",
+    );
+    assert_eq!(holder(&mut c, &key), ("old".to_string(), old));
+    assert_eq!(
+        call(&mut c, "PING", &[] as &[&str]).unwrap(),
+        Value::SimpleString("PONG".into())
+    );
+}
