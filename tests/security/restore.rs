@@ -517,6 +517,15 @@ fn a_loaded_token_the_module_never_mints_is_not_followed() {
         &server,
         &format!("LOCK.LOAD with token {forged} (at or above 2^53"),
     );
+    // The same hold through an RDB load (DEBUG RELOAD saves it and loads it back).
+    ok(call(&mut c, "DEBUG", &["RELOAD"]), "DEBUG RELOAD");
+    assert_eq!(holder(&mut c, "forged"), ("them".to_string(), i64::MAX));
+    assert_logged(
+        &server,
+        &format!("key 'forged' (db 0) was loaded with token {forged} which this module"),
+    );
+    let last = must_acquire(&mut c, &unique_key("last"), "me", 60_000);
+    assert!(next < last && last < 1 << 53, "{next} then {last}");
 }
 
 #[test]
