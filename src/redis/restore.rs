@@ -219,3 +219,59 @@ pub fn orphan(hold: &mut Hold, dumped_session_deadline: Millis, live: Option<Mil
     hold.deadline = deadline;
     hold.session = 0;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T0: Millis = 1_800_000_000_000;
+
+    fn session_hold(serial: Serial, delay: Millis) -> Hold {
+        Hold {
+            owner: b"me".to_vec().into(),
+            token: 7,
+            deadline: crate::lock::NO_DEADLINE,
+            granted_at: 0,
+            session: serial,
+            delay,
+        }
+    }
+
+    #[test]
+    fn a_hold_of_a_session_that_ended_here_ends_with_it() {
+        session_ended(11, T0, true, T0 + 60_000, 60_000);
+        session_ended(12, T0, false, T0 + 60_000, 60_000);
+        let dumped = T0 + 30_000;
+        let mut closed = session_hold(11, 500);
+        orphan(&mut closed, dumped, None);
+        assert_eq!((closed.deadline, closed.delay, closed.session), (T0, 0, 0));
+        let mut lost = session_hold(12, 500);
+        orphan(&mut lost, dumped, None);
+        assert_eq!((lost.deadline, lost.delay), (T0, 500));
+        // Unknown here (another node's): the dumped deadline; alive here: the earlier of both.
+        let mut foreign = session_hold(13, 500);
+        orphan(&mut foreign, dumped, None);
+        assert_eq!((foreign.deadline, foreign.delay), (dumped, 500));
+        let mut alive = session_hold(14, 0);
+        orphan(&mut alive, dumped, Some(T0 + 10_000));
+        assert_eq!(alive.deadline, T0 + 10_000);
+    }
+
+    #[test]
+    fn the_record_of_ended_sessions_is_bounded() {
+        for serial in 1..=(MAX_ENDED as u64 + 10) {
+            session_ended(1_000 + serial, T0, true, T0 + serial as Millis, 0);
+        }
+        ENDED.with(|e| {
+            let e = e.borrow();
+            assert_eq!(e.by_serial.len(), MAX_ENDED);
+            assert_eq!(e.by_until.len(), MAX_ENDED);
+            // The soonest to lapse went first.
+            assert!(!e.by_serial.contains_key(&1_001));
+            assert!(e.by_serial.contains_key(&(1_000 + MAX_ENDED as u64 + 10)));
+        });
+        // Records whose time is over go at the next end.
+        session_ended(5, T0 + 86_400_000, true, T0 + 86_400_000, 0);
+        ENDED.with(|e| assert_eq!(e.borrow().by_serial.len(), 1));
+    }
+}
