@@ -8,6 +8,7 @@
 use std::collections::VecDeque;
 
 mod multi;
+pub mod restore;
 pub mod session;
 mod value;
 pub use multi::{

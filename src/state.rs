@@ -103,9 +103,16 @@ pub fn next_token(now: Millis) -> u64 {
     with_mint(|mint| mint.next(now))
 }
 
-/// Raise the high-water mark to a token seen in a load, replication or AOF.
-pub fn observe_token(token: u64) {
-    with_mint(|mint| mint.observe(token))
+/// Raise the high-water mark to a token seen in a load, replication or AOF. False, and the
+/// mark unchanged, for a token at or above 2^53: the module never mints one, so it can only
+/// come from a forged `DUMP` (restored before restores were checked, or edited on disk), and
+/// following it would leave every later grant at one saturated token (the caller logs it).
+pub fn observe_token(token: u64) -> bool {
+    if token >= crate::lock::EXACT_NUMBER_LIMIT {
+        return false;
+    }
+    with_mint(|mint| mint.observe(token));
+    true
 }
 
 pub fn token_high_water() -> u64 {

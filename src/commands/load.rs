@@ -20,7 +20,13 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     }
     let raw = super::bytes(&args);
     let cmd = parse::load(&raw)?;
-    state::observe_token(cmd.token);
+    if !state::observe_token(cmd.token) {
+        ctx.log_warning(&format!(
+            "redis-lock: LOCK.LOAD with token {} (at or above 2^53, which this module never \
+             mints); the token mint does not follow it",
+            cmd.token
+        ));
+    }
     let mut lock_key = LockKey::open(ctx, &args[1]);
     // A hold of a session this server does not know (which the stream's order rules out) is
     // kept as a plain hold, with a deadline so that it cannot outlive everything.

@@ -6,6 +6,7 @@ use std::os::raw::{c_int, c_void};
 use redis_module::{logging, native_types::RedisType, raw};
 
 use crate::lock::{Hold, Lock, Mode};
+use crate::redis::restore::{self, Origin};
 use crate::redis::{blocking, guard, key, session};
 use crate::{state, stats};
 use std::sync::atomic::Ordering::Relaxed;
@@ -93,13 +94,9 @@ extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
 
 extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
     guard::callback("rdb_load", std::ptr::null_mut(), || {
-        let lock = match encver {
-            1 => load_hold(rdb).map(|hold| Lock::new(Mode::Exclusive, hold)),
-            2 => load_v2(rdb, false).map(|(mode, holders)| Lock::from_holders(mode, holders)),
-            3 => load_v2(rdb, true).map(|(mode, mut holders)| {
-                link_sessions(rdb, &mut holders);
-                Lock::from_holders(mode, holders)
-            }),
+        let loaded = match encver {
+            1 => load_hold(rdb).map(|hold| (Mode::Exclusive, vec![hold])),
+            2 | 3 => load_v2(rdb, encver == 3),
             _ => {
                 logging::log_warning(format!(
                     "redis-lock: cannot load a lock saved with encoding version {encver} \
@@ -108,16 +105,23 @@ extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_vo
                 return std::ptr::null_mut();
             }
         };
-        match lock {
-            Some(lock) => {
-                // Whatever happens to this key next (even if it is already expired and Redis
-                // drops it), its tokens were issued: ours must stay above them.
-                lock.holders().for_each(|h| state::observe_token(h.token));
-                stats::LOCK_VALUES.fetch_add(1, Relaxed);
-                Box::into_raw(Box::new(lock)).cast()
-            }
-            None => std::ptr::null_mut(),
+        let Some((mode, mut holders)) = loaded else {
+            return std::ptr::null_mut();
+        };
+        let origin = restore::origin(rdb);
+        // Checked before anything is linked or deferred: a refused restore changes nothing.
+        if origin == Origin::Client && !restore::admit(rdb, &holders) {
+            return std::ptr::null_mut();
         }
+        if encver == 3 {
+            link_sessions(rdb, &mut holders, origin);
+        }
+        // Whatever happens to this key next (even if it is already expired and Redis drops
+        // it), its tokens were issued: ours must stay above them.
+        restore::observe(origin, rdb, &holders);
+        let lock = Lock::from_holders(mode, holders);
+        stats::LOCK_VALUES.fetch_add(1, Relaxed);
+        Box::into_raw(Box::new(lock)).cast()
     })
 }
 
@@ -169,21 +173,13 @@ fn load_v2(rdb: *mut raw::RedisModuleIO, with_sessions: bool) -> Option<(Mode, V
 }
 
 /// Attach the loaded holds to this server's sessions (the start-up load, a replica's full
-/// sync, `DEBUG RELOAD`: the session table was loaded first, from the aux data). A hold of a
-/// session this server does not have (a key `MIGRATE`d or `RESTORE`d from another node)
-/// becomes a plain hold that ends at the earlier of its own deadline and its session's.
-fn link_sessions(rdb: *mut raw::RedisModuleIO, holders: &mut [Hold]) {
-    // SAFETY: the IO handle Redis passed to rdb_load; both calls only read it (7.0+).
-    let (name, db) = unsafe {
-        (
-            raw::RedisModule_GetKeyNameFromIO.unwrap()(rdb),
-            raw::RedisModule_GetDbIdFromIO.map_or(0, |f| f(rdb)),
-        )
-    };
-    let name = match name.is_null() {
-        true => &[][..],
-        false => redis_module::RedisString::string_as_slice(name),
-    };
+/// sync, `DEBUG RELOAD`: the session table was loaded first, from the aux data). A hold that
+/// a `RESTORE` or a `MIGRATE` brought in never joins a session, even one of the same serial
+/// here (the dump may be old, or taken under another key: joining would give the session a
+/// hold it never took), and a hold of a session this server does not have becomes a plain
+/// hold too: each ends at the earliest of its own deadline and its session's.
+fn link_sessions(rdb: *mut raw::RedisModuleIO, holders: &mut [Hold], origin: Origin) {
+    let (db, name, _) = restore::key_of(rdb);
     let mut orphaned = false;
     for hold in holders.iter_mut() {
         let session_deadline = -hold.granted_at;
@@ -191,9 +187,12 @@ fn link_sessions(rdb: *mut raw::RedisModuleIO, holders: &mut [Hold]) {
         if hold.session == 0 {
             continue;
         }
-        if name.is_empty() || !session::track(hold.session, db, name, &hold.owner) {
-            hold.deadline = hold.deadline.min(session_deadline);
-            hold.session = 0;
+        let joins = origin == Origin::Loading
+            && !name.is_empty()
+            && session::track(hold.session, db, name, &hold.owner);
+        if !joins {
+            let live = session::with(|s| s.get(hold.session).map(|x| x.deadline));
+            restore::orphan(hold, session_deadline, live);
             orphaned = true;
         }
     }
@@ -377,11 +376,11 @@ extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, when: c_int)
         }
         match (raw::load_unsigned(rdb), raw::load_unsigned(rdb)) {
             (Ok(1), Ok(high_water)) => {
-                state::observe_token(high_water);
+                observe_high_water(high_water);
                 raw::REDISMODULE_OK as c_int
             }
             (Ok(2), Ok(high_water)) => {
-                state::observe_token(high_water);
+                observe_high_water(high_water);
                 match load_sessions(rdb) {
                     Some(()) => raw::REDISMODULE_OK as c_int,
                     None => raw::REDISMODULE_ERR as c_int,
@@ -390,4 +389,15 @@ extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, when: c_int)
             _ => raw::REDISMODULE_ERR as c_int,
         }
     })
+}
+
+/// The saved high-water mark: followed unless the module could never have reached it (a mark
+/// raised by a forged `RESTORE` before restores were checked heals at the next load).
+fn observe_high_water(high_water: u64) {
+    if !state::observe_token(high_water) {
+        logging::log_warning(format!(
+            "redis-lock: the saved token high-water mark {high_water} is at or above 2^53, which \
+             this module never mints; not followed (tokens go on from the clock and the loaded keys)"
+        ));
+    }
 }

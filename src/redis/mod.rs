@@ -21,6 +21,7 @@ pub mod feed;
 pub mod guard;
 pub mod key;
 pub mod pause;
+pub mod restore;
 pub mod role;
 pub mod session;
 pub mod slots;

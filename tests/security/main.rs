@@ -7,3 +7,5 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+
+mod restore;

@@ -101,6 +101,9 @@ pub(super) fn end_closed(ctx: *mut raw::RedisModuleCtx, ended: Session, bc: Opti
 /// queues, fail its waiters. Returns how many holds were released.
 fn end(ctx: *mut raw::RedisModuleCtx, ended: Session, clean: bool, now: Millis) -> usize {
     session::replicate_ended(ctx, ended.serial, now, clean);
+    if !ended.holds.is_empty() {
+        crate::redis::restore::session_ended(ended.serial, now, clean, ended.deadline, ended.ttl);
+    }
     fail_waiters_of(ctx, ended.serial);
     let mut released = 0;
     for (db, key_name, owner) in ended.holds {
@@ -175,6 +178,9 @@ pub fn apply_ended(ctx: &Context, serial: lock::Serial, at: Millis, clean: bool)
     let Some(ended) = session::with(|s| s.remove(serial)) else {
         return;
     };
+    if !ended.holds.is_empty() {
+        crate::redis::restore::session_ended(serial, at, clean, ended.deadline, ended.ttl);
+    }
     let db = key::selected_db(ctx.ctx);
     for (hold_db, key_name, owner) in ended.holds {
         if !key::select_db(ctx.ctx, hold_db) {
