@@ -89,21 +89,97 @@ pub fn untrack(serial: Serial, db: i32, key: &[u8], owner: &[u8]) {
     }
 }
 
+/// Replace the value of every `SESSION` option from argument `from` on with `(redacted)` in
+/// what `MONITOR` and `SLOWLOG` (Valkey's `COMMANDLOG`) show of this command: the id is a
+/// secret, and `LOCK.ACQUIRE`/`LOCK.MACQUIRE` cannot be flagged out of them as `LOCK.SESSION`
+/// is. Done before parsing, so a refused command is redacted too; an argument after a key or
+/// owner that happens to be spelled `SESSION` is redacted as well, which hides nothing needed.
+pub fn redact_ids(ctx: &Context, args: &[&[u8]], from: usize) {
+    let mut i = from.max(1);
+    while i + 1 < args.len() {
+        if args[i].len() == 7 && args[i].eq_ignore_ascii_case(b"SESSION") {
+            // SAFETY: ctx is the live context of the executing command and i + 1 < argc; the
+            // server keeps the original argument vector and changes only what it shows.
+            unsafe {
+                if let Some(redact) = raw::RedisModule_RedactClientCommandArgument {
+                    redact(ctx.ctx, (i + 1) as c_int);
+                }
+            }
+            i += 1;
+        }
+        i += 1;
+    }
+}
+
 /// What a command that names `SESSION id` needs: the session's serial and lock-delay, checked
-/// against the calling ACL user and the session's hold cap. Errors change nothing.
-pub fn resolve(ctx: &Context, id: &[u8]) -> Result<(Serial, Millis)> {
+/// against the calling ACL user and the session's hold cap. `keys` (in database `db`, for
+/// `owner`) are the holds the command may add: one the session already has (an idempotent
+/// retry) does not count, so the cap is exact for `LOCK.MACQUIRE` and a retry at the cap gets
+/// its token back. Errors change nothing.
+pub fn resolve(
+    ctx: &Context,
+    id: &[u8],
+    db: i32,
+    keys: &[&[u8]],
+    owner: &[u8],
+) -> Result<(Serial, Millis)> {
+    on_primary(ctx)?;
     let user = current_user(ctx);
-    with(|s| {
+    let (serial, delay, adding) = with(|s| {
         let session = s.by_id(id).ok_or_else(error::no_such_session)?;
         if session.user != user {
             return Err(error::session_of_other_user());
         }
-        let max = state::max_session_holds();
-        if session.holds.len() >= max {
+        let adding = keys
+            .iter()
+            .filter(|k| !session.holds.contains(&(db, k.to_vec(), owner.to_vec())))
+            .count();
+        Ok((session.serial, session.lock_delay, adding))
+    })?;
+    let max = state::max_session_holds();
+    let over = |s: &mut Sessions| s.get(serial).map_or(0, |x| x.holds.len()) + adding > max;
+    if adding > 0 && with(over) {
+        // Records of holds that ended without telling the session (a shared hold that
+        // expired inside a key others still hold, and that nobody has touched since) are not
+        // holds: drop them before refusing.
+        forget_dead_holds(ctx, serial);
+        if with(over) {
             return Err(error::too_many_session_holds(max));
         }
-        Ok((session.serial, session.lock_delay))
-    })
+    }
+    Ok((serial, delay))
+}
+
+/// Drop the records of `serial` whose hold is no longer in its key. Outside a cluster only:
+/// there a command may look only at keys of its own slot (see `blocking::close_session`);
+/// in a cluster such records go when their key is next touched or goes away.
+fn forget_dead_holds(ctx: &Context, serial: Serial) {
+    if key::context_flags(ctx.ctx) & raw::REDISMODULE_CTX_FLAGS_CLUSTER != 0 {
+        return;
+    }
+    let records: Vec<session::HoldRef> = with(|s| {
+        s.get(serial)
+            .map(|x| x.holds.iter().cloned().collect())
+            .unwrap_or_default()
+    });
+    for hold in records {
+        if !blocking::session_hold_exists(ctx, serial, &hold) {
+            with(|s| s.remove_hold(serial, &hold));
+        }
+    }
+}
+
+/// Sessions and their holds are taken on the primary only. A replica never ends a session by
+/// its own clock or connections (it follows the primary's `ENDED`), so one opened or extended
+/// on a writable replica (`replica-read-only no`) would never end, and a hold in it would block
+/// everyone for good. The primary's own stream (and AOF loading) is not a client: it passes.
+pub fn on_primary(ctx: &Context) -> Result<()> {
+    if key::context_flags(ctx.ctx) & raw::REDISMODULE_CTX_FLAGS_SLAVE != 0
+        && !key::applying_effects(ctx.ctx)
+    {
+        return Err(error::session_on_replica());
+    }
+    Ok(())
 }
 
 /// The session `id` for a `LOCK.SESSION` subcommand: its serial, or nil-worthy `None`.
