@@ -27,6 +27,10 @@ thread_local! {
     static SESSIONS: RefCell<Sessions> = RefCell::new(Sessions::default());
     /// The expiry timer: (id, the deadline it is armed for).
     static TIMER: Cell<Option<(raw::RedisModuleTimerID, Millis)>> = const { Cell::new(None) };
+    /// Sessions taken out of the table by a disconnect whose end (releases, lock-delay) waits
+    /// in the deferred work, as when writes are paused: serial -> the moment it was lost.
+    static LOST: RefCell<std::collections::HashMap<Serial, Millis>> =
+        RefCell::new(Default::default());
     /// Keys whose lock-delay a session's end started: (db, key) -> when it ends.
     static DELAYED: RefCell<std::collections::HashMap<(i32, Vec<u8>), Millis>> =
         RefCell::new(Default::default());
@@ -48,6 +52,19 @@ pub fn alive(serial: Serial) -> bool {
 /// Number of open sessions.
 pub fn count() -> usize {
     with(|s| s.len())
+}
+
+/// When `serial`, no longer in the table, was lost and its end not yet applied. A save in
+/// between (`DEBUG RELOAD`, `BGSAVE`, a replica's full sync while writes are paused) writes
+/// this as the session's deadline, so a load that finds no such session caps its holds there
+/// and their lock-delay still runs from the loss, instead of from the epoch.
+pub fn lost_at(serial: Serial) -> Option<Millis> {
+    LOST.with(|l| l.borrow().get(&serial).copied())
+}
+
+/// The end of a lost session was applied (or will never be, on a replica).
+pub fn lost_applied(serial: Serial) {
+    LOST.with(|l| l.borrow_mut().remove(&serial));
 }
 
 /// A session's end put `key` in lock-delay until `until`.
@@ -346,7 +363,9 @@ extern "C" fn on_client_change(
                 .filter_map(|serial| s.remove(serial))
                 .collect()
         });
+        let now = key::now();
         for session in gone {
+            LOST.with(|l| l.borrow_mut().insert(session.serial, now));
             blocking::session_disconnected(ctx, session);
         }
     })
