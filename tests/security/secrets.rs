@@ -19,6 +19,8 @@ fn session_ids_stay_out_of_monitor_and_slowlog() {
         .arg("RESET")
         .query::<()>(&mut c)
         .unwrap();
+    // Valkey 8.1+ keeps a COMMANDLOG of slow, large-request and large-reply commands too.
+    let commandlog = config_set(&mut c, "commandlog-request-larger-than", "1").is_ok();
     let mut monitor = std::net::TcpStream::connect(server.addr()).unwrap();
     monitor.write_all(b"MONITOR\r\n").unwrap();
     let mut reader = BufReader::new(monitor.try_clone().unwrap());
@@ -83,6 +85,19 @@ fn session_ids_stay_out_of_monitor_and_slowlog() {
         assert!(!slowlog.contains(s), "SLOWLOG has a session id: {slowlog}");
     }
     assert!(slowlog.contains("LOCK.MACQUIRE"), "SLOWLOG: {slowlog}");
+    if commandlog {
+        let log = format!(
+            "{:?}",
+            redis::cmd("COMMANDLOG")
+                .arg(&["GET", "1000", "large-request"])
+                .query::<Value>(&mut c)
+                .unwrap()
+        );
+        for s in [secret(&id), secret(&other)] {
+            assert!(!log.contains(s), "COMMANDLOG has a session id: {log}");
+        }
+        assert!(log.contains("LOCK.MACQUIRE"), "COMMANDLOG: {log}");
+    }
 }
 
 #[test]
