@@ -167,6 +167,27 @@ pub fn resolve(
     Ok((serial, delay))
 }
 
+/// For a waiter whose turn came: true when session `serial` (0: none) may add its holds on
+/// `keys` for `owner` without passing `lock.max-session-holds`. The command checked when it
+/// queued, but the session may have taken other holds while it waited.
+pub fn room_for<K: AsRef<[u8]>>(serial: Serial, db: i32, keys: &[K], owner: &[u8]) -> bool {
+    serial == 0
+        || with(|s| {
+            let Some(session) = s.get(serial) else {
+                return true; // an ended session is refused by its own check
+            };
+            let adding = keys
+                .iter()
+                .filter(|k| {
+                    !session
+                        .holds
+                        .contains(&(db, k.as_ref().to_vec(), owner.to_vec()))
+                })
+                .count();
+            adding == 0 || session.holds.len() + adding <= state::max_session_holds()
+        })
+}
+
 /// Drop the records of `serial` whose hold is no longer in its key. Outside a cluster only:
 /// there a command may look only at keys of its own slot (see `blocking::close_session`);
 /// in a cluster such records go when their key is next touched or goes away.

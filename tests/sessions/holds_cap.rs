@@ -108,6 +108,39 @@ fn a_retry_at_the_cap_gets_its_token_back() {
     );
 }
 
+#[test]
+fn a_waiter_whose_session_filled_up_meanwhile_is_refused_at_its_turn() {
+    let server = Server::start_with_module_args(&["max-session-holds", "2"], &[]);
+    let mut c = server.conn();
+    let id = open(&mut c, 60_000, &[]);
+    let (x, y, z, w) = (new_key(), new_key(), new_key(), new_key());
+    acquire_in(&mut c, &w, "me", 0, &id, &[]);
+    must_token(acquire_with(&mut c, &x, "other", 60_000, &[]));
+    must_token(acquire_with(&mut c, &z, "other", 60_000, &[]));
+    // Room for one more when they queue: a single-key waiter and a set waiter.
+    let single = Waiter::start(
+        &server,
+        &mut c,
+        "LOCK.ACQUIRE",
+        &[&x, "me", "0", "BLOCK", "20000", "SESSION", &id],
+    );
+    let set = Waiter::start(
+        &server,
+        &mut c,
+        "LOCK.MACQUIRE",
+        &["1", &z, "me", "0", "BLOCK", "20000", "SESSION", &id],
+    );
+    // Meanwhile the session takes its last hold.
+    acquire_in(&mut c, &y, "me", 0, &id, &[]);
+    assert_eq!(release(&mut c, &x, "other"), 1);
+    assert_eq!(release(&mut c, &z, "other"), 1);
+    for waiter in [single, set] {
+        assert_err(waiter.reply().0, CAP_ERROR);
+    }
+    assert_eq!(info_of(&mut c, &id, "holds"), Value::Int(2));
+    assert_eq!(exists(&mut c, &x) + exists(&mut c, &z), 0);
+}
+
 #[track_caller]
 fn must_token(reply: RedisResult<Value>) -> i64 {
     match reply {
