@@ -91,7 +91,7 @@ mod module {
                 } else {
                     0
                 };
-                (s.name, session::FLAGS, key)
+                (s.name, s.flags, key)
             })
             .collect();
         if !guard::create_container(ctx, c"lock.session", lock_session, &subcommands) {

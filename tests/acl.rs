@@ -54,7 +54,6 @@ fn commands_are_in_the_categories_the_server_supports() {
             "lock.session|attach",
             "lock.session|close",
             "lock.session|ended",
-            "lock.session|info",
             "lock.session|keepalive",
             "lock.session|open",
             "lock.session|renew",
@@ -63,7 +62,10 @@ fn commands_are_in_the_categories_the_server_supports() {
             "lock.watch"
         ]
     );
-    assert_eq!(category(&mut con, "read"), ["lock.fence", "lock.info"]);
+    assert_eq!(
+        category(&mut con, "read"),
+        ["lock.fence", "lock.info", "lock.session|info"]
+    );
     assert_eq!(
         category(&mut con, "blocking"),
         ["lock.acquire", "lock.macquire"]

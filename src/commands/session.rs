@@ -203,6 +203,8 @@ pub struct Subcommand {
     pub name: &'static CStr,
     /// Where its key is: the session id (argument 2), or nowhere.
     pub keys: docs::Keys,
+    /// Its command flags ([`FLAGS`], or [`READ_FLAGS`] for `INFO`).
+    pub flags: &'static CStr,
     pub doc: docs::Doc,
 }
 
@@ -220,6 +222,8 @@ pub const DOC: docs::Doc = docs::Doc {
 /// Every subcommand: no-monitor and no-slowlog, because an id is a secret; not deny-oom, because
 /// a keepalive refused under memory pressure would end the session and every hold in it.
 pub const FLAGS: &CStr = c"write no-monitor no-slowlog";
+/// `INFO` changes nothing: it answers on a read-only replica too.
+pub const READ_FLAGS: &CStr = c"readonly no-monitor no-slowlog";
 
 /// The session id of `KEEPALIVE`, `CLOSE`, `ATTACH` and `INFO`. Declared as a key flagged
 /// `NOT_KEY` and nothing else (no getkeys callback): every server of the matrix (Redis 7.0,
@@ -228,6 +232,10 @@ pub const FLAGS: &CStr = c"write no-monitor no-slowlog";
 /// check (`getKeysFromCommandWithSpecs`, which skips `NOT_KEY` specs) never sees the id: a user
 /// limited to `~lock:*` keeps its session alive, and `ACL LOG` never records an id.
 const ID_FLAGS: u32 = raw::REDISMODULE_CMD_KEY_RW
+    | raw::REDISMODULE_CMD_KEY_ACCESS
+    | raw::REDISMODULE_CMD_KEY_NOT_KEY;
+/// `INFO`'s id: read only.
+const INFO_ID_FLAGS: u32 = raw::REDISMODULE_CMD_KEY_RO
     | raw::REDISMODULE_CMD_KEY_ACCESS
     | raw::REDISMODULE_CMD_KEY_NOT_KEY;
 
@@ -251,12 +259,20 @@ const fn sub(
     Subcommand {
         name,
         keys,
+        flags: if name.to_bytes().eq_ignore_ascii_case(b"info") {
+            READ_FLAGS
+        } else {
+            FLAGS
+        },
         doc: docs::Doc {
             name: full,
             summary,
             complexity,
             arity,
             key_flags: match keys {
+                docs::Keys::SessionId if name.to_bytes().eq_ignore_ascii_case(b"info") => {
+                    INFO_ID_FLAGS
+                }
                 docs::Keys::SessionId => ID_FLAGS,
                 _ => 0,
             },

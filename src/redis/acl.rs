@@ -34,7 +34,7 @@ const COMMANDS: [(&CStr, &str); 18] = [
     (c"lock.session|keepalive", "write slow"),
     (c"lock.session|close", "write slow"),
     (c"lock.session|attach", "write slow"),
-    (c"lock.session|info", "write slow"),
+    (c"lock.session|info", "read slow"),
     (c"lock.session|restore", "write slow"),
     (c"lock.session|renew", "write slow"),
     (c"lock.session|ended", "write slow"),

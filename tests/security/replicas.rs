@@ -64,3 +64,28 @@ fn a_writable_replica_takes_no_session_and_no_session_hold() {
         || exists(&mut r, &k) == 0,
     );
 }
+
+#[test]
+fn a_read_only_replica_answers_info_and_refuses_the_rest() {
+    let primary = Server::start();
+    let replica = Server::replica_of(&primary);
+    let mut p = primary.conn();
+    let mut r = replica.conn();
+    let id = open(&mut p, 30_000, &[]);
+    let k = unique_key("replica");
+    assert!(matches!(
+        call(&mut p, "LOCK.ACQUIRE", &[&k, "me", "0", "SESSION", &id]),
+        Ok(Value::Int(_))
+    ));
+    // INFO changes nothing (flagged readonly): it reads the replicated session.
+    wait_until("the replica has the hold", Duration::from_secs(10), || {
+        matches!(
+            session(&mut r, "INFO", &[&id]),
+            Ok(Value::Array(_) | Value::Map(_))
+        ) && info_field_of(&mut r, &id, "holds") == Value::Int(1)
+    });
+    for sub in ["KEEPALIVE", "CLOSE", "ATTACH"] {
+        assert_err_code(session(&mut r, sub, &[&id]), "READONLY");
+    }
+    assert_err_code(session(&mut r, "OPEN", &["1000"]), "READONLY");
+}
