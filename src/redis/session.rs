@@ -188,13 +188,34 @@ pub fn room_for<K: AsRef<[u8]>>(serial: Serial, db: i32, keys: &[K], owner: &[u8
         })
 }
 
-/// Drop the records of `serial` whose hold is no longer in its key. Outside a cluster only:
-/// there a command may look only at keys of its own slot (see `blocking::close_session`);
-/// in a cluster such records go when their key is next touched or goes away.
+/// Drop the records of `serial` whose hold is no longer in its key. In a cluster a command
+/// may look only at keys of its own slot (see `blocking::close_session`): there the records
+/// are checked from a zero-delay timer instead, so this command is still refused and a retry
+/// after it finds the room.
 fn forget_dead_holds(ctx: &Context, serial: Serial) {
     if key::context_flags(ctx.ctx) & raw::REDISMODULE_CTX_FLAGS_CLUSTER != 0 {
+        // SAFETY: the callback matches RedisModuleTimerProc; the data is the serial itself
+        // (a number, never dereferenced).
+        unsafe {
+            raw::RedisModule_CreateTimer.unwrap()(
+                ctx.ctx,
+                0,
+                Some(sweep_timer),
+                serial as usize as *mut c_void,
+            )
+        };
         return;
     }
+    sweep(ctx, serial);
+}
+
+extern "C" fn sweep_timer(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
+    guard::callback("session sweep timer", (), || {
+        sweep(&Context::new(ctx), data as usize as Serial);
+    })
+}
+
+fn sweep(ctx: &Context, serial: Serial) {
     let records: Vec<session::HoldRef> = with(|s| {
         s.get(serial)
             .map(|x| x.holds.iter().cloned().collect())
