@@ -54,7 +54,12 @@ pub fn owner_too_long(max: usize) -> Error {
     err(format!("owner is longer than lock.max-owner-bytes ({max})"))
 }
 
+/// Echoes the argument, unless it has a session id's shape: an id sent in the wrong place
+/// (`SESSION` forgotten) is still a secret, and an error reply can end up in a client's log.
 pub fn unexpected_argument(arg: &[u8]) -> Error {
+    if crate::lock::session::well_formed_id(arg) {
+        return err("syntax error: unexpected argument (a session id; give it after SESSION)");
+    }
     err(format!(
         "syntax error: unexpected argument '{}'",
         printable(arg)
@@ -155,6 +160,14 @@ pub fn internal_only() -> Error {
     err("LOCK.LOAD is internal: only the replication link and AOF loading may call it")
 }
 
+/// `LOCK.SESSION RESTORE/RENEW/ENDED` from a client.
+pub fn session_internal_only(sub: &[u8]) -> Error {
+    err(format!(
+        "LOCK.SESSION {} is internal: only the replication link and AOF loading may call it",
+        printable(sub).to_ascii_uppercase()
+    ))
+}
+
 pub fn internal(what: &str) -> Error {
     err(format!(
         "internal error in redis-lock: {what} (see the server log)"
@@ -167,6 +180,15 @@ pub fn no_such_session() -> Error {
 
 pub fn session_of_other_user() -> Error {
     Error::Reply("NOPERM this session was opened by another ACL user".into())
+}
+
+pub fn session_on_replica() -> Error {
+    Error::Reply(
+        "READONLY sessions and session holds are taken on the primary only: a replica never \
+         ends a session by its own clock or connections (replica-read-only no does not change \
+         that)"
+            .into(),
+    )
 }
 
 pub fn session_ttl_too_large(max: i64) -> Error {

@@ -81,8 +81,35 @@ mod module {
                 ));
             }
         }
-        if !docs::set_with_keys(ctx, &session::DOC, docs::Keys::SecondArg) {
+        // LOCK.SESSION is a container of real subcommands, each with its own key spec (see
+        // commands::session for why the id is a NOT_KEY key).
+        let subcommands: Vec<_> = session::SUBCOMMANDS
+            .iter()
+            .map(|s| {
+                let key = if s.keys == docs::Keys::SessionId {
+                    2
+                } else {
+                    0
+                };
+                (s.name, s.flags, key)
+            })
+            .collect();
+        if !guard::create_container(ctx, c"lock.session", lock_session, &subcommands) {
+            ctx.log_warning("redis-lock: could not create LOCK.SESSION and its subcommands");
+            return Status::Err;
+        }
+        if !docs::set_with_keys(ctx, &session::DOC, docs::Keys::None) {
             ctx.log_notice("redis-lock: no COMMAND DOCS for lock.session (needs Redis 7.0+)");
+        }
+        for sub in &session::SUBCOMMANDS {
+            // Without its key spec a subcommand with an id would be routed by the legacy
+            // range alone (the same position) but shown as keyless in COMMAND INFO.
+            if !docs::set_with_keys(ctx, &sub.doc, sub.keys) {
+                ctx.log_notice(&format!(
+                    "redis-lock: no COMMAND DOCS for {} (needs Redis 7.0+)",
+                    sub.doc.name.to_string_lossy()
+                ));
+            }
         }
         for doc in [&macquire::DOC, &mrelease::DOC] {
             // Without key specs the server cannot find these commands' keys (cluster routing,
@@ -153,8 +180,15 @@ mod module {
     fn lock_mrelease(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         guard::command(ctx, args, mrelease::run)
     }
-    fn lock_session(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-        guard::command(ctx, args, session::run)
+    extern "C" fn lock_session(
+        ctx: *mut raw::RedisModuleCtx,
+        argv: *mut *mut raw::RedisModuleString,
+        argc: c_int,
+    ) -> c_int {
+        let context = Context::new(ctx);
+        let args = redis_module::decode_args(ctx, argv, argc);
+        let reply = guard::command(&context, args, session::run);
+        context.reply(reply) as c_int
     }
     fn lock_watch(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         guard::command(ctx, args, watch::run)
@@ -191,10 +225,7 @@ mod module {
             // (docs::Keys::Counted) and the getkeys-api callback tell the server where.
             ["lock.macquire", lock_macquire, "write deny-oom getkeys-api", 0, 0, 0, ""],
             ["lock.mrelease", lock_mrelease, "write getkeys-api", 0, 0, 0, ""],
-            // Not deny-oom: a keepalive refused under memory pressure would end the session
-            // and every hold in it. no-monitor and no-slowlog: the id is a secret. The id (at
-            // 2, when there is one) is found by the getkeys callback.
-            ["lock.session", lock_session, "write no-monitor no-slowlog getkeys-api", 0, 0, 0, ""],
+            // lock.session (a container of subcommands) is created in `init`.
             ["lock.watch", lock_watch, "write fast", 1, 1, 1, ""],
             ["lock.unwatch", lock_unwatch, "write fast", 1, 1, 1, ""],
         ],

@@ -51,12 +51,21 @@ fn commands_are_in_the_categories_the_server_supports() {
             "lock.macquire",
             "lock.mrelease",
             "lock.release",
-            "lock.session",
+            "lock.session|attach",
+            "lock.session|close",
+            "lock.session|ended",
+            "lock.session|keepalive",
+            "lock.session|open",
+            "lock.session|renew",
+            "lock.session|restore",
             "lock.unwatch",
             "lock.watch"
         ]
     );
-    assert_eq!(category(&mut con, "read"), ["lock.fence", "lock.info"]);
+    assert_eq!(
+        category(&mut con, "read"),
+        ["lock.fence", "lock.info", "lock.session|info"]
+    );
     assert_eq!(
         category(&mut con, "blocking"),
         ["lock.acquire", "lock.macquire"]
@@ -67,7 +76,14 @@ fn commands_are_in_the_categories_the_server_supports() {
             "lock.load",
             "lock.macquire",
             "lock.mrelease",
-            "lock.session"
+            "lock.session|attach",
+            "lock.session|close",
+            "lock.session|ended",
+            "lock.session|info",
+            "lock.session|keepalive",
+            "lock.session|open",
+            "lock.session|renew",
+            "lock.session|restore"
         ]
     );
     assert_eq!(
@@ -83,7 +99,8 @@ fn commands_are_in_the_categories_the_server_supports() {
         ]
     );
     if own {
-        assert_eq!(category(&mut con, "lock").len(), 11);
+        // Ten commands and LOCK.SESSION's eight subcommands (each has its own ACL bit).
+        assert_eq!(category(&mut con, "lock").len(), 18);
     } else {
         assert_err(
             redis::cmd("ACL")

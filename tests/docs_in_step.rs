@@ -163,6 +163,8 @@ fn every_command_has_a_heading_or_synopsis_in_the_reference() {
     let missing: Vec<String> = commands(&mut c)
         .into_iter()
         .map(|n| n.to_uppercase())
+        // `LOCK.SESSION|OPEN` and its siblings are documented under `LOCK.SESSION`.
+        .filter(|n| !n.contains('|'))
         .filter(|n| {
             !reference.lines().any(|l| {
                 (l.starts_with("## ") && l.ends_with(n.as_str())) || l.starts_with(&format!("{n} "))

@@ -12,10 +12,17 @@ use crate::redis::{blocking, docs, session};
 use crate::{state, stats};
 
 pub fn run(ctx: &Context, args: &Args) -> RedisResult {
+    session::redact_ids(ctx, args.bytes, 4);
     let cmd = parse::acquire(args.bytes, state::max_owner_bytes())?;
     let now = key::now();
     let (serial, delay) = match cmd.session {
-        Some(id) => session::resolve(ctx, id)?,
+        Some(id) => session::resolve(
+            ctx,
+            id,
+            key::selected_db(ctx.ctx),
+            &[args.bytes[1]],
+            cmd.owner,
+        )?,
         None => (0, cmd.lock_delay),
     };
     lock::deadline_after(now, cmd.ttl).ok_or_else(error::ttl_too_large)?;

@@ -20,10 +20,11 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         return Ok(RedisValue::NoReply);
     }
     let raw = super::bytes(&args);
+    session::redact_ids(ctx, &raw, 2);
     let cmd = parse::macquire(&raw, state::max_owner_bytes(), state::max_multi_keys())?;
     let now = key::now();
     let (serial, delay) = match cmd.session {
-        Some(id) => session::resolve(ctx, id)?,
+        Some(id) => session::resolve(ctx, id, key::selected_db(ctx.ctx), &cmd.keys, cmd.owner)?,
         None => (0, 0),
     };
     lock::deadline_after(now, cmd.ttl).ok_or_else(error::ttl_too_large)?;

@@ -8,12 +8,14 @@
 //! `RESTORE id serial ttl deadline lock-delay bound user`, `RENEW serial ttl deadline`,
 //! `ENDED serial at CLOSED|LOST`.
 //!
-//! One command with subcommands rather than five commands, so that the whole family carries
-//! the flags that keep ids out of `MONITOR` and `SLOWLOG`. The id is argument 2 of every
-//! subcommand that takes one, which the getkeys callback reports as the command's key: a cluster
-//! client routes it by the id's hash tag to the node that has the session.
+//! One command with real subcommands (`lock.session|keepalive`, ...) rather than five commands:
+//! the family shares a name and the flags that keep ids out of `MONITOR` and `SLOWLOG`, while
+//! each subcommand has its own key spec and ACL bit. The id is argument 2 of every subcommand
+//! that takes one and is declared as a `NOT_KEY` key (see [`SUBCOMMANDS`]): routed like a key
+//! in a cluster, never checked against a user's key patterns.
 
 use std::collections::BTreeMap;
+use std::ffi::CStr;
 
 use redis_module::{raw, redisvalue::RedisValueKey, Context, RedisResult, RedisString, RedisValue};
 
@@ -25,18 +27,19 @@ use crate::redis::{blocking, docs, session};
 use crate::state;
 
 pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    if ctx.is_keys_position_request() {
-        report_id_key(ctx, &args);
-        return Ok(RedisValue::NoReply);
-    }
     let raw = super::bytes(&args);
+    // Checked before parsing: a client is told what it may not send, not what it sent wrong.
+    let internal = raw.get(1).is_some_and(|sub| {
+        [&b"RESTORE"[..], b"RENEW", b"ENDED"]
+            .iter()
+            .any(|name| sub.eq_ignore_ascii_case(name))
+    });
+    if internal && !key::applying_effects(ctx.ctx) {
+        return Err(error::session_internal_only(raw[1]).into());
+    }
     let cmd = parse::session(&raw)?;
-    let internal = matches!(
-        cmd,
-        Sub::Restore { .. } | Sub::Renew { .. } | Sub::Ended { .. }
-    );
-    if internal != key::applying_effects(ctx.ctx) && internal {
-        return Err(error::internal_only().into());
+    if !internal && !matches!(cmd, Sub::Info { .. }) {
+        session::on_primary(ctx)?;
     }
     match cmd {
         Sub::Open {
@@ -193,43 +196,180 @@ fn info(ctx: &Context, serial: u64) -> RedisValue {
     )
 }
 
-/// For the getkeys callback: the id of `KEEPALIVE`, `CLOSE`, `ATTACH` and `INFO` is the key.
-fn report_id_key(ctx: &Context, args: &[RedisString]) {
-    let takes_id = args.get(1).is_some_and(|sub| {
-        let sub = sub.as_slice();
-        [&b"KEEPALIVE"[..], b"CLOSE", b"ATTACH", b"INFO"]
-            .iter()
-            .any(|name| sub.eq_ignore_ascii_case(name))
-    });
-    if takes_id && args.len() >= 3 {
-        ctx.key_at_pos(2);
+/// One `LOCK.SESSION` subcommand as the server registers it: a real subcommand
+/// (`lock.session|keepalive`), so that each has its own key spec, flags and ACL bit.
+pub struct Subcommand {
+    /// Lower case, as `RedisModule_CreateSubcommand` takes it.
+    pub name: &'static CStr,
+    /// Where its key is: the session id (argument 2), or nowhere.
+    pub keys: docs::Keys,
+    /// Its command flags ([`FLAGS`], or [`READ_FLAGS`] for `INFO`).
+    pub flags: &'static CStr,
+    pub doc: docs::Doc,
+}
+
+/// The container's own entry in `COMMAND DOCS` (its subcommands are listed under it).
+pub const DOC: docs::Doc = docs::Doc {
+    name: c"lock.session",
+    summary: c"Sessions: OPEN one lease for many holds, KEEPALIVE it, CLOSE it, ATTACH a BOUND \
+               one to this connection, INFO about it.",
+    complexity: c"Depends on the subcommand",
+    arity: -2,
+    key_flags: 0,
+    args: &[],
+};
+
+/// Every subcommand: no-monitor and no-slowlog, because an id is a secret; not deny-oom, because
+/// a keepalive refused under memory pressure would end the session and every hold in it.
+pub const FLAGS: &CStr = c"write no-monitor no-slowlog";
+/// `INFO` changes nothing: it answers on a read-only replica too.
+pub const READ_FLAGS: &CStr = c"readonly no-monitor no-slowlog";
+
+/// The session id of `KEEPALIVE`, `CLOSE`, `ATTACH` and `INFO`. Declared as a key flagged
+/// `NOT_KEY` and nothing else (no getkeys callback): every server of the matrix (Redis 7.0,
+/// 8.2, Valkey 8.1, 9.1; `getNodeByQuery` uses the legacy key range, which this one spec
+/// gives) still redirects a misrouted call to the node of the id's hash tag, while the ACL key
+/// check (`getKeysFromCommandWithSpecs`, which skips `NOT_KEY` specs) never sees the id: a user
+/// limited to `~lock:*` keeps its session alive, and `ACL LOG` never records an id.
+const ID_FLAGS: u32 = raw::REDISMODULE_CMD_KEY_RW
+    | raw::REDISMODULE_CMD_KEY_ACCESS
+    | raw::REDISMODULE_CMD_KEY_NOT_KEY;
+/// `INFO`'s id: read only.
+const INFO_ID_FLAGS: u32 = raw::REDISMODULE_CMD_KEY_RO
+    | raw::REDISMODULE_CMD_KEY_ACCESS
+    | raw::REDISMODULE_CMD_KEY_NOT_KEY;
+
+const ID_ARG: docs::Arg = docs::Arg::required(c"id", docs::KEY);
+const TTL_OPTIONAL: docs::Arg = docs::Arg {
+    name: c"ttl-ms",
+    kind: docs::INTEGER,
+    token: None,
+    optional: true,
+};
+
+const fn sub(
+    name: &'static CStr,
+    full: &'static CStr,
+    summary: &'static CStr,
+    complexity: &'static CStr,
+    arity: i32,
+    keys: docs::Keys,
+    args: &'static [docs::Arg],
+) -> Subcommand {
+    Subcommand {
+        name,
+        keys,
+        flags: if name.to_bytes().eq_ignore_ascii_case(b"info") {
+            READ_FLAGS
+        } else {
+            FLAGS
+        },
+        doc: docs::Doc {
+            name: full,
+            summary,
+            complexity,
+            arity,
+            key_flags: match keys {
+                docs::Keys::SessionId if name.to_bytes().eq_ignore_ascii_case(b"info") => {
+                    INFO_ID_FLAGS
+                }
+                docs::Keys::SessionId => ID_FLAGS,
+                _ => 0,
+            },
+            args,
+        },
     }
 }
 
-pub const DOC: docs::Doc = docs::Doc {
-    name: c"lock.session",
-    summary: c"Sessions: OPEN one lease for many holds (BOUND: ended when this connection \
-               closes; LOCKDELAY: how long a lost hold keeps others out), KEEPALIVE it, CLOSE \
-               it, ATTACH a BOUND one to this connection, INFO about it.",
-    complexity: c"O(1), except CLOSE: O(N) with N holds in the session",
-    arity: -3,
-    key_flags: raw::REDISMODULE_CMD_KEY_RW
-        | raw::REDISMODULE_CMD_KEY_ACCESS
-        | raw::REDISMODULE_CMD_KEY_NOT_KEY
-        | raw::REDISMODULE_CMD_KEY_INCOMPLETE,
-    args: &[
-        docs::Arg::required(c"subcommand", docs::STRING),
-        docs::Arg {
-            name: c"id-or-ttl-ms",
-            kind: docs::KEY,
-            token: None,
-            optional: false,
-        },
-        docs::Arg {
-            name: c"option",
-            kind: docs::STRING,
-            token: None,
-            optional: true,
-        },
-    ],
-};
+const INTERNAL: &CStr =
+    c"Internal: replication and AOF loading only; refused from any other client.";
+
+pub const SUBCOMMANDS: [Subcommand; 8] = [
+    sub(
+        c"open",
+        c"lock.session|open",
+        c"Opens a session: one lease for many holds (BOUND: ended when this connection closes; \
+          LOCKDELAY: how long a lost hold keeps others out). Returns its secret id.",
+        c"O(1)",
+        -3,
+        docs::Keys::None,
+        &[
+            docs::TTL_ARG,
+            docs::Arg {
+                name: c"bound",
+                kind: docs::PURE_TOKEN,
+                token: Some(c"BOUND"),
+                optional: true,
+            },
+            docs::Arg {
+                name: c"lockdelay-ms",
+                kind: docs::INTEGER,
+                token: Some(c"LOCKDELAY"),
+                optional: true,
+            },
+        ],
+    ),
+    sub(
+        c"keepalive",
+        c"lock.session|keepalive",
+        c"Renews a session for its ttl (or a new ttl-ms); nil when it is gone.",
+        c"O(log N) with N open sessions, whatever the session holds",
+        -3,
+        docs::Keys::SessionId,
+        &[ID_ARG, TTL_OPTIONAL],
+    ),
+    sub(
+        c"close",
+        c"lock.session|close",
+        c"Ends a session and releases its holds at once (no lock-delay); nil when it is gone.",
+        c"O(N) with N holds in the session",
+        3,
+        docs::Keys::SessionId,
+        &[ID_ARG],
+    ),
+    sub(
+        c"attach",
+        c"lock.session|attach",
+        c"Binds a BOUND session to this connection (after a restart or promotion).",
+        c"O(1)",
+        3,
+        docs::Keys::SessionId,
+        &[ID_ARG],
+    ),
+    sub(
+        c"info",
+        c"lock.session|info",
+        c"A session's ttl, bound connection, lock-delay and live holds; nil when it is gone.",
+        c"O(N) with N holds on record in the session (at most lock.max-session-holds)",
+        3,
+        docs::Keys::SessionId,
+        &[ID_ARG],
+    ),
+    sub(
+        c"restore",
+        c"lock.session|restore",
+        INTERNAL,
+        c"O(1)",
+        9,
+        docs::Keys::None,
+        &[],
+    ),
+    sub(
+        c"renew",
+        c"lock.session|renew",
+        INTERNAL,
+        c"O(log N) with N sessions",
+        5,
+        docs::Keys::None,
+        &[],
+    ),
+    sub(
+        c"ended",
+        c"lock.session|ended",
+        INTERNAL,
+        c"O(N) with N holds in the session",
+        5,
+        docs::Keys::None,
+        &[],
+    ),
+];

@@ -275,6 +275,20 @@ impl Lock {
         self.occupying(now).map(|h| h.frees_at()).min()
     }
 
+    /// The session holds [`Lock::prune`] at `before` would drop, as (session, owner): their
+    /// sessions must forget them, or the records of expired shared holds pile up against
+    /// `lock.max-session-holds` until the session ends.
+    pub fn session_holds_freed_by(&self, before: Millis) -> Vec<(Serial, Vec<u8>)> {
+        match &self.0 {
+            Repr::One(_) => Vec::new(), // the packed form has no session
+            Repr::Many { holders, .. } => holders
+                .iter()
+                .filter(|h| h.session != 0 && h.frees_at() <= before)
+                .map(|h| (h.session, h.owner.to_vec()))
+                .collect(),
+        }
+    }
+
     /// Drop holders whose place was free at or before `before`; returns how many went.
     pub fn prune(&mut self, before: Millis) -> usize {
         match &mut self.0 {

@@ -20,7 +20,7 @@ use redis_module::{raw, Context};
 pub const OWN_CATEGORY: &str = "lock";
 
 /// Each command with its built-in categories, mirroring its command flags.
-const COMMANDS: [(&CStr, &str); 11] = [
+const COMMANDS: [(&CStr, &str); 18] = [
     (c"lock.acquire", "write fast blocking"),
     (c"lock.macquire", "write slow blocking"),
     (c"lock.mrelease", "write slow"),
@@ -29,7 +29,15 @@ const COMMANDS: [(&CStr, &str); 11] = [
     (c"lock.fence", "read fast"),
     (c"lock.info", "read fast"),
     (c"lock.load", "write slow"),
-    (c"lock.session", "write slow"),
+    // Each subcommand has its own ACL bit and categories; the container has none.
+    (c"lock.session|open", "write slow"),
+    (c"lock.session|keepalive", "write slow"),
+    (c"lock.session|close", "write slow"),
+    (c"lock.session|attach", "write slow"),
+    (c"lock.session|info", "read slow"),
+    (c"lock.session|restore", "write slow"),
+    (c"lock.session|renew", "write slow"),
+    (c"lock.session|ended", "write slow"),
     (c"lock.watch", "write fast"),
     (c"lock.unwatch", "write fast"),
 ];

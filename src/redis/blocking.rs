@@ -398,6 +398,8 @@ pub fn serve_looked(
             }
             let taken = if !session::alive(head.session) {
                 Taken::SessionEnded
+            } else if !session::room_for(head.session, qk.0, &[qk.1], &head.owner) {
+                Taken::SessionFull
             } else {
                 let lock = match lock {
                     Ok(lock) => lock,
@@ -456,6 +458,11 @@ pub fn serve_looked(
             }
             Taken::Conflict(conflict) => {
                 let msg = error::conflict(conflict).reply_text();
+                unblock(waiter.bc, Outcome::Failed(msg));
+                continue;
+            }
+            Taken::SessionFull => {
+                let msg = error::too_many_session_holds(state::max_session_holds()).reply_text();
                 unblock(waiter.bc, Outcome::Failed(msg));
                 continue;
             }
@@ -543,6 +550,8 @@ enum Taken {
     SessionEnded,
     /// An error: it asks for what the holders' mode or limit refuses.
     Conflict(Conflict),
+    /// An error: its session took other holds while it waited and has no room for this one.
+    SessionFull,
     /// The lock; `Some(token)`: its owner holds it already, with that token.
     Grant(Option<u64>),
 }

@@ -83,7 +83,9 @@ extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
             raw::save_signed(rdb, hold.deadline);
             let session_deadline = match hold.session {
                 0 => 0,
-                serial => session::with(|s| s.get(serial).map_or(0, |x| x.deadline)),
+                serial => session::with(|s| s.get(serial).map(|x| x.deadline))
+                    .or_else(|| session::lost_at(serial))
+                    .unwrap_or(0),
             };
             raw::save_unsigned(rdb, hold.session);
             raw::save_signed(rdb, hold.delay);

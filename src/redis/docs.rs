@@ -87,9 +87,12 @@ pub enum Keys {
     /// server reads the count, so `COMMAND GETKEYS`, ACL key checks and cluster routing
     /// (`CROSSSLOT`) see every key.
     Counted,
-    /// At most one key, at argument 2 (a subcommand comes first), found by the getkeys
-    /// callback: the spec is flagged incomplete.
-    SecondArg,
+    /// A `LOCK.SESSION` subcommand's session id, at argument 2. Flagged `NOT_KEY` (see
+    /// `commands::session`): the server routes the command by it in a cluster (the legacy key
+    /// range it derives from this one spec), while ACL key checks and `COMMAND GETKEYS` skip it.
+    SessionId,
+    /// No keys at all (`LOCK.SESSION OPEN` and the internal subcommands).
+    None,
 }
 
 /// The version we publish the module's commands under (`since` in `COMMAND DOCS`).
@@ -118,6 +121,9 @@ pub fn set_with_keys(ctx: &Context, doc: &Doc, keys: Keys) -> bool {
     // this function returns.
     let args = raw_args(doc.args, keys);
     let mut key_specs = [key_spec(doc.key_flags, keys), zeroed_key_spec()];
+    if keys == Keys::None {
+        key_specs[0] = zeroed_key_spec();
+    }
     let version = raw::RedisModuleCommandInfoVersion {
         version: 1,
         sizeof_historyentry: std::mem::size_of::<raw::RedisModuleCommandHistoryEntry>(),
@@ -183,7 +189,7 @@ fn key_spec(flags: u32, keys: Keys) -> raw::RedisModuleCommandKeySpec {
             },
         },
     };
-    if keys == Keys::SecondArg {
+    if keys == Keys::SessionId {
         spec.bs = raw::RedisModuleCommandKeySpec__bindgen_ty_1 {
             index: raw::RedisModuleCommandKeySpec__bindgen_ty_1__bindgen_ty_1 { pos: 2 },
         };

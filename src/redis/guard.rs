@@ -138,6 +138,53 @@ pub fn create_command(
     }
 }
 
+/// A command function as the server calls it.
+pub type CommandFn =
+    extern "C" fn(*mut raw::RedisModuleCtx, *mut *mut raw::RedisModuleString, c_int) -> c_int;
+
+/// Register `name` as a container of subcommands (no handler of its own, no keys), then each
+/// of `subcommands`: (name, flags, key position: 0 for none). Each subcommand has its own
+/// flags, key positions, ACL bit and `COMMAND DOCS` entry; the server answers an unknown one.
+pub fn create_container(
+    ctx: &Context,
+    name: &CStr,
+    f: CommandFn,
+    subcommands: &[(&CStr, &CStr, c_int)],
+) -> bool {
+    // SAFETY: called from the module's load with its context; the strings are C strings the
+    // server copies; a null handler makes the command a container (Redis 7.0+, Valkey).
+    let created = unsafe {
+        raw::RedisModule_CreateCommand.unwrap()(ctx.ctx, name.as_ptr(), None, c"".as_ptr(), 0, 0, 0)
+            == raw::REDISMODULE_OK as c_int
+    };
+    // SAFETY: plain reads of function pointers filled in by RedisModule_Init.
+    let (Some(get_command), Some(create_sub)) = (unsafe { raw::RedisModule_GetCommand }, unsafe {
+        raw::RedisModule_CreateSubcommand
+    }) else {
+        return false;
+    };
+    // SAFETY: during load, a name registered just above.
+    let parent = unsafe { get_command(ctx.ctx, name.as_ptr()) };
+    if !created || parent.is_null() {
+        return false;
+    }
+    subcommands.iter().all(|(sub, flags, key)| {
+        // SAFETY: `parent` is our container, from GetCommand during load; the strings are
+        // copied by the server.
+        unsafe {
+            create_sub(
+                parent,
+                sub.as_ptr(),
+                Some(f),
+                flags.as_ptr(),
+                *key,
+                *key,
+                (*key > 0) as c_int,
+            ) == raw::REDISMODULE_OK as c_int
+        }
+    })
+}
+
 /// Run a callback; a panic is logged and `fallback` returned.
 pub fn callback<T>(what: &str, fallback: T, body: impl FnOnce() -> T) -> T {
     match panic::catch_unwind(AssertUnwindSafe(body)) {

@@ -152,6 +152,9 @@ impl LockKey {
                 if let Some(before) = prune.filter(|_| feed::watching()) {
                     feed_pruned(ctx, name, lock, before);
                 }
+                if let Some(before) = prune {
+                    forget_pruned(ctx, name, lock, before);
+                }
                 let expired = prune.map_or(0, |before| lock.prune(before));
                 lock.admit(mode, hold);
                 if expired > 0 {
@@ -211,6 +214,9 @@ impl LockKey {
             let name = redis_module::RedisString::string_as_slice(name);
             crate::redis::session::untrack(session, selected_db(ctx), name, owner);
         }
+        if let Some(before) = prune {
+            forget_pruned(ctx, name, lock, before);
+        }
         let expired = prune.map_or(0, |before| lock.prune(before));
         if expired > 0 {
             stats::EXPIRED.add(expired as u64);
@@ -231,9 +237,11 @@ impl LockKey {
         at: Millis,
         clean: bool,
     ) -> Result<Option<u64>> {
-        Ok(self
-            .lock_mut()?
-            .and_then(|lock| lock.end_session_hold(owner, serial, at, clean)))
+        let (ctx, name) = (self.ctx, self.name);
+        Ok(self.lock_mut()?.and_then(|lock| {
+            forget_pruned(ctx, name, lock, at);
+            lock.end_session_hold(owner, serial, at, clean)
+        }))
     }
 
     /// Delete the key if no holder is left in it (true), else move its expiry to the latest
@@ -426,6 +434,24 @@ pub fn emit_strings(aof: *mut raw::RedisModuleIO, cmd: &CStr, args: &[Vec<u8>]) 
             raw::RedisModule_EmitAOF.unwrap()(aof, cmd.as_ptr(), c"v".as_ptr(), argv, argc);
         }
     });
+}
+
+/// The session holds that pruning `lock` at `before` drops leave their sessions' records.
+fn forget_pruned(
+    ctx: *mut raw::RedisModuleCtx,
+    name: *mut raw::RedisModuleString,
+    lock: &Lock,
+    before: Millis,
+) {
+    let gone = lock.session_holds_freed_by(before);
+    if gone.is_empty() {
+        return;
+    }
+    let name = redis_module::RedisString::string_as_slice(name);
+    let db = selected_db(ctx);
+    for (serial, owner) in gone {
+        crate::redis::session::untrack(serial, db, name, &owner);
+    }
 }
 
 /// `expired` for each holder a prune at `before` drops (only called while a key is watched).

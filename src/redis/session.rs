@@ -27,6 +27,10 @@ thread_local! {
     static SESSIONS: RefCell<Sessions> = RefCell::new(Sessions::default());
     /// The expiry timer: (id, the deadline it is armed for).
     static TIMER: Cell<Option<(raw::RedisModuleTimerID, Millis)>> = const { Cell::new(None) };
+    /// Sessions taken out of the table by a disconnect whose end (releases, lock-delay) waits
+    /// in the deferred work, as when writes are paused: serial -> the moment it was lost.
+    static LOST: RefCell<std::collections::HashMap<Serial, Millis>> =
+        RefCell::new(Default::default());
     /// Keys whose lock-delay a session's end started: (db, key) -> when it ends.
     static DELAYED: RefCell<std::collections::HashMap<(i32, Vec<u8>), Millis>> =
         RefCell::new(Default::default());
@@ -48,6 +52,19 @@ pub fn alive(serial: Serial) -> bool {
 /// Number of open sessions.
 pub fn count() -> usize {
     with(|s| s.len())
+}
+
+/// When `serial`, no longer in the table, was lost and its end not yet applied. A save in
+/// between (`DEBUG RELOAD`, `BGSAVE`, a replica's full sync while writes are paused) writes
+/// this as the session's deadline, so a load that finds no such session caps its holds there
+/// and their lock-delay still runs from the loss, instead of from the epoch.
+pub fn lost_at(serial: Serial) -> Option<Millis> {
+    LOST.with(|l| l.borrow().get(&serial).copied())
+}
+
+/// The end of a lost session was applied (or will never be, on a replica).
+pub fn lost_applied(serial: Serial) {
+    LOST.with(|l| l.borrow_mut().remove(&serial));
 }
 
 /// A session's end put `key` in lock-delay until `until`.
@@ -89,21 +106,139 @@ pub fn untrack(serial: Serial, db: i32, key: &[u8], owner: &[u8]) {
     }
 }
 
+/// Replace the value of every `SESSION` option from argument `from` on with `(redacted)` in
+/// what `MONITOR` and `SLOWLOG` (Valkey's `COMMANDLOG`) show of this command: the id is a
+/// secret, and `LOCK.ACQUIRE`/`LOCK.MACQUIRE` cannot be flagged out of them as `LOCK.SESSION`
+/// is. Done before parsing, so a refused command is redacted too; an argument after a key or
+/// owner that happens to be spelled `SESSION` is redacted as well, which hides nothing needed.
+pub fn redact_ids(ctx: &Context, args: &[&[u8]], from: usize) {
+    let mut i = from.max(1);
+    while i + 1 < args.len() {
+        if args[i].len() == 7 && args[i].eq_ignore_ascii_case(b"SESSION") {
+            // SAFETY: ctx is the live context of the executing command and i + 1 < argc; the
+            // server keeps the original argument vector and changes only what it shows.
+            unsafe {
+                if let Some(redact) = raw::RedisModule_RedactClientCommandArgument {
+                    redact(ctx.ctx, (i + 1) as c_int);
+                }
+            }
+            i += 1;
+        }
+        i += 1;
+    }
+}
+
 /// What a command that names `SESSION id` needs: the session's serial and lock-delay, checked
-/// against the calling ACL user and the session's hold cap. Errors change nothing.
-pub fn resolve(ctx: &Context, id: &[u8]) -> Result<(Serial, Millis)> {
+/// against the calling ACL user and the session's hold cap. `keys` (in database `db`, for
+/// `owner`) are the holds the command may add: one the session already has (an idempotent
+/// retry) does not count, so the cap is exact for `LOCK.MACQUIRE` and a retry at the cap gets
+/// its token back. Errors change nothing.
+pub fn resolve(
+    ctx: &Context,
+    id: &[u8],
+    db: i32,
+    keys: &[&[u8]],
+    owner: &[u8],
+) -> Result<(Serial, Millis)> {
+    on_primary(ctx)?;
     let user = current_user(ctx);
-    with(|s| {
+    let (serial, delay, adding) = with(|s| {
         let session = s.by_id(id).ok_or_else(error::no_such_session)?;
         if session.user != user {
             return Err(error::session_of_other_user());
         }
-        let max = state::max_session_holds();
-        if session.holds.len() >= max {
+        let adding = keys
+            .iter()
+            .filter(|k| !session.holds.contains(&(db, k.to_vec(), owner.to_vec())))
+            .count();
+        Ok((session.serial, session.lock_delay, adding))
+    })?;
+    let max = state::max_session_holds();
+    let over = |s: &mut Sessions| s.get(serial).map_or(0, |x| x.holds.len()) + adding > max;
+    if adding > 0 && with(over) {
+        // Records of holds that ended without telling the session (a shared hold that
+        // expired inside a key others still hold, and that nobody has touched since) are not
+        // holds: drop them before refusing.
+        forget_dead_holds(ctx, serial);
+        if with(over) {
             return Err(error::too_many_session_holds(max));
         }
-        Ok((session.serial, session.lock_delay))
+    }
+    Ok((serial, delay))
+}
+
+/// For a waiter whose turn came: true when session `serial` (0: none) may add its holds on
+/// `keys` for `owner` without passing `lock.max-session-holds`. The command checked when it
+/// queued, but the session may have taken other holds while it waited.
+pub fn room_for<K: AsRef<[u8]>>(serial: Serial, db: i32, keys: &[K], owner: &[u8]) -> bool {
+    serial == 0
+        || with(|s| {
+            let Some(session) = s.get(serial) else {
+                return true; // an ended session is refused by its own check
+            };
+            let adding = keys
+                .iter()
+                .filter(|k| {
+                    !session
+                        .holds
+                        .contains(&(db, k.as_ref().to_vec(), owner.to_vec()))
+                })
+                .count();
+            adding == 0 || session.holds.len() + adding <= state::max_session_holds()
+        })
+}
+
+/// Drop the records of `serial` whose hold is no longer in its key. In a cluster a command
+/// may look only at keys of its own slot (see `blocking::close_session`): there the records
+/// are checked from a zero-delay timer instead, so this command is still refused and a retry
+/// after it finds the room.
+fn forget_dead_holds(ctx: &Context, serial: Serial) {
+    if key::context_flags(ctx.ctx) & raw::REDISMODULE_CTX_FLAGS_CLUSTER != 0 {
+        // SAFETY: the callback matches RedisModuleTimerProc; the data is the serial itself
+        // (a number, never dereferenced).
+        unsafe {
+            raw::RedisModule_CreateTimer.unwrap()(
+                ctx.ctx,
+                0,
+                Some(sweep_timer),
+                serial as usize as *mut c_void,
+            )
+        };
+        return;
+    }
+    sweep(ctx, serial);
+}
+
+extern "C" fn sweep_timer(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
+    guard::callback("session sweep timer", (), || {
+        sweep(&Context::new(ctx), data as usize as Serial);
     })
+}
+
+fn sweep(ctx: &Context, serial: Serial) {
+    let records: Vec<session::HoldRef> = with(|s| {
+        s.get(serial)
+            .map(|x| x.holds.iter().cloned().collect())
+            .unwrap_or_default()
+    });
+    for hold in records {
+        if !blocking::session_hold_exists(ctx, serial, &hold) {
+            with(|s| s.remove_hold(serial, &hold));
+        }
+    }
+}
+
+/// Sessions and their holds are taken on the primary only. A replica never ends a session by
+/// its own clock or connections (it follows the primary's `ENDED`), so one opened or extended
+/// on a writable replica (`replica-read-only no`) would never end, and a hold in it would block
+/// everyone for good. The primary's own stream (and AOF loading) is not a client: it passes.
+pub fn on_primary(ctx: &Context) -> Result<()> {
+    if key::context_flags(ctx.ctx) & raw::REDISMODULE_CTX_FLAGS_SLAVE != 0
+        && !key::applying_effects(ctx.ctx)
+    {
+        return Err(error::session_on_replica());
+    }
+    Ok(())
 }
 
 /// The session `id` for a `LOCK.SESSION` subcommand: its serial, or nil-worthy `None`.
@@ -270,7 +405,9 @@ extern "C" fn on_client_change(
                 .filter_map(|serial| s.remove(serial))
                 .collect()
         });
+        let now = key::now();
         for session in gone {
+            LOST.with(|l| l.borrow_mut().insert(session.serial, now));
             blocking::session_disconnected(ctx, session);
         }
     })

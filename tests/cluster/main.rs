@@ -31,6 +31,7 @@ mod feed;
 mod manual_failover;
 mod masters_and_replicas;
 mod redirects;
+mod session_cap;
 mod sessions;
 mod slot_migration;
 mod throughput;

@@ -60,14 +60,55 @@ fn command_docs_describe_every_command() {
         .arg("lock.session")
         .query(&mut c)
         .unwrap();
-    let docs: BTreeMap<String, Vec<(String, Value)>> = pairs(&reply)
+    let mut docs: BTreeMap<String, Vec<(String, Value)>> = pairs(&reply)
         .into_iter()
         .map(|(name, doc)| (name, pairs(&doc)))
         .collect();
+    // LOCK.SESSION is a container: its subcommands carry the arguments.
+    let session = docs
+        .remove("lock.session")
+        .expect("COMMAND DOCS lock.session");
+    assert!(!text(field(&session, "summary")).trim().is_empty());
+    let subcommands: BTreeMap<String, Vec<(String, Value)>> = pairs(field(&session, "subcommands"))
+        .into_iter()
+        .map(|(name, doc)| (name, pairs(&doc)))
+        .collect();
+    assert_eq!(
+        subcommands.keys().map(String::as_str).collect::<Vec<_>>(),
+        [
+            "lock.session|attach",
+            "lock.session|close",
+            "lock.session|ended",
+            "lock.session|info",
+            "lock.session|keepalive",
+            "lock.session|open",
+            "lock.session|renew",
+            "lock.session|restore"
+        ]
+    );
+    for sub in ["open", "keepalive", "close", "attach", "info"] {
+        let name = format!("lock.session|{sub}");
+        docs.insert(name.clone(), subcommands[&name].clone());
+    }
 
     // name, then per argument: (name, token, optional).
     type ArgSpec = (&'static str, Option<&'static str>, bool);
-    let expected: [(&str, &[ArgSpec]); 6] = [
+    let expected: [(&str, &[ArgSpec]); 10] = [
+        (
+            "lock.session|open",
+            &[
+                ("ttl-ms", None, false),
+                ("bound", Some("BOUND"), true),
+                ("lockdelay-ms", Some("LOCKDELAY"), true),
+            ],
+        ),
+        (
+            "lock.session|keepalive",
+            &[("id", None, false), ("ttl-ms", None, true)],
+        ),
+        ("lock.session|close", &[("id", None, false)]),
+        ("lock.session|attach", &[("id", None, false)]),
+        ("lock.session|info", &[("id", None, false)]),
         (
             "lock.acquire",
             &[
@@ -79,14 +120,6 @@ fn command_docs_describe_every_command() {
                 ("timeout-ms", Some("BLOCK"), true),
                 ("session-id", Some("SESSION"), true),
                 ("lockdelay-ms", Some("LOCKDELAY"), true),
-            ],
-        ),
-        (
-            "lock.session",
-            &[
-                ("subcommand", None, false),
-                ("id-or-ttl-ms", None, false),
-                ("option", None, true),
             ],
         ),
         (
@@ -149,7 +182,7 @@ fn command_docs_describe_every_command() {
                 *optional,
                 "{name} {arg_name} optional: {arg:?}"
             );
-            if *arg_name == "key" {
+            if *arg_name == "key" || *arg_name == "id" {
                 assert_eq!(text(field(arg, "type")), "key", "{name} key type: {arg:?}");
             }
         }

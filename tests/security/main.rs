@@ -8,4 +8,9 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod admin_reload_in_pause;
+mod replicas;
 mod restore;
+mod secrets;
+mod sessions_acl;
+mod sessions_common;

@@ -143,7 +143,7 @@ fn refusals_change_nothing() {
     for (args, want) in [
         (
             &["OPEN"][..],
-            "ERR wrong number of arguments for 'lock.session' command",
+            "ERR wrong number of arguments for 'lock.session|open' command",
         ),
         (&["OPEN", "0"], "ERR ttl-ms must be a positive integer"),
         (&["OPEN", "-5"], "ERR ttl-ms must be a positive integer"),
@@ -170,7 +170,7 @@ fn refusals_change_nothing() {
         ),
         (
             &["KEEPALIVE"],
-            "ERR wrong number of arguments for 'lock.session' command",
+            "ERR wrong number of arguments for 'lock.session|keepalive' command",
         ),
         (
             &["ATTACH", id.as_str()],
@@ -178,15 +178,19 @@ fn refusals_change_nothing() {
         ),
         (
             &["FROB", "x"],
-            "ERR unknown LOCK.SESSION subcommand 'FROB' (OPEN, KEEPALIVE, CLOSE, ATTACH, INFO)",
+            "ERR unknown subcommand 'FROB'. Try LOCK.SESSION HELP.",
         ),
         (
             &["RESTORE", "{a}x", "1", "1", "1", "0", "0", "default"],
-            "ERR LOCK.LOAD is internal: only the replication link and AOF loading may call it",
+            "ERR LOCK.SESSION RESTORE is internal: only the replication link and AOF loading may call it",
         ),
         (
             &["ENDED", "1", "1", "LOST"],
-            "ERR LOCK.LOAD is internal: only the replication link and AOF loading may call it",
+            "ERR LOCK.SESSION ENDED is internal: only the replication link and AOF loading may call it",
+        ),
+        (
+            &["renew", "x", "y", "z"],
+            "ERR LOCK.SESSION RENEW is internal: only the replication link and AOF loading may call it",
         ),
     ] {
         assert_err(call(&mut c, "LOCK.SESSION", args), want);
@@ -329,24 +333,85 @@ fn session_commands_stay_out_of_monitor_and_slowlog() {
     );
 }
 
+/// The id is declared as a key flagged `NOT_KEY` of each subcommand that takes one: `COMMAND
+/// INFO` gives its position (a cluster client routes by it, and the server redirects by it:
+/// `tests/cluster/sessions.rs`), while `COMMAND GETKEYS`, like the ACL key check, skips it.
 #[test]
-fn the_id_is_the_key_for_cluster_routing() {
+fn the_id_routes_like_a_key_but_is_not_one() {
     let (_server, mut c) = start();
     let id = open(&mut c, 10_000, &[]);
-    for sub in ["KEEPALIVE", "CLOSE", "ATTACH", "INFO"] {
-        let keys: Vec<String> = redis::cmd("COMMAND")
-            .arg("GETKEYS")
-            .arg("LOCK.SESSION")
-            .arg(sub)
-            .arg(&id)
-            .query(&mut c)
-            .unwrap();
-        assert_eq!(keys, vec![id.clone()], "{sub}");
+    let info: Value = redis::cmd("COMMAND")
+        .arg("INFO")
+        .arg("lock.session")
+        .query(&mut c)
+        .unwrap();
+    let Value::Array(commands) = info else {
+        panic!("COMMAND INFO: {info:?}")
+    };
+    let Value::Array(container) = &commands[0] else {
+        panic!("COMMAND INFO lock.session: {commands:?}")
+    };
+    let Value::Array(subs) = &container[9] else {
+        panic!("no subcommands: {container:?}")
+    };
+    let mut positions: Vec<(String, i64, i64, i64, String)> = subs
+        .iter()
+        .map(|sub| {
+            let Value::Array(f) = sub else {
+                panic!("{sub:?}")
+            };
+            let int = |v: &Value| match v {
+                Value::Int(n) => *n,
+                other => panic!("{other:?}"),
+            };
+            let name = match &f[0] {
+                Value::BulkString(b) => String::from_utf8(b.clone()).unwrap(),
+                Value::SimpleString(s) => s.clone(),
+                other => panic!("{other:?}"),
+            };
+            (
+                name,
+                int(&f[3]),
+                int(&f[4]),
+                int(&f[5]),
+                format!("{:?}", f[8]),
+            )
+        })
+        .collect();
+    positions.sort();
+    let named: Vec<(&str, i64, i64, i64)> = positions
+        .iter()
+        .map(|(n, a, b, c, _)| (n.as_str(), *a, *b, *c))
+        .collect();
+    assert_eq!(
+        named,
+        [
+            ("lock.session|attach", 2, 2, 1),
+            ("lock.session|close", 2, 2, 1),
+            ("lock.session|ended", 0, 0, 0),
+            ("lock.session|info", 2, 2, 1),
+            ("lock.session|keepalive", 2, 2, 1),
+            ("lock.session|open", 0, 0, 0),
+            ("lock.session|renew", 0, 0, 0),
+            ("lock.session|restore", 0, 0, 0),
+        ]
+    );
+    for (name, first, _, _, specs) in &positions {
+        if *first == 2 {
+            assert!(specs.contains("not_key"), "{name} key spec: {specs}");
+        }
     }
-    let open_keys = redis::cmd("COMMAND")
-        .arg(&["GETKEYS", "LOCK.SESSION", "OPEN", "1000"])
-        .query::<Vec<String>>(&mut c);
-    assert!(open_keys.is_err(), "OPEN has no key: {open_keys:?}");
+    for sub in ["KEEPALIVE", "CLOSE", "ATTACH", "INFO"] {
+        assert_err(
+            redis::cmd("COMMAND")
+                .arg("GETKEYS")
+                .arg("LOCK.SESSION")
+                .arg(sub)
+                .arg(&id)
+                .query::<Value>(&mut c),
+            "ERR The command has no key arguments",
+        );
+    }
 }
 
 #[test]

@@ -4,7 +4,7 @@
 //! client pauses, and every refusal.
 //!
 //! Layout: `commands.rs` (replies and refusals), `ending.rs` (how a session ends and who is
-//! served), `lock_delay.rs`, `durability.rs` (restart, reload, rewrite, replica, promotion),
+//! served), `holds_cap.rs` (`lock.max-session-holds`), `lock_delay.rs`, `durability.rs` (restart, reload, rewrite, replica, promotion),
 //! `pause.rs`; the helpers they share are below.
 
 #[path = "../common/mod.rs"]
@@ -13,6 +13,7 @@ mod common;
 mod commands;
 mod durability;
 mod ending;
+mod holds_cap;
 mod lock_delay;
 mod pause;
 

@@ -30,7 +30,8 @@ survived: a promoted replica or an AOF restart can miss the newest grants. Open 
 
 In a Redis Cluster a session belongs to one node: ``key=`` names a key the session will lock,
 and ``OPEN`` goes to that key's node (``target_nodes``). The id carries a hash tag of a slot
-that node serves, and ``KEEPALIVE``, ``CLOSE`` and ``INFO`` declare the id as their key; they
+that node serves, and ``KEEPALIVE``, ``CLOSE`` and ``INFO`` declare the id at a key's position (a
+key spec flagged ``not_key``: routed like a key, never checked against ACL key patterns); they
 are sent to the node that serves the id's slot (see ``_route``). Every lock in the session must
 be on that node.
 """
@@ -173,9 +174,8 @@ class _SessionBase:
         """Keyword arguments that send a command about this session to its node.
 
         In a cluster: the node that serves the id's hash tag, from the client's slot table.
-        redis-py would find it by itself (``LOCK.SESSION`` declares the id as its key), but
-        only by asking a node ``COMMAND GETKEYS`` first, once or twice per command (seen with
-        redis-py 5.0 and 8.1): this saves those round trips."""
+        redis-py finds the same node by itself too (from the subcommand's key position in
+        ``COMMAND``); naming it here does not depend on that."""
         return {"target_nodes": self.client.get_node_from_key(self._id)} if self._cluster else {}
 
     def _opened(self, reply):

@@ -491,9 +491,14 @@ def session_calls(cluster):
     out = {}
     for port in cluster.ports:
         stats = redis.Redis(port=port).info("commandstats")
-        row = stats.get("cmdstat_lock.session", {})
+        # Each subcommand has its own row (cmdstat_lock.session|keepalive, ...).
+        rows = [row for name, row in stats.items() if name.startswith("cmdstat_lock.session|")]
         getkeys = stats.get("cmdstat_command|getkeys", {}).get("calls", 0)
-        out[port] = (row.get("calls", 0), row.get("rejected_calls", 0), getkeys)
+        out[port] = (
+            sum(row.get("calls", 0) for row in rows),
+            sum(row.get("rejected_calls", 0) for row in rows),
+            getkeys,
+        )
     return out
 
 
@@ -527,7 +532,8 @@ def test_cluster_session_lives_on_its_keys_node(cluster):
             # Never another node, no redirect, and no COMMAND GETKEYS to find the node.
             assert all(c == (0, 0, 0) for port, c in calls.items() if port != node.port), calls
             assert calls[node.port][1:] == (0, 0), calls
-        # redis-py routes LOCK.SESSION by the id by itself too (through COMMAND GETKEYS).
+        # redis-py routes LOCK.SESSION by the id by itself too (the subcommand's key position in
+        # COMMAND: the id is declared as a NOT_KEY key).
         with Session(rc, 10, key="{c}job") as s:
             assert rc.execute_command("LOCK.SESSION", "INFO", s.id) is not None
             assert rc.execute_command("LOCK.SESSION", "KEEPALIVE", s.id) == 10000

@@ -426,3 +426,22 @@ fn a_conflicting_waiter_is_failed_and_the_scan_goes_on() {
     assert_eq!(serve(&mut lock, &mut q, T0), ["b"]);
     assert!(q.is_empty());
 }
+
+#[test]
+fn pruning_names_the_session_holds_it_drops() {
+    let mut a = hold("a", 1, T0 + 100);
+    a.session = 7;
+    let mut b = hold("b", 2, T0 + 300);
+    b.session = 8;
+    let mut l = Lock::new(S, a);
+    l.admit(S, b);
+    l.admit(S, hold("c", 3, T0 + 50));
+    // "c" is no session's; "b" is still live at T0 + 200.
+    assert_eq!(l.session_holds_freed_by(T0 + 200), vec![(7, b"a".to_vec())]);
+    assert_eq!(l.prune(T0 + 200), 2);
+    assert!(l.session_holds_freed_by(T0 + 200).is_empty());
+    // The packed form never has a session.
+    assert!(held(X, &[("x", T0)])
+        .session_holds_freed_by(T0 + 1)
+        .is_empty());
+}

@@ -458,6 +458,25 @@ fn try_set(
         other => other.map(|d| d.map(|d| (d, vec![]))),
     };
     let (grants, passed) = match decision {
+        Ok(Ok((MultiAcquire::Grant(_), _)))
+            if !session::room_for(c.session, qk.0, &set, &c.owner) =>
+        {
+            // Its session took other holds while it waited: no room for the set.
+            let waiter = if is_head {
+                pop_front(ctx, qk)
+            } else {
+                let waiter = remove_waiter(ctx, c.bc, Some(c.id));
+                if let Some(waiter) = &waiter {
+                    retire(waiter);
+                }
+                waiter
+            };
+            if let Some(waiter) = waiter {
+                let msg = error::too_many_session_holds(state::max_session_holds()).reply_text();
+                unblock(waiter.bc, Outcome::Failed(msg));
+            }
+            return Ok(Turn::Failed);
+        }
         Ok(Ok((MultiAcquire::Grant(grants), passed))) => (grants, passed),
         Ok(Ok((MultiAcquire::Busy, _))) => {
             let busy = locks.busy(ctx, lock_key, &set, &c.owner, now);

@@ -44,6 +44,7 @@ pub(super) fn end_expired(ctx: *mut raw::RedisModuleCtx, after_pause: bool) {
 }
 
 pub(super) fn end_lost(ctx: *mut raw::RedisModuleCtx, ended: Session) {
+    session::lost_applied(ended.serial);
     if !is_replica(ctx) {
         end(ctx, ended, false, key::now());
     }
