@@ -7,3 +7,6 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+
+mod feed_channels;
+mod scripts;
