@@ -553,6 +553,7 @@ impl Subscriber {
             // A new connection: after a failover the sequence starts again (it may be lower).
             w.channel = channel.clone();
             w.last_seq = Some(seq);
+            w.recent.clear();
             w.confirmed = false;
             for e in &mut w.listeners {
                 e.from_seq = seq;
