@@ -212,7 +212,6 @@ class _Observer:
         self.leader = None
         self.floor = -1
         self.done = False
-
         self.reported = False  # a change was reported since observing (re)started
 
     def on_message(self, key, msg):
