@@ -12,9 +12,10 @@ pub mod release;
 pub mod session;
 pub mod watch;
 
-use redis_module::{Context, RedisError, RedisString};
+use redis_module::{raw, Context, RedisError, RedisString};
 
-use crate::error::Error;
+use crate::error::{self, Error};
+use crate::redis::key;
 
 impl From<Error> for RedisError {
     fn from(e: Error) -> Self {
@@ -52,4 +53,14 @@ fn report_numkeys_keys(ctx: &Context, args: &[RedisString]) -> bool {
         }
     }
     true
+}
+
+/// Refuse `what` inside `EVAL`/`FCALL`: a script's or function's client never disconnects, so
+/// anything that lasts until its connection closes (a watch, a `BOUND` session) would last
+/// for ever. `MULTI` is not a script: its client is a real connection.
+fn not_from_script(ctx: &Context, what: &str) -> Result<(), Error> {
+    if key::context_flags(ctx.ctx) & raw::REDISMODULE_CTX_FLAGS_LUA != 0 {
+        return Err(error::not_from_script(what));
+    }
+    Ok(())
 }

@@ -4,6 +4,9 @@
 //!
 //! Flagged `write`, although it changes no key: a watch must be made on the primary, where the
 //! changes happen (a replica would take it and publish nothing).
+//!
+//! Both are refused inside `EVAL`/`FCALL`: a watch lasts until its connection closes, and the
+//! script's client never closes, so a script's watch (and its memory) would never end.
 
 use redis_module::{raw, Context, RedisResult, RedisString, RedisValue};
 
@@ -15,6 +18,7 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     if args.len() != 2 {
         return Err(Error::WrongArity.into());
     }
+    super::not_from_script(ctx, "LOCK.WATCH")?;
     // A key of another type is refused, as every lock command refuses it.
     LockKey::open_read(ctx, &args[1]).lock()?;
     let db = key::selected_db(ctx.ctx);
@@ -29,6 +33,9 @@ pub fn run_unwatch(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     if args.len() != 2 {
         return Err(Error::WrongArity.into());
     }
+    // Nothing a script could unwatch (it cannot watch), and the script client is shared by every
+    // script of every user: refused like LOCK.WATCH, so the rule reads the same for both.
+    super::not_from_script(ctx, "LOCK.UNWATCH")?;
     let db = key::selected_db(ctx.ctx);
     let was = feed::unwatch(session::client_id(ctx), db, args[1].as_slice());
     Ok(RedisValue::Integer(was as i64))

@@ -9,8 +9,10 @@
 mod common;
 
 mod admin_reload_in_pause;
+mod feed_channels;
 mod replicas;
 mod restore;
+mod scripts;
 mod secrets;
 mod sessions_acl;
 mod sessions_common;

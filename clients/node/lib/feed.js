@@ -23,7 +23,17 @@
 //   "nobody". After a gap in SEQ, or a reconnect, the state is read again and reported with
 //   `resync: true`.
 // A new subscriber is checked against the state as soon as its key is watched and subscribed, so
-// a loss between the grant and the watch is reported too. Messages that arrive while a read of
+// a loss between the grant and the watch is reported too.
+//
+// A message is a claim, never proof: anyone allowed to SPUBLISH on the channel can publish one
+// (SECURITY.md). A message that would report a loss or a new leader makes the feed read the
+// state (the same MULTI; LOCK.WATCH; LOCK.INFO; EXEC as after a gap), and what is reported is
+// what that read shows: a hold is lost only when LOCK.INFO no longer shows its token (or the
+// server answers READONLY: a replica now), an observer reports the leader LOCK.INFO shows and
+// nothing when it is the one it reported last; the message's words (the loss reason,
+// `resync: false`) only when the state agrees. A second message with a seq already applied
+// means one of the two was forged: the state is read then too. A real change costs one round
+// trip more than the message alone; a forged one a read, and nothing is reported. Messages that arrive while a read of
 // the state is in flight are kept and applied after it (the two connections are two sockets: a
 // message published after the read may arrive before the read's reply).
 
@@ -40,6 +50,10 @@ const HOLD_ENDS = new Set(['released', 'expired', 'lost']);
 const KEY_ENDS = new Set(['deleted', 'flushed', 'swapped', 'demoted']);
 /** A new token was granted (handoff: in the same step as a hold ended). */
 const GRANTS = new Set(['acquired', 'handoff']);
+/** Messages of a key remembered since its last state read, to tell a second one with a seq. */
+const RECENT = 64;
+/** The state of a key on a server that answered READONLY: a replica now, holding none of ours. */
+const REPLICA = Object.freeze({ seq: null, holders: [] });
 
 /** `SEQ EVENT TOKEN TTL OWNER` as {seq, event, token, ttl, owner}; null if malformed. */
 function parseMessage(data) {
@@ -113,7 +127,8 @@ class Hold {
     return null;
   }
 
-  onState(key, state, sentAt) {
+  /** A loss reason if `state` (read at `sentAt`) lacks this hold: `claim`'s, when a message claimed it. */
+  onState(key, state, sentAt, claim) {
     this.checked.add(key);
     if (state.seq !== null) this.floor.set(key, Math.max(this.floor.get(key), state.seq));
     for (const h of state.holders) {
@@ -122,7 +137,7 @@ class Hold {
         return null;
       }
     }
-    return 'feed: not held (LOCK.INFO)';
+    return claim || 'feed: not held (LOCK.INFO)';
   }
 }
 
@@ -134,6 +149,7 @@ class Observer {
     this.key = key;
     this.leader = null;
     this.floor = -1;
+    this.reported = false; // a change was reported since observing (re)started
     this.done = false;
     this.pending = [];
     this.queue = [];
@@ -151,18 +167,25 @@ class Observer {
     else if (KEY_ENDS.has(msg.event) || (HOLD_ENDS.has(msg.event) && this.leader && msg.token === this.leader.term)) {
       leader = null;
     } else return null;
-    const same = leader === null ? this.leader === null : this.leader !== null && leader.term === this.leader.term;
-    if (same) return null;
-    this.leader = leader;
-    return { leader, resync: false, seq: msg.seq };
+    if (sameLeader(leader, this.leader)) return null;
+    return { leader, resync: false, seq: msg.seq }; // a claim: the state read confirms it
   }
 
-  onState(_key, state) {
+  /**
+   * The leader `state` shows, as a change when it is news: always the first time (observing
+   * began, or the feed reconnected), else only when it differs from the last one reported.
+   * `resync` is false when it is what `claim` (a message's change) said.
+   */
+  onState(_key, state, _sentAt, claim) {
     if (state.seq !== null) this.floor = Math.max(this.floor, state.seq);
     // An election's key is exclusive: one holder at most.
     const h = state.holders[0];
-    this.leader = h === undefined ? null : { value: h.owner, term: h.token };
-    return { leader: this.leader, resync: true, seq: state.seq };
+    const leader = h === undefined ? null : { value: h.owner, term: h.token };
+    if (this.reported && sameLeader(leader, this.leader)) return null;
+    this.leader = leader;
+    this.reported = true;
+    const confirmed = claim !== undefined && sameLeader(claim.leader, leader);
+    return { leader, resync: !confirmed, seq: state.seq };
   }
 
   push(item) {
@@ -176,6 +199,10 @@ class Observer {
     if (this.queue.length > 0) return Promise.resolve(this.queue.shift());
     return new Promise((resolve) => this.waiting.push(resolve));
   }
+}
+
+function sameLeader(a, b) {
+  return a === null ? b === null : b !== null && a.term === b.term && a.value === b.value;
 }
 
 // --- the feed ------------------------------------------------------------------------------
@@ -335,6 +362,8 @@ class Feed {
           this._remove(sub);
           this._report(sub, `feed connection lost: ${message}`);
         } else {
+          sub.reported = false; // its resync is reported, changed or not
+          sub.floor = -1; // the new watch's seq starts again from 0
           this._unchecked.add(sub);
         }
       }
@@ -403,7 +432,9 @@ class Feed {
       return;
     }
     const channel = String(reply[0]);
-    this._keys.set(key, { channel, seq: null, pending: [] });
+    // claims: subscriber -> what a message claimed, until a state read confirms it;
+    // recent: seq -> message of those applied since the last state read.
+    this._keys.set(key, { channel, seq: null, pending: [], claims: new Map(), recent: new Map() });
     this._channels.set(channel, key);
     await sub.subscribe(channel, (ch, data) => this._message(String(ch), data));
     await this._sync(key);
@@ -437,19 +468,20 @@ class Feed {
       watch.call(['LOCK.INFO', key]),
       watch.call(['EXEC']),
     ];
-    const exec = (await Promise.all(replies))[3];
-    if (!Array.isArray(exec)) throw new Error('EXEC of the feed\'s state read was aborted');
-    for (const item of exec) if (item instanceof Error) throw item;
-    const state = { ...parseInfo(exec[1]), seq: Number(exec[0][1]) };
+    const state = stateOf(await Promise.allSettled(replies));
     if (this._keys.get(key) !== st) return;
     const subs = only !== undefined ? only : [...(this._subs.get(key) || [])];
+    let claims = new Map();
     if (only === undefined) {
-      st.seq = state.seq;
+      st.seq = state.seq === null ? 0 : state.seq;
+      claims = st.claims;
+      st.claims = new Map();
+      st.recent = new Map();
       for (const sub of subs) this._unchecked.delete(sub);
     }
     for (const sub of subs) {
       if (sub.done) continue;
-      const effect = sub.onState(key, state, sentAt);
+      const effect = sub.onState(key, state, sentAt, claims.get(sub));
       if (effect !== null) {
         if (sub.kind === 'hold') this._remove(sub);
         this._report(sub, effect);
@@ -473,11 +505,24 @@ class Feed {
     }
   }
 
+  /** What `msg` claims for `sub` is kept, and the state read to confirm it. */
   _apply(sub, key, msg) {
-    const effect = sub.onMessage(key, msg);
-    if (effect === null) return;
-    if (sub.kind === 'hold') this._remove(sub);
-    this._report(sub, effect);
+    const claim = sub.onMessage(key, msg);
+    if (claim === null) return;
+    const st = this._keys.get(key);
+    if (st === undefined) return;
+    if (!st.claims.has(sub)) st.claims.set(sub, claim);
+    this._resync(key, st);
+  }
+
+  /** Read `key`'s state again (unless a read is on its way); messages meanwhile wait for it. */
+  _resync(key, st) {
+    if (st.pending !== null) return;
+    st.seq = null;
+    st.pending = [];
+    this._chain = this._chain
+      .then(() => (this._keys.get(key) === st ? this._sync(key) : undefined))
+      .catch((error) => this._disconnected(error));
   }
 
   _message(channel, data) {
@@ -490,18 +535,27 @@ class Feed {
     }
     const msg = parseMessage(data);
     if (msg === null) return;
-    if (msg.seq <= st.seq) return; // already in a state read since
+    const text = Buffer.isBuffer(data) ? data.toString('latin1') : String(data);
+    if (msg.seq <= st.seq) {
+      const seen = st.recent.get(msg.seq);
+      if (seen === undefined || seen === text) return; // already in a state read since
+      // Two messages with one seq: one was not the server's. Read the state.
+      for (const sub of [...(this._subs.get(key) || [])]) {
+        if (!sub.done && !this._unchecked.has(sub)) this._apply(sub, key, msg);
+      }
+      this._resync(key, st);
+      return;
+    }
     if (msg.seq > st.seq + 1) {
-      // Messages were lost: read the state again (and keep what arrives meanwhile). This one
-      // is in that read: the server published it before it runs the read sent after it.
-      st.seq = null;
-      st.pending = [];
-      this._chain = this._chain
-        .then(() => (this._keys.get(key) === st ? this._sync(key) : undefined))
-        .catch((error) => this._disconnected(error));
+      // Messages were lost (or a forged one skipped ahead): read the state again (and keep what
+      // arrives meanwhile). This one is in that read: the server published it before it runs
+      // the read sent after it.
+      this._resync(key, st);
       return;
     }
     st.seq = msg.seq;
+    st.recent.set(msg.seq, text);
+    if (st.recent.size > RECENT) st.recent.delete(st.recent.keys().next().value);
     for (const sub of [...(this._subs.get(key) || [])]) {
       if (sub.done) continue;
       if (this._unchecked.has(sub)) sub.pending.push([key, msg]);
@@ -510,4 +564,18 @@ class Feed {
   }
 }
 
-module.exports = { feedFor, Feed, parseMessage, parseInfo, margin, IDLE_CLOSE_MS };
+/**
+ * The four replies to the state read (`Promise.allSettled`) as {seq, holders}; REPLICA when the
+ * server refused LOCK.WATCH as a replica (READONLY: it was demoted).
+ */
+function stateOf(settled) {
+  const errors = settled.filter((r) => r.status === 'rejected').map((r) => r.reason);
+  if (errors.some((e) => /^READONLY/.test(String(e && e.message)))) return REPLICA;
+  if (errors.length > 0) throw errors[0];
+  const exec = settled[3].value;
+  if (!Array.isArray(exec)) throw new Error('EXEC of the feed\'s state read was aborted');
+  for (const item of exec) if (item instanceof Error) throw item;
+  return { ...parseInfo(exec[1]), seq: Number(exec[0][1]) };
+}
+
+module.exports = { feedFor, Feed, Hold, Observer, parseMessage, parseInfo, stateOf, REPLICA, margin, IDLE_CLOSE_MS };

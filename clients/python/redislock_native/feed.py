@@ -32,7 +32,18 @@ Two kinds of subscriber:
   reports it, marked ``resync=True``; terms in between may have been missed.
 
 A new subscriber of a key is checked against the state as soon as the key is watched and
-subscribed, so a loss between the grant and the watch is reported too. Decisions are in
+subscribed, so a loss between the grant and the watch is reported too.
+
+A message is a claim, never proof: anyone allowed to ``SPUBLISH`` on the channel can publish
+one (``SECURITY.md``). So a message that would report a loss or a new leader is confirmed with
+the server before anything is reported: the feed reads the state (the same ``MULTI``,
+``LOCK.WATCH``, ``LOCK.INFO``, ``EXEC`` as after a gap) and reports what that shows, the
+message's words only when the state agrees. A hold is lost only when ``LOCK.INFO`` no longer
+shows its token (or the server answers that it is a replica now); an observer reports the
+leader ``LOCK.INFO`` shows, and nothing when that is the leader it reported last. Two messages
+with one sequence number mean one was not the server's: the state is read then too, so a forged
+message cannot hide the real one that takes its number. A real change costs one round trip more
+than the message alone; a forged one costs a read and reports nothing. Decisions are in
 ``_Core`` (no I/O, shared by the sync and asyncio drivers); ``Feed`` (a thread) and
 ``AsyncFeed`` (a task) only move bytes.
 
@@ -54,7 +65,7 @@ import time
 import weakref
 
 from redis.backoff import NoBackoff
-from redis.exceptions import ConnectionError, ResponseError, TimeoutError
+from redis.exceptions import ConnectionError, ReadOnlyError, ResponseError, TimeoutError
 from redis.retry import Retry
 
 log = logging.getLogger("redislock_native")
@@ -73,6 +84,9 @@ HOLD_ENDS = frozenset({"released", "expired", "lost"})
 KEY_ENDS = frozenset({"deleted", "flushed", "swapped", "demoted"})
 #: A new token was granted (``handoff``: in the same step as a hold ended).
 GRANTS = frozenset({"acquired", "handoff"})
+#: Messages of a key remembered since its last state read, to tell a second message with the
+#: same seq (one of the two was forged).
+RECENT = 64
 
 WATCH_NAME = "redislock-feed-watch"
 SUB_NAME = "redislock-feed-sub"
@@ -170,8 +184,9 @@ class _Hold:
             return f"feed: {msg.event} to {text(msg.owner)!r}"
         return None
 
-    def on_state(self, key, state, sent_at):
-        """``LOCK.INFO`` read at ``sent_at``: a lost_reason if this hold is not in it."""
+    def on_state(self, key, state, sent_at, claim=None):
+        """``LOCK.INFO`` read at ``sent_at``: a lost_reason if this hold is not in it (``claim``'s,
+        the message that made the feed read it, when there was one)."""
         self.checked.add(key)
         if state.seq is not None:
             self.floor[key] = max(self.floor[key], state.seq)
@@ -182,7 +197,7 @@ class _Hold:
                     deadline = sent_at + ttl_s - margin(ttl_s)
                     self.deadline = deadline if self.deadline is None else max(self.deadline, deadline)
                 return None
-        return "feed: not held (LOCK.INFO)"
+        return claim or "feed: not held (LOCK.INFO)"
 
 
 class _Observer:
@@ -197,8 +212,10 @@ class _Observer:
         self.leader = None
         self.floor = -1
         self.done = False
+        self.reported = False  # a change was reported since observing (re)started
 
     def on_message(self, key, msg):
+        """The change ``msg`` claims (a ``Change``, not yet reported: the state confirms it)."""
         if msg.seq <= self.floor:
             return None
         if msg.event in GRANTS:
@@ -209,15 +226,22 @@ class _Observer:
             return None
         if leader == self.leader:
             return None
-        self.leader = leader
         return Change(leader, False, msg.seq)
 
-    def on_state(self, key, state, sent_at):
+    def on_state(self, key, state, sent_at, claim=None):
+        """The leader ``LOCK.INFO`` shows, as a ``Change`` when it is news: always the first
+        time (observing started or the feed reconnected), else only when it differs from the
+        last one reported. ``resync`` is False when it is what ``claim`` (a message) said."""
         if state.seq is not None:
             self.floor = max(self.floor, state.seq)
         # An election's key is exclusive: one holder at most.
-        self.leader = Leader(text(state.holders[0][0]), state.holders[0][1]) if state.holders else None
-        return Change(self.leader, True, state.seq)
+        leader = Leader(text(state.holders[0][0]), state.holders[0][1]) if state.holders else None
+        if self.reported and leader == self.leader:
+            return None
+        self.leader = leader
+        self.reported = True
+        confirmed = claim is not None and claim.leader == leader
+        return Change(leader, not confirmed, state.seq)
 
 
 # --- decisions ------------------------------------------------------------------------
@@ -235,6 +259,8 @@ class _Core:
         self.baseline = set()  # keys whose LOCK.INFO showed no seq: the next message sets it
         self.unchecked = set()  # subscribers to check against LOCK.INFO once their key is synced
         self.unsupported = None  # the error LOCK.WATCH answered, when the server has no feed
+        self.claims = {}  # key -> {sub: effect} messages claimed, until the state read confirms
+        self.recent = {}  # key -> {seq: message bytes} applied since the last state read
 
     def add(self, sub, keys):
         for key in keys:
@@ -244,6 +270,8 @@ class _Core:
     def remove(self, sub):
         sub.done = True
         self.unchecked.discard(sub)
+        for claims in self.claims.values():
+            claims.pop(sub, None)
         for key, subs in list(self.subs.items()):
             if sub in subs:
                 subs.remove(sub)
@@ -273,6 +301,8 @@ class _Core:
         self.watched.discard(key)
         self.seq.pop(key, None)
         self.baseline.discard(key)
+        self.claims.pop(key, None)
+        self.recent.pop(key, None)
         for channel, k in list(self.channel_key.items()):
             if k == key:
                 del self.channel_key[channel]
@@ -292,7 +322,9 @@ class _Core:
         return self.channel_key.get(channel)
 
     def message(self, channel, data):
-        """A published message: ``(effects, key_to_resync)``."""
+        """A published message: ``(effects, key_to_resync)``. ``effects`` is always empty: what a
+        message claims is kept in ``claims`` and reported by ``synced`` once the state read
+        (``key_to_resync``) confirms it."""
         key = self.channel_key.get(channel)
         if key is None:
             return [], None
@@ -307,26 +339,41 @@ class _Core:
         elif last is None:
             return [], None  # not synced yet: the LOCK.INFO that will sync it covers this one
         elif msg.seq <= last:
-            return [], None  # already in a LOCK.INFO read since
+            seen = self.recent.get(key, {}).get(msg.seq)
+            if seen is None or seen == data:
+                return [], None  # already in a LOCK.INFO read since
+            # Two messages with one seq: one of them was not the server's. Read the state.
+            self._claim(key, msg)
+            return [], key
         elif msg.seq > last + 1:
-            return [], key  # messages were lost: read the state again
+            return [], key  # messages were lost (or a forged one skipped ahead): read the state
         self.seq[key] = msg.seq
-        effects = []
+        recent = self.recent.setdefault(key, {})
+        recent[msg.seq] = bytes(data)
+        if len(recent) > RECENT:
+            del recent[min(recent)]
+        return [], (key if self._claim(key, msg) else None)
+
+    def _claim(self, key, msg):
+        """Keep what ``msg`` claims for each subscriber of ``key``; True if it claims anything."""
+        claimed = False
         for sub in list(self.subs.get(key, ())):
             if sub in self.unchecked:
                 continue  # its check reads the state after this
             effect = sub.on_message(key, msg)
             if effect is not None:
-                effects.append((sub, effect))
-                if sub.kind == "hold":
-                    self.remove(sub)
-        return effects, None
+                self.claims.setdefault(key, {}).setdefault(sub, effect)
+                claimed = True
+        return claimed
 
     def synced(self, key, state, sent_at, subs=None):
         """The ``State`` of ``key`` read at ``sent_at``; ``subs``: only those (a new subscriber's
         check), else every subscriber of the key and the key's seq (a resynchronisation)."""
+        claims = {}
         if subs is None:
             subs = list(self.subs.get(key, ()))
+            claims = self.claims.pop(key, {})
+            self.recent.pop(key, None)
             if state.seq is None:
                 self.baseline.add(key)
                 self.seq[key] = -1
@@ -339,7 +386,7 @@ class _Core:
         for sub in subs:
             if sub.done:
                 continue
-            effect = sub.on_state(key, state, sent_at)
+            effect = sub.on_state(key, state, sent_at, claims.get(sub))
             if effect is not None:
                 effects.append((sub, effect))
                 if sub.kind == "hold":
@@ -352,6 +399,8 @@ class _Core:
         self.channel_key.clear()
         self.seq.clear()
         self.baseline.clear()
+        self.claims.clear()
+        self.recent.clear()
         effects = []
         for subs in list(self.subs.values()):
             for sub in list(subs):
@@ -359,6 +408,8 @@ class _Core:
                     self.remove(sub)
                     effects.append((sub, f"feed connection lost: {error!r}"))
                 elif sub.kind == "observer":
+                    sub.reported = False  # its resync is reported, changed or not
+                    sub.floor = -1  # the new watch's seq starts again from 0
                     self.unchecked.add(sub)
         return effects
 
@@ -405,6 +456,23 @@ def _state_commands(key):
     """The key's state and seq in one atomic step: ``LOCK.INFO`` is nil for a free key (no seq
     there), while ``LOCK.WATCH`` (again: a connection watches a key once) answers the seq."""
     return [("MULTI",), ("LOCK.WATCH", key), ("LOCK.INFO", key), ("EXEC",)]
+
+
+#: The state of a key on a server that answered ``READONLY``: a replica now (``demoted``), where
+#: no hold of this feed's is kept.
+REPLICA = State(None, [])
+
+
+def _state_of(replies):
+    """The four replies to ``_state_commands`` (values, or the ``ResponseError`` read in place of
+    one) as a ``State``: ``REPLICA`` when the server refused ``LOCK.WATCH`` as a replica."""
+    for reply in replies:
+        if isinstance(reply, ReadOnlyError) or (isinstance(reply, ResponseError) and str(reply).startswith("READONLY")):
+            return REPLICA
+    for reply in replies:
+        if isinstance(reply, ResponseError):
+            raise reply
+    return _state(replies[3])
 
 
 def _state(exec_reply):
@@ -631,9 +699,13 @@ class Feed:
     def _sync(self, watch, key, subs=None):
         sent_at = time.monotonic()
         watch.send_packed_command(watch.pack_commands(_state_commands(key)))
-        for _ in range(3):  # OK, QUEUED, QUEUED
-            watch.read_response(disconnect_on_error=False)
-        state = _state(watch.read_response(disconnect_on_error=False))
+        replies = []
+        for _ in range(4):  # OK, QUEUED, QUEUED, the EXEC
+            try:
+                replies.append(watch.read_response(disconnect_on_error=False))
+            except ResponseError as e:
+                replies.append(e)
+        state = _state_of(replies)
         with self._core.mutex:
             effects = self._core.synced(key, state, sent_at, subs)
         self._dispatch(effects)

@@ -17,7 +17,7 @@ from .feed import (
     _is_unknown_command,
     _key,
     _Observer,
-    _state,
+    _state_of,
     _state_commands,
     log,
 )
@@ -189,9 +189,13 @@ class AsyncFeed(Feed):
     async def _sync(self, watch, key, subs=None):
         sent_at = time.monotonic()
         await watch.send_packed_command(watch.pack_commands(_state_commands(key)))
-        for _ in range(3):
-            await watch.read_response(timeout=_FOREVER, disconnect_on_error=False)
-        state = _state(await watch.read_response(timeout=_FOREVER, disconnect_on_error=False))
+        replies = []
+        for _ in range(4):  # OK, QUEUED, QUEUED, the EXEC
+            try:
+                replies.append(await watch.read_response(timeout=_FOREVER, disconnect_on_error=False))
+            except ResponseError as e:
+                replies.append(e)
+        state = _state_of(replies)
         await self._dispatch(self._core.synced(key, state, sent_at, subs))
 
     async def _wait(self, conns, idle_since):

@@ -8,6 +8,7 @@ import threading
 import time
 
 import pytest
+from redis.exceptions import ReadOnlyError, ResponseError
 
 from conftest import Server, await_until, wait_until, wait_waiters
 from redislock_native import (
@@ -431,22 +432,63 @@ def core_with_observer():
     return core, observer, changes
 
 
-def test_observer_follows_changes_and_resyncs_after_a_gap():
+def test_observer_reports_what_the_state_confirms_and_resyncs_after_a_gap():
     core, observer, changes = core_with_observer()
     assert core.seq[b"k"] == 10
     # Messages the state read already covers are skipped.
     assert core.message(b"ch", b"10 released 1 0 a") == ([], None)
-    effects, resync = core.message(b"ch", b"11 handoff 2 500 b")
-    assert effects == [(observer, feed.Change(Leader("b", 2), False, 11))] and resync is None
+    # A message that claims a change is reported only once the state read confirms it.
+    assert core.message(b"ch", b"11 handoff 2 500 b") == ([], b"k")
+    effects = core.synced(b"k", State(11, [(b"b", 2, 500)]), time.monotonic())
+    assert effects == [(observer, feed.Change(Leader("b", 2), False, 11))]
     assert core.message(b"ch", b"12 extended 2 500 b") == ([], None)  # no change of leader
-    effects, _ = core.message(b"ch", b"13 expired 2 0 b")
+    assert core.message(b"ch", b"13 expired 2 0 b") == ([], b"k")
+    effects = core.synced(b"k", State(13, []), time.monotonic())
     assert effects == [(observer, feed.Change(None, False, 13))]
     # 14 was lost: the driver reads the state again, reported as a resynchronisation.
     assert core.message(b"ch", b"15 acquired 4 500 d") == ([], b"k")
     effects = core.synced(b"k", State(15, [(b"d", 4, 400)]), time.monotonic())
     assert effects == [(observer, feed.Change(Leader("d", 4), True, 15))]
-    effects, _ = core.message(b"ch", b"16 deleted 0 0 ")
-    assert effects == [(observer, feed.Change(None, False, 16))]
+    # The state moved on past what the message said: what the state shows, as a resync.
+    assert core.message(b"ch", b"16 deleted 0 0 ") == ([], b"k")
+    effects = core.synced(b"k", State(18, [(b"e", 6, 400)]), time.monotonic())
+    assert effects == [(observer, feed.Change(Leader("e", 6), True, 18))]
+
+
+def test_forged_messages_report_nothing_the_state_does_not_show():
+    core, observer, _ = core_with_observer()  # a leads (term 1), seq 10
+    hold = feed._Hold(None, None, {b"k": 1}, False, None)
+    core.add(hold, [b"k"])
+    now = time.monotonic()
+    assert core.synced(b"k", State(10, [(b"a", 1, 500)]), now, [hold]) == []
+    # A forged grant, a forged release, a forged flush: each is read, none is confirmed.
+    for forged in [b"11 handoff 9 500 mallory", b"11 released 1 0 a", b"11 flushed 0 0 ", b"11 demoted 0 0 "]:
+        assert core.message(b"ch", forged) == ([], b"k")
+        assert core.synced(b"k", State(10, [(b"a", 1, 500)]), now) == []
+    # Far ahead: a gap, read, nothing to report (the same leader).
+    assert core.message(b"ch", b"99 deleted 0 0 ") == ([], b"k")
+    assert core.synced(b"k", State(10, [(b"a", 1, 500)]), now) == []
+    # A forged message that claims nothing takes seq 11; the server's own 11 then conflicts
+    # with it and is read, so the forgery hides nothing.
+    assert core.message(b"ch", b"11 extended 1 500 a") == ([], None)
+    assert core.message(b"ch", b"11 released 1 0 a") == ([], b"k")
+    effects = core.synced(b"k", State(11, []), now)
+    assert effects == [(observer, feed.Change(None, False, 11)), (hold, "feed: released")]
+    # The same message twice is no conflict.
+    assert core.message(b"ch", b"11 released 1 0 a") == ([], None)
+
+
+def test_a_replica_answering_the_state_read_confirms_a_demotion():
+    replies = [b"OK", ReadOnlyError("You can't write against a read only replica."), b"QUEUED",
+               ResponseError("EXECABORT Transaction discarded because of previous errors.")]
+    assert feed._state_of(replies) is feed.REPLICA
+    core = feed._Core()
+    hold = feed._Hold(None, None, {b"k": 1}, False, None)
+    core.add(hold, [b"k"])
+    core.watching(b"k", b"ch")
+    assert core.synced(b"k", State(4, [(b"me", 1, 500)]), time.monotonic()) == []
+    assert core.message(b"ch", b"5 demoted 0 0 ") == ([], b"k")
+    assert core.synced(b"k", feed.REPLICA, time.monotonic()) == [(hold, "feed: demoted")]
 
 
 def test_a_disconnect_loses_every_hold_and_keeps_observers():

@@ -8,6 +8,14 @@
 //! A message is `<seq> <event> <token> <ttl-ms> <owner>`; `seq` grows by 1 per message of the
 //! key, so a gap means messages were lost (pub/sub delivers at most once), and the reader then
 //! reads `LOCK.INFO` again (a resynchronisation).
+//!
+//! A message is a claim, never proof: anyone allowed to `SPUBLISH` on the channel can publish
+//! one (`SECURITY.md`). So a listener never acts on a message alone: one that would report a
+//! loss or a new leader keeps what it claims and asks for the state ([`Heard::Resync`]), and
+//! what is reported is what `LOCK.INFO` shows. A guard is lost only when the state no longer
+//! shows its token (with the message's reason when it agrees); an observer reports the leader
+//! the state shows, as fed (not `resync`) when the message said the same. A real change costs
+//! one round trip more than the message; a forged one a read, and nothing is reported.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -287,6 +295,8 @@ pub(crate) struct HoldWatch {
     report: Arc<dyn Report>,
     /// A loss was reported: the deadline is over.
     reported: AtomicBool,
+    /// The loss a message claimed, until the state read confirms it (or not).
+    claim: Mutex<Option<LossReason>>,
 }
 
 impl HoldWatch {
@@ -295,6 +305,7 @@ impl HoldWatch {
             hold,
             report,
             reported: AtomicBool::new(false),
+            claim: Mutex::new(None),
         }
     }
 
@@ -333,16 +344,18 @@ impl Listener for HoldWatch {
             Event::Handoff if !ours => return Heard::Resync,
             _ => return Heard::Done,
         };
-        self.report(reason);
-        Heard::Done
+        // A claim: reported once the state read shows the hold gone.
+        lock(&self.claim).get_or_insert(reason);
+        Heard::Resync
     }
 
     fn resync(&self, key: &str, state: &KeyState, _again: bool) {
+        let claim = lock(&self.claim).take();
         let Some(mine) = self.token_of(key) else {
             return;
         };
         if !state.holders.iter().any(|h| h.token == mine) {
-            self.report(LossReason::NotHeld);
+            self.report(claim.unwrap_or(LossReason::NotHeld));
         }
     }
 
@@ -387,6 +400,8 @@ pub struct Change {
 pub(crate) struct Picture<F: Fn(Change) + Send + Sync + 'static> {
     /// The leader last reported; `None` before the first report.
     known: Mutex<Option<Option<Leader>>>,
+    /// The leader a message claimed, until the state read confirms it (or not).
+    claim: Mutex<Option<Option<Leader>>>,
     /// Where changes go.
     tell: F,
 }
@@ -395,6 +410,7 @@ impl<F: Fn(Change) + Send + Sync + 'static> Picture<F> {
     pub(crate) fn new(tell: F) -> Picture<F> {
         Picture {
             known: Mutex::new(None),
+            claim: Mutex::new(None),
             tell,
         }
     }
@@ -431,25 +447,28 @@ impl<F: Fn(Change) + Send + Sync + 'static> Listener for Picture<F> {
             // Before the first state is read, a message alone is not a picture.
             return Heard::Resync;
         }
-        match &message.event {
-            Event::Acquired | Event::Handoff => self.set(
-                Some(Leader {
-                    value: message.owner.clone(),
-                    term: message.token,
-                }),
-                false,
-            ),
+        let claimed = match &message.event {
+            Event::Acquired | Event::Handoff => Some(Leader {
+                value: message.owner.clone(),
+                term: message.token,
+            }),
             Event::Released | Event::Expired | Event::Lost => {
                 match self.current_term() == Some(message.token) {
-                    true => self.set(None, false),
+                    true => None,
                     // About a hold the picture does not have: read the state again.
                     false => return Heard::Resync,
                 }
             }
-            event if event.removes_key() => self.set(None, false),
-            _ => {}
+            event if event.removes_key() => None,
+            _ => return Heard::Done,
+        };
+        let known = lock(&self.known).clone();
+        if known.as_ref() == Some(&claimed) {
+            return Heard::Done;
         }
-        Heard::Done
+        // A claim: reported once the state read shows it (or what the state shows instead).
+        lock(&self.claim).get_or_insert(claimed);
+        Heard::Resync
     }
 
     fn resync(&self, _key: &str, state: &KeyState, again: bool) {
@@ -457,10 +476,15 @@ impl<F: Fn(Change) + Send + Sync + 'static> Listener for Picture<F> {
             value: h.owner.clone(),
             term: h.token,
         });
-        self.set(leader, again);
+        let confirmed = lock(&self.claim).take().as_ref() == Some(&leader);
+        self.set(leader, again && !confirmed);
     }
 
     fn disconnected(&self, _error: &Arc<Error>) {}
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// How often an idle feed connection is pinged, and how long it may stay silent after a ping
@@ -502,8 +526,13 @@ mod tests {
         }
     }
 
-    /// A guard's listener on `key` held as `target` with token 5; what it reports for `message`.
-    fn heard(target: crate::hold::Target, message: &str) -> (Heard, Vec<String>) {
+    /// A guard's listener on `key` held as `target` with token 5: what it answers `message`,
+    /// what it reports at once, and what it reports after a state read that shows `holders`.
+    fn heard(
+        target: crate::hold::Target,
+        message: &str,
+        holders: &[u64],
+    ) -> (Heard, Vec<String>, Vec<String>) {
         use crate::hold::{Acquisition, Settled};
         let acquisition = Acquisition::new(target, &None, Duration::from_secs(9), None, None);
         let Settled::Granted(hold) = acquisition.unwrap().settle(Ok(Some(vec![5]))) else {
@@ -512,12 +541,25 @@ mod tests {
         let told = Arc::new(Told(Mutex::new(Vec::new())));
         let watch = HoldWatch::new(Arc::new(hold), Arc::clone(&told) as Arc<dyn Report>);
         let heard = watch.message("k", &Message::parse(message.as_bytes()).unwrap());
-        let told = told.0.lock().unwrap().clone();
-        (heard, told)
+        let at_once = told.0.lock().unwrap().clone();
+        let state = KeyState {
+            holders: holders
+                .iter()
+                .map(|t| Holder {
+                    owner: "x".into(),
+                    token: *t,
+                })
+                .collect(),
+            shared: false,
+            seq: Some(2),
+        };
+        watch.resync("k", &state, true);
+        let after = told.0.lock().unwrap().clone();
+        (heard, at_once, after)
     }
 
     #[test]
-    fn a_guard_hears_its_own_losses_only() {
+    fn a_guard_reports_its_own_losses_once_the_state_shows_them() {
         use crate::command::Mode;
         use crate::hold::Target;
         let alone = || Target::exclusive("k");
@@ -544,56 +586,101 @@ mod tests {
                 "2 acquired 6 100 you",
                 said(&["Taken { owner: \"you\", token: 6 }"]),
             ),
-            (alone(), "2 extended 5 100 me", said(&[])),
-            (alone(), "2 delayed 5 100 me", said(&[])),
-            // Someone else's hold on a shared key: not mine.
-            (permit(), "2 acquired 6 100 you", said(&[])),
-            (permit(), "2 released 6 0 you", said(&[])),
-            (permit(), "2 expired 6 0 you", said(&[])),
             (permit(), "2 expired 5 0 me", said(&["Expired"])),
             (permit(), "2 deleted 0 0 ", said(&["Deleted"])),
+            // A handoff on a shared key: some hold ended, maybe mine: read the key again.
+            (permit(), "2 handoff 6 100 you", said(&["NotHeld"])),
         ] {
-            assert_eq!(heard(target, message), (Heard::Done, reasons), "{message}");
+            // A claim: nothing reported until the state read; then the message's reason if
+            // the state no longer shows the hold, and nothing if it does (a forged message).
+            assert_eq!(
+                heard(target.clone(), message, &[6]),
+                (Heard::Resync, said(&[]), reasons),
+                "{message}"
+            );
+            assert_eq!(
+                heard(target, message, &[5]),
+                (Heard::Resync, said(&[]), said(&[])),
+                "{message}, still held"
+            );
         }
-        // A handoff on a shared key: some hold ended, maybe mine: read the key again.
-        assert_eq!(
-            heard(permit(), "2 handoff 6 100 you"),
-            (Heard::Resync, said(&[]))
-        );
+        for (target, message) in [
+            (alone(), "2 extended 5 100 me"),
+            (alone(), "2 delayed 5 100 me"),
+            // Someone else's hold on a shared key: not mine.
+            (permit(), "2 acquired 6 100 you"),
+            (permit(), "2 released 6 0 you"),
+            (permit(), "2 expired 6 0 you"),
+        ] {
+            assert_eq!(
+                heard(target, message, &[5]),
+                (Heard::Done, said(&[]), said(&[])),
+                "{message}"
+            );
+        }
     }
 
     #[test]
-    fn an_observer_reports_each_change_once() {
+    fn an_observer_reports_what_the_state_confirms() {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let to = Arc::clone(&seen);
         let picture = Picture::new(move |c| to.lock().unwrap().push(c));
         let msg = |seq, event: &str, token, owner: &str| {
             Message::parse(format!("{seq} {event} {token} 100 {owner}").as_bytes()).unwrap()
         };
+        let state = |holder: Option<(&str, u64)>| KeyState {
+            holders: holder
+                .map(|(owner, token)| Holder {
+                    owner: owner.into(),
+                    token,
+                })
+                .into_iter()
+                .collect(),
+            shared: false,
+            seq: Some(1),
+        };
+        // Before the first state is read, a message alone is not a picture.
         assert_eq!(
             picture.message("k", &msg(1, "acquired", 5, "a")),
             Heard::Resync
         );
-        picture.resync("k", &KeyState::default(), false);
-        picture.message("k", &msg(2, "acquired", 5, "a"));
-        picture.message("k", &msg(3, "extended", 5, "a"));
-        picture.message("k", &msg(4, "handoff", 6, "b"));
+        picture.resync("k", &state(None), false);
+        // Each change a message claims is read, and reported as the state shows it.
         assert_eq!(
-            picture.message("k", &msg(5, "expired", 5, "a")),
+            picture.message("k", &msg(2, "acquired", 5, "a")),
             Heard::Resync
         );
-        picture.message("k", &msg(6, "lost", 6, "b"));
-        picture.message("k", &msg(7, "deleted", 0, ""));
-        let state = KeyState {
-            holders: vec![Holder {
-                owner: "c".into(),
-                token: 9,
-            }],
-            shared: false,
-            seq: Some(9),
-        };
-        picture.resync("k", &state, true);
-        picture.resync("k", &state, true);
+        picture.resync("k", &state(Some(("a", 5))), true);
+        assert_eq!(
+            picture.message("k", &msg(3, "extended", 5, "a")),
+            Heard::Done
+        );
+        // A forged grant: the state still shows a, nothing is reported.
+        assert_eq!(
+            picture.message("k", &msg(4, "handoff", 66, "mallory")),
+            Heard::Resync
+        );
+        picture.resync("k", &state(Some(("a", 5))), true);
+        // A forged release of a: the same.
+        assert_eq!(
+            picture.message("k", &msg(4, "released", 5, "a")),
+            Heard::Resync
+        );
+        picture.resync("k", &state(Some(("a", 5))), true);
+        // A real handoff.
+        assert_eq!(
+            picture.message("k", &msg(4, "handoff", 6, "b")),
+            Heard::Resync
+        );
+        picture.resync("k", &state(Some(("b", 6))), true);
+        // The state moved past what the message said: what it shows, marked as a resync.
+        assert_eq!(
+            picture.message("k", &msg(5, "deleted", 0, "")),
+            Heard::Resync
+        );
+        picture.resync("k", &state(Some(("c", 9))), true);
+        // A gap: read again, nothing new.
+        picture.resync("k", &state(Some(("c", 9))), true);
         let leader = |value: &str, term| {
             Some(Leader {
                 value: value.into(),
@@ -601,27 +688,12 @@ mod tests {
             })
         };
         let got: Vec<Change> = seen.lock().unwrap().clone();
+        let change = |leader, resync| Change { leader, resync };
         let want = vec![
-            Change {
-                leader: None,
-                resync: false,
-            },
-            Change {
-                leader: leader("a", 5),
-                resync: false,
-            },
-            Change {
-                leader: leader("b", 6),
-                resync: false,
-            },
-            Change {
-                leader: None,
-                resync: false,
-            },
-            Change {
-                leader: leader("c", 9),
-                resync: true,
-            },
+            change(None, false),
+            change(leader("a", 5), false),
+            change(leader("b", 6), false),
+            change(leader("c", 9), true),
         ];
         assert_eq!(got, want);
     }

@@ -31,6 +31,9 @@ use crate::error::Error;
 use crate::feed::{self, Heard, KeyState, Listener, Message, PING_EVERY};
 use crate::pubsub::{self, io_error, parse, send, shutdown, Frame, Stream};
 
+/// Messages of a key remembered by seq, to tell a second message with the same seq.
+const RECENT: usize = 64;
+
 /// The feed of one server: its two connections, the watched keys and their listeners.
 pub(crate) struct Subscriber {
     /// The server (a copy of the client's endpoint).
@@ -64,6 +67,9 @@ struct Watched {
     channel: Vec<u8>,
     /// The last sequence number received, for gaps.
     last_seq: Option<u64>,
+    /// The last messages received by seq (at most [`RECENT`]): a second message with one of
+    /// these seqs means one of the two was forged, and is read as a conflict.
+    recent: std::collections::BTreeMap<u64, Message>,
     /// The server confirmed the subscription: its listeners can be read (before that, a read
     /// could miss a change made between it and the subscription).
     confirmed: bool,
@@ -208,6 +214,7 @@ impl Subscriber {
                     let watched = Watched {
                         channel,
                         last_seq: Some(seq),
+                        recent: Default::default(),
                         confirmed: false,
                         listeners: vec![entry],
                     };
@@ -377,14 +384,30 @@ impl Subscriber {
             .get_mut(&key)
             .expect("a channel's key is watched");
         match watched.last_seq {
-            Some(last) if message.seq <= last => return, // already seen, or reflected by an INFO
+            Some(last) if message.seq <= last => {
+                match watched.recent.get(&message.seq) {
+                    // Two messages with one seq: one of them was not the server's. Every
+                    // listener hears it (so it keeps what it claims) and reads the state.
+                    Some(seen) if seen != message => {
+                        watched.listeners.iter_mut().for_each(|e| e.pending = true);
+                    }
+                    _ => return, // already seen, or reflected by an INFO
+                }
+            }
             Some(last) if message.seq > last + 1 => {
-                // Messages were lost: read the key again once this one is delivered.
+                // Messages were lost (or a forged one skipped ahead): read the key again once
+                // this one is delivered.
                 watched.listeners.iter_mut().for_each(|e| e.pending = true);
             }
             _ => {}
         }
-        watched.last_seq = Some(message.seq);
+        if watched.last_seq.is_none_or(|last| message.seq > last) {
+            watched.last_seq = Some(message.seq);
+            watched.recent.insert(message.seq, message.clone());
+            while watched.recent.len() > RECENT {
+                watched.recent.pop_first();
+            }
+        }
         let to: Vec<(u64, Arc<dyn Listener>)> = watched
             .listeners
             .iter()
@@ -433,6 +456,14 @@ impl Subscriber {
             };
             // `last_seq` stays: it counts the messages received, which the key's other
             // listeners may still be owed; only those read again skip what the state shows.
+            // Unless it is past the server's own: those messages were not the server's (a
+            // forged seq far ahead), and the server's own with those seqs are still to come.
+            if let Some(seq) = state.seq {
+                if watched.last_seq.is_some_and(|last| last > seq) {
+                    watched.last_seq = Some(seq);
+                    watched.recent.retain(|s, _| *s <= seq);
+                }
+            }
             let mut to = Vec::new();
             for e in watched.listeners.iter_mut().filter(|e| e.pending) {
                 e.pending = false;
@@ -522,6 +553,7 @@ impl Subscriber {
             // A new connection: after a failover the sequence starts again (it may be lower).
             w.channel = channel.clone();
             w.last_seq = Some(seq);
+            w.recent.clear();
             w.confirmed = false;
             for e in &mut w.listeners {
                 e.from_seq = seq;
@@ -698,6 +730,7 @@ mod tests {
         let watched = Watched {
             channel: b"ch".to_vec(),
             last_seq: Some(3),
+            recent: Default::default(),
             confirmed: true,
             listeners: vec![entry(1, &early, 3), entry(2, &late, 5)],
         };
@@ -725,5 +758,15 @@ mod tests {
         assert_eq!(pending(), [true, true], "a gap: 7 and 8 were lost");
         sub.message(b"other", &Message::parse(b"10 deleted 0 0 ").unwrap());
         assert_eq!(*lock(&early.0), [4, 5, 6, 9]);
+        // A second, different message with seq 9: one of the two was forged. Every listener
+        // hears it (it keeps what it claims) and reads the state; the same one again is nothing.
+        for e in &mut lock(&sub.shared).keys.get_mut("k").unwrap().listeners {
+            e.pending = false;
+        }
+        sub.message(b"ch", &Message::parse(b"9 extended 7 100 me").unwrap());
+        assert_eq!(pending(), [false, false]);
+        sub.message(b"ch", &Message::parse(b"9 released 7 0 me").unwrap());
+        assert_eq!(*lock(&early.0), [4, 5, 6, 9, 9]);
+        assert_eq!(pending(), [true, true]);
     }
 }
