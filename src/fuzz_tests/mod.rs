@@ -34,6 +34,7 @@ use crate::parse::{self, MAX_BLOCK_MS};
 
 mod parsers;
 mod reference;
+mod sessions_and_sets;
 mod state_machine;
 
 /// Cases per parser test; each case is a handful of microseconds.

@@ -403,7 +403,13 @@ impl Lock {
             hold.deadline = hold.deadline.min(at);
             hold.session = 0;
         }
-        self.prune(at);
+        // Not the session's other holds here, even those whose place is free by `at` (an
+        // expired one): each is ended by its own call, which must find it whatever order the
+        // caller visits the session's holds in (a hash set's order). Pruning them here made
+        // `LOCK.SESSION CLOSE`'s count, and its events, depend on that order.
+        if let Repr::Many { holders, .. } = &mut self.0 {
+            holders.retain(|h| h.session == serial || h.frees_at() > at);
+        }
         self.settle();
         Some(token)
     }

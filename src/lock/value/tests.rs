@@ -426,3 +426,29 @@ fn a_conflicting_waiter_is_failed_and_the_scan_goes_on() {
     assert_eq!(serve(&mut lock, &mut q, T0), ["b"]);
     assert!(q.is_empty());
 }
+
+#[test]
+fn ending_a_session_finds_each_of_its_holds_in_any_order() {
+    // Two holds of session 9 on one shared key, one of them expired by its own ttl (and free:
+    // no lock-delay). However the caller orders the session's holds, each end finds its hold:
+    // ending one must not prune the other away first (found by the fuzz test
+    // `sessions_lock_delay_shared_and_sets_match_a_simple_model`: CLOSE counted 1 or 2).
+    for (first, second) in [("old", "new"), ("new", "old")] {
+        for clean in [true, false] {
+            let mut old = hold("old", 1, T0 + 10);
+            let mut new = hold("new", 2, T0 + 500);
+            old.session = 9;
+            new.session = 9;
+            let mut l = Lock::from_holders(S, vec![old, new]);
+            let at = T0 + 100;
+            let ended = [first, second].map(|o| l.end_session_hold(o.as_bytes(), 9, at, clean));
+            let want = |o: &str| Some(if o == "old" { 1 } else { 2 });
+            assert_eq!(
+                ended,
+                [want(first), want(second)],
+                "{first} first, clean {clean}"
+            );
+            assert!(l.is_empty(), "{first} first, clean {clean}: {l:?}");
+        }
+    }
+}
