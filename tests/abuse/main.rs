@@ -11,13 +11,17 @@
 //!
 //! The memory figures are printed; run with `--nocapture` to see them.
 //!
-//! Layout: `arguments.rs` (the bad-input matrix), `random_sequences.rs`, `scale.rs` (many
-//! waiters, many locks); the helpers they share are below.
+//! Layout: `arguments.rs` (the bad-input matrix), `newer_commands.rs` (the same for SHARED/LIMIT,
+//! SESSION, LOCKDELAY, LOCK.MACQUIRE/MRELEASE, LOCK.SESSION, LOCK.WATCH/UNWATCH), `scripts.rs`
+//! (every command and option from EVAL and FCALL, and as an ACL user with narrow key and channel
+//! patterns), `random_sequences.rs`, `scale.rs` (many waiters, many locks); the helpers they
+//! share are below.
 
 #[path = "../common/mod.rs"]
 mod common;
 
 mod arguments;
+mod newer_commands;
 mod random_sequences;
 mod scale;
 
