@@ -20,10 +20,12 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod acl_user;
 mod arguments;
 mod newer_commands;
 mod random_sequences;
 mod scale;
+mod scripts;
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
