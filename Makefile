@@ -79,7 +79,9 @@ test: test-deps ## Unit and integration tests (module, client crate, Python and 
 	@tests/suites.sh rust '$(rust_suite)' $(python_suites) $(if $(NODE_OK),node '$(node_suite)')
 
 # The module's and the Rust client's tests (unit, integration, doc tests) on $(REDIS_SERVER).
-rust_suite = PYTHONPATH=$(PY_DEPS) REDIS_SERVER=$(REDIS_SERVER) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) $(CARGO) test --workspace
+# Without node, tests/examples.rs's Node test is left out by name (the runner reports it as
+# filtered out, and the line above says why): it fails rather than pass without running.
+rust_suite = PYTHONPATH=$(PY_DEPS) REDIS_SERVER=$(REDIS_SERVER) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) $(CARGO) test --workspace $(if $(NODE_OK),,-- --skip node_tokens_are_exact_numbers)
 
 test-python: test-deps ## Only the Python package's tests (clients/python/tests), with redis-py 8.1 and 5.0 side by side
 	$(build_for_tests)

@@ -405,9 +405,10 @@ fn a_writer_that_leaves_the_queue_lets_the_readers_behind_it_in() {
         .arg(id)
         .query(&mut c)
         .unwrap();
+    let reply = w.join().unwrap();
     assert!(
-        w.join().unwrap().is_err(),
-        "the killed writer's connection is gone"
+        matches!(&reply, Err(e) if e.is_connection_dropped()),
+        "the killed writer's connection is gone: {reply:?}"
     );
     granted(r3);
     assert_eq!(holders(&mut c, &k), ["r1", "r2", "r3"]);

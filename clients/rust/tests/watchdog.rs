@@ -83,7 +83,11 @@ macro_rules! shared_tests {
                 })
             };
             let token = blocking(|| rx.recv_timeout(ms(5_000))).expect("holder acquired");
-            assert!(io!(holder_result(holder)).is_err(), "the holder should have panicked");
+            let panicked = io!(holder_result(holder)).expect_err("the holder should have panicked");
+            assert_eq!(
+                panicked.as_deref(),
+                Some("holder fails while holding the lock (expected by the test)")
+            );
             // The unwinding dropped the guard: watchdog stopped, lock released.
             io!(settled(&format!("token {token} to be released"), || {
                 fence(&mut conn, &key).is_none()
@@ -150,12 +154,12 @@ macro_rules! shared_tests {
 
         // Not a test on its own: the holder process of `a_paused_holder_process_is_told_it_lost_
         // the_lock`, which runs this test binary again with only this test and the holder's
-        // environment set (`support::holder_env`). Without it it returns at once. It prints
+        // environment set (`support::holder_env`); without it it fails. It prints
         // `acquired <token>`, waits for the watchdog to report a loss, prints `lost <reason>`
         // and exits. The async holder runs on a current-thread runtime.
-        api_test! { current_thread fn holder_child_process() {
+        api_test! { child fn holder_child_process() {
             let Some((url, key, ttl)) = support::holder_env() else {
-                return;
+                panic!("not a test on its own: the child of a_paused_holder_process_is_told_it_lost_the_lock");
             };
             let client = Client::open(&url).unwrap();
             let guard = io!(client.acquire_with_watchdog(&key, ttl)).unwrap().unwrap();
@@ -183,8 +187,11 @@ macro_rules! shared_tests {
 apis::both!(
     shared_tests,
     sync: {
-    fn holder_result(holder: thread::JoinHandle<()>) -> thread::Result<()> {
-        holder.join()
+    /// The holder's end: `Err` with its panic message, if it panicked with one.
+    fn holder_result(holder: thread::JoinHandle<()>) -> Result<(), Option<String>> {
+        holder
+            .join()
+            .map_err(|p| p.downcast_ref::<&str>().map(|s| s.to_string()))
     }
 
     /// The sync guard's loss channel: one message, then nothing; the remembered reason stays.
@@ -208,10 +215,13 @@ apis::both!(
     }
     },
     aio: {
-    async fn holder_result(
-        holder: tokio::task::JoinHandle<()>,
-    ) -> Result<(), tokio::task::JoinError> {
-        holder.await
+    /// The holder's end: `Err` with its panic message, if it panicked with one.
+    async fn holder_result(holder: tokio::task::JoinHandle<()>) -> Result<(), Option<String>> {
+        holder.await.map_err(|e| {
+            e.try_into_panic()
+                .ok()
+                .and_then(|p| p.downcast_ref::<&str>().map(|s| s.to_string()))
+        })
     }
 
     /// `loss_watch()`: a worker task that must stop when the lock is lost is told too.
