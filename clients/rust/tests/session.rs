@@ -97,13 +97,13 @@ macro_rules! shared_tests {
                 })
             };
             blocking(|| server.wait_blocked(1));
-            let closing = Instant::now();
             assert_eq!(io!(session.close()).unwrap(), Some(2));
-            let (token, granted) = io!(join(waiter));
-            let after = granted.duration_since(closing);
-            println!("{}: waiter granted {after:?} after CLOSE", module_path!());
+            // Handed to the waiter by the CLOSE itself: no lock-delay (5 s) in between.
+            let stat = |name: &str| server.info_field("lock", &format!("lock_{name}"));
+            assert_eq!(stat("handed_off").as_deref(), Some("1"), "not handed over by the CLOSE");
+            assert_eq!(stat("keys_in_lock_delay").as_deref(), Some("0"));
+            let (token, _) = io!(join(waiter));
             assert!(token > ga.token());
-            assert!(after < ms(1_000), "granted {after:?} after CLOSE: a lock delay?");
             assert!(!exists(&mut conn, &b));
             // A close is no loss; the guards find their holds gone.
             assert!(!ga.is_lost() && !gb.is_lost());
@@ -122,12 +122,10 @@ macro_rules! shared_tests {
                 .unwrap()
                 .unwrap();
             assert_eq!(session_cmd(&mut conn, "CLOSE", session.id()).unwrap(), Value::Int(3));
-            let closed = Instant::now();
-            // The next keepalive (every 200 ms) finds it gone.
-            let reason = io!(session_lost(&session, ms(2_000))).expect("the loss reported");
-            println!("{}: CLOSE from elsewhere reported after {:?}", module_path!(), closed.elapsed());
+            // The next keepalive (every 200 ms) finds it gone: told it ended, not that it
+            // could not reach the server.
+            let reason = io!(session_lost(&session, PATIENCE)).expect("the loss reported");
             assert!(matches!(reason, LossReason::SessionEnded), "{reason:?}");
-            assert!(closed.elapsed() < ms(1_000));
             for guard in [&one, &many] {
                 let reason = io!(wait_lost(guard, ms(100))).expect("the guard told");
                 assert!(matches!(reason, LossReason::SessionEnded), "{reason:?}");
@@ -158,20 +156,12 @@ macro_rules! shared_tests {
             };
             blocking(|| server.wait_blocked(1));
 
-            let killed = Instant::now();
             assert_eq!(client_kill(&mut conn, bound), 1);
-            let reason = io!(session_lost(&session, ms(5_000))).expect("the loss reported");
-            let told = killed.elapsed();
-            let (token, granted) = io!(join(waiter));
-            let after = granted.duration_since(killed);
-            println!(
-                "{}: CLIENT KILL of the bound connection: session lost after {told:?}, \
-                 waiter granted after {after:?} (session ttl 30 s)",
-                module_path!()
-            );
+            let reason = io!(session_lost(&session, PATIENCE)).expect("the loss reported");
+            let (token, _) = io!(join(waiter));
             assert!(matches!(reason, LossReason::BoundConnectionClosed(_)), "{reason:?}");
-            assert!(told < ms(1_000), "told {told:?} after the kill");
-            assert!(after < ms(1_000), "granted {after:?} after the kill");
+            // Ended by the disconnect, not by its ttl (30 s).
+            assert_ended_by_disconnect(&server);
             assert!(token > guard.token());
             let reason = io!(wait_lost(&guard, ms(100))).expect("the guard told");
             assert!(matches!(reason, LossReason::BoundConnectionClosed(_)), "{reason:?}");
@@ -204,14 +194,15 @@ macro_rules! shared_tests {
             let killed = Instant::now();
             assert_eq!(client_kill(&mut conn, bound), 1);
             // While the delay runs, the key is not free and says so.
-            io!(poll("LOCK.INFO to show the delay", ms(2_000), || {
+            io!(poll("LOCK.INFO to show the delay", PATIENCE, || {
                 delayed_ms(&mut conn, &key).is_some()
             }));
             let granted = io!(join(waiter));
             let after = granted.duration_since(killed);
             println!("{}: lock delay {delay:?}: waiter granted {after:?} after the kill", module_path!());
             assert!(after >= delay - ms(50), "granted {after:?} after the kill, delay {delay:?}");
-            assert!(after < delay + ms(1_000), "granted {after:?} after the kill");
+            // Granted when the delay ended, after the disconnect (not at the session's ttl).
+            assert_ended_by_disconnect(&server);
         } }
 
         api_test! { fn every_lock_kind_takes_a_session() {
@@ -414,13 +405,11 @@ apis::both!(
         nodes[owner].wait_blocked(1);
         let bound = session.info().unwrap().unwrap().bound.unwrap();
         let mut owner_conn = nodes[owner].conn();
-        let killed = Instant::now();
         assert_eq!(client_kill(&mut owner_conn, bound), 1);
-        let (token, granted) = waiter.join().unwrap();
-        println!("cluster: waiter granted {:?} after the bound connection was killed", granted.duration_since(killed));
+        let (token, _) = waiter.join().unwrap();
         assert!(token > guard.token());
-        assert!(granted.duration_since(killed) < ms(1_000));
-        assert!(matches!(session.wait_lost(ms(1_000)), Some(LossReason::BoundConnectionClosed(_))));
+        assert_ended_by_disconnect(&nodes[owner]);
+        assert!(matches!(session.wait_lost(PATIENCE), Some(LossReason::BoundConnectionClosed(_))));
     }
     },
     aio: {
@@ -586,23 +575,32 @@ fn killed_holder(holder_test: &str) {
         })
     };
     server.wait_blocked(4);
-    let killed = Instant::now();
     support::send_signal(child.0.id(), "KILL");
     let mut grants = Vec::new();
     for ((waiter, token), key) in waiters.into_iter().zip(&tokens).zip(&keys) {
         let (granted, at) = waiter.join().unwrap();
-        let after = at.duration_since(killed);
-        println!("killed bound holder: waiter on {key} granted {after:?} after SIGKILL (ttl 30 s)");
-        assert!(granted > *token);
-        assert!(after < ms(1_000), "{key}: granted {after:?} after the kill");
+        assert!(granted > *token, "{key}");
         grants.push((granted, at));
     }
+    // Granted because the holder's connection closed, not at its session's ttl (30 s).
+    assert_ended_by_disconnect(&server);
     // The first waiter's guard was dropped as its thread ended: the second has it now.
     let (token, at) = second.join().unwrap();
     assert!(
         token > grants[0].0 && at >= grants[0].1,
         "served out of order"
     );
-    assert!(at.duration_since(killed) < ms(1_000));
     let _ = child.0.wait();
+}
+
+/// How long to wait for something the test caused: a deadline for a loaded machine, not a
+/// measure of how fast it happens.
+const PATIENCE: Duration = Duration::from_secs(10);
+
+/// The one session of `server` ended because its bound connection closed, not by its ttl.
+#[track_caller]
+fn assert_ended_by_disconnect(server: &support::Server) {
+    let stat = |name: &str| server.info_field("lock", &format!("lock_sessions_{name}"));
+    assert_eq!(stat("disconnected").as_deref(), Some("1"));
+    assert_eq!(stat("expired").as_deref(), Some("0"));
 }
