@@ -16,8 +16,10 @@
 //! mostly moves forward, sometimes lands exactly on a deadline, and sometimes steps back. A
 //! separate model (plain fields, no `crate::lock` calls) predicts every decision.
 //!
-//! Layout: `parsers.rs` (the parser properties) with `reference.rs` (their reference parsers),
-//! `state_machine.rs`; the harness and the argument generators are below.
+//! Layout: `parsers.rs` (the parser properties) with `reference.rs` (their reference parsers,
+//! every option of every command), `state_machine.rs` (plain exclusive holds, tokens, the wait
+//! queue), `sessions_and_sets.rs` (sessions, lock-delay, shared holds and multi-key sets against
+//! a model); the harness and the argument generators are below.
 
 use std::collections::{HashSet, VecDeque};
 use std::panic::{self, AssertUnwindSafe};
