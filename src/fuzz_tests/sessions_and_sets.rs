@@ -468,8 +468,8 @@ impl World {
             let Some(lock) = self.locks[k].as_mut() else {
                 continue;
             };
-            if lock.end_session_hold(owner, serial, now, clean).is_some() {
-                released += 1;
+            if let Some((_, live)) = lock.end_session_hold(owner, serial, now, clean) {
+                released += usize::from(live);
                 if lock.is_empty() {
                     self.locks[k] = None;
                 }
@@ -481,7 +481,9 @@ impl World {
             if n == 0 {
                 continue;
             }
-            want += n;
+            // Released (counted by CLOSE, announced): the holds still live at the end; one
+            // that expired on its own is only cleaned up.
+            want += m.live(now).filter(|h| h.session == serial).count();
             if clean {
                 m.holds.retain(|h| h.session != serial);
             } else {
