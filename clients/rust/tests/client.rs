@@ -323,13 +323,15 @@ apis::both!(
             });
             // A current-thread runtime runs its tasks only inside block_on.
             runtime.block_on(async {
+                let deadline = Instant::now() + ms(10_000);
                 while rx.try_recv().is_err() {
+                    assert!(Instant::now() < deadline, "the guard was never acquired");
                     tokio::time::sleep(ms(5)).await;
                 }
             });
             drop(runtime);
             let down = Instant::now();
-            support::wait_until("the lock to lapse", ms(2_000), || {
+            support::wait_until("the lock to lapse", ms(10_000), || {
                 fence(&mut conn, &key).is_none()
             });
             println!(
