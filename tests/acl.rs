@@ -1,6 +1,7 @@
 //! ACL categories: where the server can set them (Redis 7.2+, Valkey), the commands are in the
 //! built-in categories that match their flags, and in `@lock` where the server lets a module
-//! add a category (Redis 7.4+, Valkey 8+). On Redis 7.0 they are in none, and the module loads.
+//! add a category (Redis 7.4+, Valkey 8+). On Redis 7.0 they are in none, and the module loads:
+//! there a user is granted them by name, and no category grants or denies them.
 
 mod common;
 
@@ -37,7 +38,16 @@ fn commands_are_in_the_categories_the_server_supports() {
     let mut con = srv.conn();
     let (builtin, own) = expected(&mut con);
     if !builtin {
-        assert!(category(&mut con, "write").is_empty());
+        for cat in ["write", "read", "fast", "slow", "blocking"] {
+            assert_eq!(category(&mut con, cat), Vec::<String>::new(), "@{cat}");
+        }
+        assert_err(
+            redis::cmd("ACL")
+                .arg("CAT")
+                .arg("lock")
+                .query::<Vec<String>>(&mut con),
+            "ERR Unknown category 'lock'",
+        );
         assert!(srv.log().contains("commands are in no ACL category"));
         must_acquire(&mut con, &unique_key("acl"), "me", 10_000);
         return;
@@ -116,12 +126,12 @@ fn commands_are_in_the_categories_the_server_supports() {
 fn a_user_granted_write_and_read_can_lock_and_one_denied_write_cannot() {
     let srv = Server::start();
     let mut con = srv.conn();
-    if !expected(&mut con).0 {
-        return;
-    }
+    let builtin = expected(&mut con).0;
     for (user, rules) in [
         ("app", "on >pw ~* +@write +@read"),
         ("viewer", "on >pw ~* +@read"),
+        ("named", "on >pw ~* +lock.acquire +lock.fence +lock.release"),
+        ("nowrite", "on >pw ~* +@all -@write"),
     ] {
         let mut cmd = redis::cmd("ACL");
         cmd.arg("SETUSER").arg(user);
@@ -134,6 +144,38 @@ fn a_user_granted_write_and_read_can_lock_and_one_denied_write_cannot() {
     let auth = |con: &mut Connection, user: &str| {
         let _: () = redis::cmd("AUTH").arg(user).arg("pw").query(con).unwrap();
     };
+    if !builtin {
+        // Redis 7.0 and 7.1: the commands are in no category, so a category grants or denies
+        // none of them; a user is granted them by name.
+        let login = |user: &str| {
+            let mut c = srv.conn();
+            auth(&mut c, user);
+            c
+        };
+        let (mut app, mut named, mut nowrite) = (login("app"), login("named"), login("nowrite"));
+        let refused =
+            |cmd: &str| format!("NOPERM this user has no permissions to run the '{cmd}' command");
+        assert_err(
+            call(&mut app, "LOCK.ACQUIRE", &[key.as_str(), "me", "10000"]),
+            &refused("lock.acquire"),
+        );
+        assert_err(
+            call(&mut app, "LOCK.FENCE", &[key.as_str()]),
+            &refused("lock.fence"),
+        );
+        let token = must_acquire(&mut named, &key, "me", 10_000);
+        assert_eq!(fence(&mut named, &key), Some(token));
+        assert_err(
+            call(&mut named, "LOCK.EXTEND", &[key.as_str(), "me", "10000"]),
+            &refused("lock.extend"),
+        );
+        // And `-@write` cannot keep a user from taking a lock there.
+        let other = unique_key("acl");
+        assert!(must_acquire(&mut nowrite, &other, "me", 10_000) > token);
+        assert_eq!(release(&mut nowrite, &other, "me"), 1);
+        assert_eq!(release(&mut named, &key, "me"), 1);
+        return;
+    }
     let mut app = srv.conn();
     auth(&mut app, "app");
     let token = must_acquire(&mut app, &key, "me", 10_000);

@@ -6,17 +6,19 @@ use std::process::Command;
 use std::thread;
 
 /// Run `f` on a thread of its own in a new network namespace; the processes it starts inherit
-/// the namespace. `None` when not root: the scenario is skipped with a line saying so. As
-/// root, a failure to create the namespace fails the test.
+/// the namespace. Not root: the test fails and says why, rather than pass without running
+/// (`make test` leaves these scenarios out with `--skip partition_` when not root, and says
+/// so). As root, a failure to create the namespace fails the test.
 pub fn in_private_netns<T: Send + 'static>(
     name: &str,
     f: impl FnOnce() -> T + Send + 'static,
-) -> Option<T> {
+) -> T {
     // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        println!("{name}: skipped, it needs root (network namespaces and iptables)");
-        return None;
-    }
+    assert!(
+        unsafe { libc::geteuid() } == 0,
+        "{name} needs root (network namespaces and iptables): run it as root, or leave it out \
+         with `--skip partition_`"
+    );
     let name = name.to_string();
     let handle = thread::spawn(move || {
         // SAFETY: unshare affects only this thread (and what it starts) and takes no pointers.
@@ -30,11 +32,9 @@ pub fn in_private_netns<T: Send + 'static>(
         sh(&["ip", "link", "set", "lo", "up"]);
         f()
     });
-    Some(
-        handle
-            .join()
-            .unwrap_or_else(|e| std::panic::resume_unwind(e)),
-    )
+    handle
+        .join()
+        .unwrap_or_else(|e| std::panic::resume_unwind(e))
 }
 
 /// Run a command; panic with its output if it fails.

@@ -16,8 +16,10 @@
 //! mostly moves forward, sometimes lands exactly on a deadline, and sometimes steps back. A
 //! separate model (plain fields, no `crate::lock` calls) predicts every decision.
 //!
-//! Layout: `parsers.rs` (the parser properties) with `reference.rs` (their reference parsers),
-//! `state_machine.rs`; the harness and the argument generators are below.
+//! Layout: `parsers.rs` (the parser properties) with `reference.rs` (their reference parsers,
+//! every option of every command), `state_machine.rs` (plain exclusive holds, tokens, the wait
+//! queue), `sessions_and_sets.rs` (sessions, lock-delay, shared holds and multi-key sets against
+//! a model); the harness and the argument generators are below.
 
 use std::collections::{HashSet, VecDeque};
 use std::panic::{self, AssertUnwindSafe};
@@ -34,6 +36,7 @@ use crate::parse::{self, MAX_BLOCK_MS};
 
 mod parsers;
 mod reference;
+mod sessions_and_sets;
 mod state_machine;
 
 /// Cases per parser test; each case is a handful of microseconds.
@@ -127,12 +130,40 @@ const NUMBERISH: &[&str] = &[
     "\u{0663}", // ARABIC-INDIC DIGIT THREE: a digit, but not an ASCII one
     "\u{FF11}", // FULLWIDTH DIGIT ONE
     "1\u{0}",
+    "60000",
+    "60001",
+    "59999",
 ];
 
 /// Option names and near-misses.
 const OPTIONISH: &[&str] = &[
-    "BLOCK", "block", "Block", "bLoCk", "BLOCKS", "BLOC", "BLOCK ", " BLOCK", "BLOCK\0", "FOO",
-    "NX", "PX", "",
+    "BLOCK",
+    "block",
+    "Block",
+    "bLoCk",
+    "BLOCKS",
+    "BLOC",
+    "BLOCK ",
+    " BLOCK",
+    "BLOCK\0",
+    "FOO",
+    "NX",
+    "PX",
+    "",
+    "SHARED",
+    "shared",
+    "SHARE",
+    "LIMIT",
+    "limit",
+    "LIMITS",
+    "SESSION",
+    "session",
+    "SESSIONS",
+    "LOCKDELAY",
+    "lockdelay",
+    "LOCK-DELAY",
+    "BOUND",
+    "bound",
 ];
 
 fn random_bytes(rng: &mut StdRng, max_len: usize) -> Vec<u8> {
@@ -235,4 +266,84 @@ fn random_args(rng: &mut StdRng, max_owner: usize) -> Vec<Vec<u8>> {
 
 fn random_max_owner(rng: &mut StdRng) -> usize {
     [1, 2, 8, 64, 1024][rng.gen_range(0..5)]
+}
+
+/// Keys for the multi-key commands: few names, so duplicates are common.
+const KEYISH: &[&str] = &["a", "b", "c", "{t}a", "A", "", "\u{4E00}", "\0\r\n"];
+
+/// `LOCK.MACQUIRE`/`LOCK.MRELEASE`-shaped argument lists: `numkeys` (usually the true count),
+/// keys drawn from [`KEYISH`], an owner, a ttl (`with_ttl`), options.
+fn random_multi_args(rng: &mut StdRng, max_owner: usize, with_ttl: bool) -> Vec<Vec<u8>> {
+    if rng.gen_bool(0.1) {
+        return random_args(rng, max_owner);
+    }
+    let n = rng.gen_range(0..=4usize);
+    let mut args = vec![b"LOCK.M".to_vec()];
+    args.push(match rng.gen_range(0..10) {
+        0..=6 => n.to_string().into_bytes(),
+        7 => (n + 1).to_string().into_bytes(),
+        _ => numberish(rng),
+    });
+    for _ in 0..n {
+        args.push(KEYISH[rng.gen_range(0..KEYISH.len())].as_bytes().to_vec());
+    }
+    if rng.gen_bool(0.95) {
+        args.push(ownerish(rng, max_owner));
+    }
+    if with_ttl && rng.gen_bool(0.95) {
+        args.push(numberish(rng));
+    }
+    for _ in 0..rng.gen_range(0..=3) {
+        args.push(match rng.gen_range(0..3) {
+            0 | 1 => optionish(rng),
+            _ => numberish(rng),
+        });
+    }
+    args
+}
+
+/// `LOCK.SESSION`-shaped argument lists: a subcommand (or a near miss), then ids, numbers and
+/// options in any order.
+fn random_session_args(rng: &mut StdRng) -> Vec<Vec<u8>> {
+    const SUBS: &[&str] = &[
+        "OPEN",
+        "open",
+        "KEEPALIVE",
+        "keepalive",
+        "CLOSE",
+        "ATTACH",
+        "INFO",
+        "RESTORE",
+        "RENEW",
+        "ENDED",
+        "Ended",
+        "OPEN ",
+        "OPENX",
+        "CLOS",
+        "",
+        "\u{4E00}",
+    ];
+    let mut args = vec![b"LOCK.SESSION".to_vec()];
+    if rng.gen_bool(0.97) {
+        args.push(match rng.gen_bool(0.9) {
+            true => SUBS[rng.gen_range(0..SUBS.len())].as_bytes().to_vec(),
+            false => random_bytes(rng, 8),
+        });
+    }
+    for _ in 0..rng.gen_range(0..=8) {
+        args.push(match rng.gen_range(0..6) {
+            0 | 1 => numberish(rng),
+            2 => optionish(rng),
+            3 => ["CLOSED", "closed", "LOST", "x"][rng.gen_range(0..4)]
+                .as_bytes()
+                .to_vec(),
+            4 => crate::lock::session::make_id("ab", rng.gen()),
+            _ => ownerish(rng, 8),
+        });
+    }
+    args
+}
+
+fn random_max_keys(rng: &mut StdRng) -> usize {
+    [1, 2, 3, 64][rng.gen_range(0..4)]
 }

@@ -46,36 +46,167 @@ fn fence_token_parsing_matches_the_reference_integer() {
     );
 }
 
+/// Compare a parse with its reference: equal parses, or an error the reference allows.
+#[track_caller]
+fn agrees<T: std::fmt::Debug + PartialEq>(
+    args: &[Vec<u8>],
+    want: Result<T, Vec<Error>>,
+    got: Result<T, Error>,
+) -> Option<T> {
+    match (want, got) {
+        (Ok(want), Ok(got)) => {
+            assert_eq!(got, want, "args {:?}", show(args));
+            Some(got)
+        }
+        (Err(allowed), Err(got)) => {
+            assert_allowed(&got, &allowed, args);
+            None
+        }
+        (want, got) => panic!("args {:?}: want {want:?}, got {got:?}", show(args)),
+    }
+}
+
 #[test]
 fn acquire_parser_matches_the_reference() {
     cases(
         "acquire_parser_matches_the_reference",
-        PARSER_CASES,
+        PARSER_CASES * 4,
         |rng| {
             let max = random_max_owner(rng);
             let args = random_args(rng, max);
             let got = parse::acquire(&view(&args), max);
-            match (ref_acquire(&args, max), got) {
-                (Ok((owner, ttl, block)), Ok(cmd)) => {
-                    // The documented constraints, stated directly as well as by equality.
-                    assert!(!cmd.owner.is_empty() && cmd.owner.len() <= max);
-                    assert!(cmd.ttl > 0);
-                    assert!(cmd.block.is_none_or(|t| (0..=MAX_BLOCK_MS).contains(&t)));
-                    assert_eq!(
-                        (cmd.owner, cmd.ttl, cmd.block),
-                        (owner, ttl, block),
-                        "args {:?}",
-                        show(&args)
-                    );
-                    assert!(
-                        args.len() == 4
-                            || (args.len() == 6 && args[4].eq_ignore_ascii_case(b"block")),
-                        "args {:?} accepted with unexpected shape",
-                        show(&args)
-                    );
-                }
-                (Err(allowed), Err(got)) => assert_allowed(&got, &allowed, &args),
-                (want, got) => panic!("args {:?}: want {want:?}, got {got:?}", show(&args)),
+            if let Some(cmd) = agrees(&args, ref_acquire(&args, max), got) {
+                // The documented constraints, stated directly as well as by equality.
+                assert!(!cmd.owner.is_empty() && cmd.owner.len() <= max);
+                assert!(cmd.ttl > 0 || (cmd.ttl == 0 && cmd.session.is_some()));
+                assert!(cmd.block.is_none_or(|t| (0..=MAX_BLOCK_MS).contains(&t)));
+                assert!((0..=60_000).contains(&cmd.lock_delay));
+                assert!(cmd.session.is_none() || cmd.lock_delay == 0);
+                assert!(cmd.session.is_none_or(|id| !id.is_empty()));
+                assert!(cmd.mode.limit().is_none_or(|n| n > 0));
+            }
+        },
+    );
+}
+
+#[test]
+fn acquire_parser_accepts_every_option_in_any_order_and_case() {
+    // Valid option sets, shuffled and in random case: the parse is exactly what they say.
+    cases(
+        "acquire_parser_accepts_every_option_in_any_order_and_case",
+        PARSER_CASES,
+        |rng| {
+            let mut groups: Vec<Vec<String>> = Vec::new();
+            let shared = rng.gen_bool(0.5);
+            let limit = (shared && rng.gen_bool(0.5)).then(|| rng.gen_range(1..=1_000u64));
+            let block = rng.gen_bool(0.5).then(|| rng.gen_range(0..=MAX_BLOCK_MS));
+            let session = rng
+                .gen_bool(0.4)
+                .then(|| format!("{{x}}{:032x}", rng.gen::<u128>()));
+            let delay = (session.is_none() && rng.gen_bool(0.5)).then(|| rng.gen_range(0..=60_000));
+            if shared {
+                groups.push(vec!["SHARED".into()]);
+            }
+            if let Some(n) = limit {
+                groups.push(vec!["LIMIT".into(), n.to_string()]);
+            }
+            if let Some(t) = block {
+                groups.push(vec!["BLOCK".into(), t.to_string()]);
+            }
+            if let Some(id) = &session {
+                groups.push(vec!["SESSION".into(), id.clone()]);
+            }
+            if let Some(d) = delay {
+                groups.push(vec!["LOCKDELAY".into(), d.to_string()]);
+            }
+            for i in (1..groups.len()).rev() {
+                groups.swap(i, rng.gen_range(0..=i));
+            }
+            let ttl = match session {
+                Some(_) if rng.gen_bool(0.3) => 0,
+                _ => rng.gen_range(1..=1_000_000i64),
+            };
+            let mut args = vec![
+                b"LOCK.ACQUIRE".to_vec(),
+                b"k".to_vec(),
+                b"o".to_vec(),
+                ttl.to_string().into_bytes(),
+            ];
+            for g in groups {
+                let name: String = g[0]
+                    .chars()
+                    .map(|c| match rng.gen_bool(0.5) {
+                        true => c.to_ascii_lowercase(),
+                        false => c,
+                    })
+                    .collect();
+                args.push(name.into_bytes());
+                args.extend(g[1..].iter().map(|v| v.clone().into_bytes()));
+            }
+            let cmd = parse::acquire(&view(&args), 8)
+                .unwrap_or_else(|e| panic!("args {:?}: refused with {e}", show(&args)));
+            let want = parse::Acquire {
+                owner: b"o",
+                ttl,
+                mode: match shared {
+                    true => Mode::Shared { limit },
+                    false => Mode::Exclusive,
+                },
+                block,
+                session: session.as_deref().map(str::as_bytes),
+                lock_delay: delay.unwrap_or(0),
+            };
+            assert_eq!(cmd, want, "args {:?}", show(&args));
+        },
+    );
+}
+
+#[test]
+fn macquire_parser_matches_the_reference() {
+    cases(
+        "macquire_parser_matches_the_reference",
+        PARSER_CASES * 2,
+        |rng| {
+            let (max, max_keys) = (random_max_owner(rng), random_max_keys(rng));
+            let args = random_multi_args(rng, max, true);
+            let got = parse::macquire(&view(&args), max, max_keys);
+            if let Some(cmd) = agrees(&args, ref_macquire(&args, max, max_keys), got) {
+                assert!(!cmd.keys.is_empty() && cmd.keys.len() <= max_keys);
+                assert!(cmd.ttl > 0 || (cmd.ttl == 0 && cmd.session.is_some()));
+            }
+        },
+    );
+}
+
+#[test]
+fn mrelease_parser_matches_the_reference() {
+    cases(
+        "mrelease_parser_matches_the_reference",
+        PARSER_CASES * 2,
+        |rng| {
+            let (max, max_keys) = (random_max_owner(rng), random_max_keys(rng));
+            let args = random_multi_args(rng, max, false);
+            let got = parse::mrelease(&view(&args), max, max_keys);
+            if let Some(cmd) = agrees(&args, ref_mrelease(&args, max, max_keys), got) {
+                assert_eq!(cmd.keys.len() + 3, args.len());
+            }
+        },
+    );
+}
+
+#[test]
+fn session_parser_matches_the_reference() {
+    cases(
+        "session_parser_matches_the_reference",
+        PARSER_CASES * 4,
+        |rng| {
+            let args = random_session_args(rng);
+            let got = parse::session(&view(&args));
+            if let Some(parse::Session::Open {
+                ttl, lock_delay, ..
+            }) = agrees(&args, ref_session(&args), got)
+            {
+                assert!(ttl > 0 && (0..=60_000).contains(&lock_delay));
             }
         },
     );
@@ -214,6 +345,9 @@ fn parsers_never_panic_on_arbitrary_bytes() {
             let _ = parse::extend(&v, max);
             let _ = parse::fence(&v);
             let _ = parse::load(&v);
+            let _ = parse::macquire(&v, max, random_max_keys(rng));
+            let _ = parse::mrelease(&v, max, random_max_keys(rng));
+            let _ = parse::session(&v);
         },
     );
 }
@@ -234,7 +368,11 @@ fn error_messages_survive_the_reply_path() {
         PARSER_CASES,
         |rng| {
             let max = random_max_owner(rng);
-            let mut args = random_args(rng, max);
+            let mut args = match rng.gen_range(0..4) {
+                0 => random_multi_args(rng, max, true),
+                1 => random_session_args(rng),
+                _ => random_args(rng, max),
+            };
             if args.len() >= 4 && rng.gen_bool(0.3) {
                 // A UTF-8 option name, as a user might type it.
                 let word =
@@ -248,6 +386,9 @@ fn error_messages_survive_the_reply_path() {
                 parse::extend(&v, max).err(),
                 parse::fence(&v).err(),
                 parse::load(&v).err(),
+                parse::macquire(&v, max, 3).err(),
+                parse::mrelease(&v, max, 3).err(),
+                parse::session(&v).err(),
             ];
             for e in errors.into_iter().flatten() {
                 let text = e.to_string();

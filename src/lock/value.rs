@@ -396,30 +396,39 @@ impl Lock {
     /// The session `serial` ended at `at`: `owner`'s hold in it is removed (`clean`) or lost
     /// (its deadline moves to `at` and it leaves the session, so its lock-delay starts then),
     /// and the holders whose place was free by `at` go. `None` when there is no such hold;
-    /// else its token.
+    /// else its token, and whether it was still live at `at`: one whose own deadline had
+    /// passed is cleaned up the same way, but the session's end released nothing there (what
+    /// `LOCK.SESSION CLOSE` counts and the events announce, as `LOCK.SESSION INFO` counts only
+    /// live holds).
     pub fn end_session_hold(
         &mut self,
         owner: &[u8],
         serial: Serial,
         at: Millis,
         clean: bool,
-    ) -> Option<u64> {
+    ) -> Option<(u64, bool)> {
         let Repr::Many { holders, .. } = &mut self.0 else {
             return None; // the packed form has no session
         };
         let hold = holders
             .iter_mut()
             .find(|h| *h.owner == *owner && h.session == serial)?;
-        let token = hold.token;
+        let (token, live) = (hold.token, hold.is_live(at));
         if clean {
             self.remove(owner);
         } else {
             hold.deadline = hold.deadline.min(at);
             hold.session = 0;
         }
-        self.prune(at);
+        // Not the session's other holds here, even those whose place is free by `at` (an
+        // expired one): each is ended by its own call, which must find it whatever order the
+        // caller visits the session's holds in (a hash set's order). Pruning them here made
+        // `LOCK.SESSION CLOSE`'s count, and its events, depend on that order.
+        if let Repr::Many { holders, .. } = &mut self.0 {
+            holders.retain(|h| h.session == serial || h.frees_at() > at);
+        }
         self.settle();
-        Some(token)
+        Some((token, live))
     }
 
     /// Change each hold that belongs to a session with `f` (which may take it out of its

@@ -227,16 +227,16 @@ impl LockKey {
 
     /// The session `serial` ended at `at`: `owner`'s hold in it is removed (`clean`, a `CLOSE`)
     /// or lost (its deadline moves to `at`, so its lock-delay starts then), and the holders
-    /// whose place was free by `at` go. False when the key has no such hold (it went away, or
-    /// was taken over after its own deadline); else the hold's token. The caller deletes the
-    /// key if it is empty.
+    /// whose place was free by `at` go. `None` when the key has no such hold (it went away, or
+    /// was taken over after its own deadline); else the hold's token and whether it was live
+    /// at `at` (see [`Lock::end_session_hold`]). The caller deletes the key if it is empty.
     pub fn end_session_hold(
         &mut self,
         owner: &[u8],
         serial: crate::lock::Serial,
         at: Millis,
         clean: bool,
-    ) -> Result<Option<u64>> {
+    ) -> Result<Option<(u64, bool)>> {
         let (ctx, name) = (self.ctx, self.name);
         Ok(self.lock_mut()?.and_then(|lock| {
             forget_pruned(ctx, name, lock, at);

@@ -4,25 +4,26 @@
 
 use super::*;
 
-const HELD: &str = "abuse:held";
-const FREE: &str = "abuse:free";
-const STRING: &str = "abuse:string";
-const LIST: &str = "abuse:list";
-const HASH: &str = "abuse:hash";
+pub(super) const HELD: &str = "abuse:held";
+pub(super) const FREE: &str = "abuse:free";
+pub(super) const STRING: &str = "abuse:string";
+pub(super) const LIST: &str = "abuse:list";
+pub(super) const HASH: &str = "abuse:hash";
 
-const NOT_POSITIVE: &str = "ERR ttl-ms must be a positive integer";
-const TOO_LARGE: &str = "ERR ttl-ms is too large";
-const OWNER_EMPTY: &str = "ERR owner must not be empty";
-const OWNER_TOO_LONG: &str = "ERR owner is longer than lock.max-owner-bytes (1024)";
-const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
-const TOKEN_INVALID: &str = "ERR token must be a positive integer";
-const BLOCK_INVALID: &str = "ERR BLOCK timeout-ms must be a non-negative integer";
-const BLOCK_TOO_LARGE: &str = "ERR BLOCK timeout-ms is too large";
-const BLOCK_NEEDS: &str = "ERR syntax error: BLOCK needs a timeout in milliseconds";
-const BLOCK_TWICE: &str = "ERR syntax error: BLOCK given more than once";
+pub(super) const NOT_POSITIVE: &str = "ERR ttl-ms must be a positive integer";
+pub(super) const TOO_LARGE: &str = "ERR ttl-ms is too large";
+pub(super) const OWNER_EMPTY: &str = "ERR owner must not be empty";
+pub(super) const OWNER_TOO_LONG: &str = "ERR owner is longer than lock.max-owner-bytes (1024)";
+pub(super) const WRONGTYPE: &str =
+    "WRONGTYPE Operation against a key holding the wrong kind of value";
+pub(super) const TOKEN_INVALID: &str = "ERR token must be a positive integer";
+pub(super) const BLOCK_INVALID: &str = "ERR BLOCK timeout-ms must be a non-negative integer";
+pub(super) const BLOCK_TOO_LARGE: &str = "ERR BLOCK timeout-ms is too large";
+pub(super) const BLOCK_NEEDS: &str = "ERR syntax error: BLOCK needs a timeout in milliseconds";
+pub(super) const BLOCK_TWICE: &str = "ERR syntax error: BLOCK given more than once";
 
 /// Not integers at all, or not in the strict form (`+`, spaces, decimals, hex, exponent).
-const MALFORMED: &[&str] = &[
+pub(super) const MALFORMED: &[&str] = &[
     "abc", "1.5", "", "+5", " 5", "5 ", "0x10", "1e3", "-", "--1", "5\0", "\u{FF15}",
 ];
 /// Zero, negative, and below `i64::MIN`.
@@ -43,7 +44,7 @@ const HUGE: &[&str] = &[
     "4611686018427387903",
 ];
 
-fn oversized_owner() -> Vec<u8> {
+pub(super) fn oversized_owner() -> Vec<u8> {
     vec![b'x'; 1025]
 }
 
@@ -53,16 +54,16 @@ fn binary_oversized_owner() -> Vec<u8> {
 
 /// A server with: `HELD` locked by `alice` with one client blocked on it, `FREE` absent, and
 /// a string, a list and a hash.
-struct Fixture {
-    server: Server,
-    c: Connection,
-    token: i64,
+pub(super) struct Fixture {
+    pub(super) server: Server,
+    pub(super) c: Connection,
+    pub(super) token: i64,
     /// The blocked waiter (`bob`, `BLOCK 0`); kept open so the queue stays non-empty.
     _waiter: TcpStream,
 }
 
 impl Fixture {
-    fn new() -> Fixture {
+    pub(super) fn new() -> Fixture {
         let (server, mut c) = start();
         let token = must_acquire(&mut c, HELD, "alice", LONG_TTL);
         let _: () = redis::cmd("SET")
@@ -98,7 +99,7 @@ impl Fixture {
     }
 
     /// Everything an erroneous command could have changed.
-    fn snapshot(&mut self) -> Snapshot {
+    pub(super) fn snapshot(&mut self) -> Snapshot {
         let c = &mut self.c;
         let info_lock: String = redis::cmd("INFO").arg("lock").query(c).unwrap();
         let types = [HELD, FREE, STRING, LIST, HASH].map(|k| key_type(c, k));
@@ -129,7 +130,7 @@ impl Fixture {
     /// Send `cmd args`; it must answer exactly `expected` (code and message) and change
     /// nothing; the server must still answer `PING`.
     #[track_caller]
-    fn refuses(&mut self, cmd: &str, args: Vec<Vec<u8>>, expected: &str) {
+    pub(super) fn refuses(&mut self, cmd: &str, args: Vec<Vec<u8>>, expected: &str) {
         let before = self.snapshot();
         let pttl_before = pttl(&mut self.c, HELD);
         let reply = call(&mut self.c, cmd, &args);
@@ -164,7 +165,7 @@ impl Fixture {
         assert_eq!(pong, "PONG", "{context}: no PONG");
     }
 
-    fn finish(self) {
+    pub(super) fn finish(self) {
         let mut c = self.c;
         assert_eq!(fence(&mut c, HELD), Some(self.token), "the hold survived");
         assert_clean_log(&self.server);
@@ -172,7 +173,7 @@ impl Fixture {
 }
 
 #[derive(Debug, PartialEq)]
-struct Snapshot {
+pub(super) struct Snapshot {
     dbsize: i64,
     types: [String; 5],
     pttls: [i64; 3],
@@ -190,8 +191,9 @@ struct Snapshot {
 macro_rules! args {
     ($($a:expr),* $(,)?) => { vec![$(AsRef::<[u8]>::as_ref(&$a).to_vec()),*] };
 }
+pub(super) use args;
 
-fn arity(cmd: &str) -> String {
+pub(super) fn arity(cmd: &str) -> String {
     format!(
         "ERR wrong number of arguments for '{}' command",
         cmd.to_lowercase()

@@ -11,15 +11,23 @@
 //!
 //! The memory figures are printed; run with `--nocapture` to see them.
 //!
-//! Layout: `arguments.rs` (the bad-input matrix), `random_sequences.rs`, `scale.rs` (many
-//! waiters, many locks); the helpers they share are below.
+//! Layout: `arguments.rs` (the bad-input matrix), `newer_commands.rs` (the same for SHARED/LIMIT,
+//! SESSION, LOCKDELAY, LOCK.MACQUIRE/MRELEASE, LOCK.SESSION, LOCK.WATCH/UNWATCH), `scripts.rs`
+//! (every command and option from EVAL and FCALL, and as an ACL user with narrow key and channel
+//! patterns), `random_sequences.rs` (and `random_newer.rs`, the same with sessions, lock-delay,
+//! shared holds, sets and watches), `scale.rs` (many waiters, many locks); the helpers they
+//! share are below.
 
 #[path = "../common/mod.rs"]
 mod common;
 
+mod acl_user;
 mod arguments;
+mod newer_commands;
+mod random_newer;
 mod random_sequences;
 mod scale;
+mod scripts;
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};

@@ -4,11 +4,11 @@
 
 use super::*;
 
-const RANDOM_KEYS: &[&str] = &["rnd:0", "rnd:1", "rnd:2"];
+pub(super) const RANDOM_KEYS: &[&str] = &["rnd:0", "rnd:1", "rnd:2"];
 /// Owners the main connection acquires with; blocked waiters use `w0`..`w3`, so every token a
 /// main-connection acquire returns is either new or one this test has already seen.
-const MAIN_OWNERS: &[&[u8]] = &[b"o0", b"o1", b"o2", b"o\x00\xff"];
-const WAITER_OWNERS: &[&[u8]] = &[b"w0", b"w1", b"w2", b"w3"];
+pub(super) const MAIN_OWNERS: &[&[u8]] = &[b"o0", b"o1", b"o2", b"o\x00\xff"];
+pub(super) const WAITER_OWNERS: &[&[u8]] = &[b"w0", b"w1", b"w2", b"w3"];
 const TTLS: &[i64] = &[1, 1, 2, 5, 20, 100, 1_000, 60_000];
 
 /// Prints the seed and the last commands if the test panics, so the run can be replayed.
@@ -81,7 +81,7 @@ return out
 
 /// Check that `LOCK.FENCE` and `LOCK.INFO` agree for every random key, read atomically.
 #[track_caller]
-fn check_consistent(c: &mut Connection, step: usize, what: &str) {
+pub(super) fn check_consistent(c: &mut Connection, step: usize, what: &str) {
     let mut cmd = redis::cmd("EVAL");
     cmd.arg(PROBE).arg(RANDOM_KEYS.len());
     for k in RANDOM_KEYS {
@@ -146,13 +146,13 @@ fn check_consistent(c: &mut Connection, step: usize, what: &str) {
 /// (above every token seen). A waiter's token may arrive after later grants were seen, so it
 /// is only checked for its owner.
 #[derive(Default)]
-struct Tokens {
-    seen: HashMap<i64, Vec<u8>>,
-    max: i64,
+pub(super) struct Tokens {
+    pub(super) seen: HashMap<i64, Vec<u8>>,
+    pub(super) max: i64,
 }
 
 impl Tokens {
-    fn granted(&mut self, t: i64, owner: &[u8], ctx: &str) {
+    pub(super) fn granted(&mut self, t: i64, owner: &[u8], ctx: &str) {
         assert!(
             t > self.max || self.seen.contains_key(&t),
             "{ctx}: token {t} is neither new (max so far {}) nor a retry",
@@ -161,7 +161,7 @@ impl Tokens {
         self.record(t, owner, ctx);
     }
 
-    fn record(&mut self, t: i64, owner: &[u8], ctx: &str) {
+    pub(super) fn record(&mut self, t: i64, owner: &[u8], ctx: &str) {
         assert!(t > 0, "{ctx}: token {t}");
         let first = self.seen.entry(t).or_insert_with(|| owner.to_vec());
         assert_eq!(

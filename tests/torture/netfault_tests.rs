@@ -41,16 +41,15 @@ fn clock_jumps_30s() {
 
 #[test]
 fn partition_sentinel() {
-    if let Some(row) = partitions::partition("partition_sentinel", false) {
-        assert_clean(&row);
-    }
+    assert_clean(&partitions::partition("partition_sentinel", false));
 }
 
 #[test]
 fn partition_sentinel_min_replicas() {
-    if let Some(row) = partitions::partition("partition_sentinel_min_replicas", true) {
-        assert_clean(&row);
-    }
+    assert_clean(&partitions::partition(
+        "partition_sentinel_min_replicas",
+        true,
+    ));
 }
 
 #[test]

@@ -46,8 +46,8 @@ fn sentinel_field(s: &mut Connection, field: &str) -> Option<String> {
     m.get(field).cloned()
 }
 
-/// Run the scenario in a private network namespace; `None` when skipped (not root).
-pub fn partition(name: &'static str, min_replicas: bool) -> Option<Row> {
+/// Run the scenario in a private network namespace (root only).
+pub fn partition(name: &'static str, min_replicas: bool) -> Row {
     netfault::in_private_netns(name, move || run(name, min_replicas))
 }
 

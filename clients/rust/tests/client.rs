@@ -99,6 +99,7 @@ macro_rules! shared_tests {
                 .with_timeouts(ms(1_000), ms(200));
             let key = unique_key("block");
             let holder = io!(client.acquire(&key, ms(10_000))).unwrap().unwrap();
+            let holder_token = holder.token();
 
             // Still held when the wait (2x the response timeout) runs out: None, not a timeout
             // error.
@@ -107,7 +108,9 @@ macro_rules! shared_tests {
             let waited = start.elapsed();
             assert!(got.is_none(), "granted while held");
             assert!(waited >= ms(390), "returned after {waited:?}, before the wait");
-            assert!(waited < ms(3_000), "returned after {waited:?}");
+            // The server's BLOCK timeout answered it (not the client giving up).
+            let lock_stat = |name: &str| server.info_field("lock", &format!("lock_{name}"));
+            assert_eq!(lock_stat("timed_out").as_deref(), Some("1"));
 
             // Released after 3x the response timeout while we wait: the server hands the lock
             // over at once to the one waiting command, with a larger token.
@@ -122,7 +125,9 @@ macro_rules! shared_tests {
             let waited = start.elapsed();
             assert!(io!(join(releaser)));
             assert!(waited >= ms(590), "granted after {waited:?}, before the release");
-            assert!(waited < ms(3_000), "granted after {waited:?}");
+            // Handed over by the release, to the command that was waiting.
+            assert_eq!(lock_stat("handed_off").as_deref(), Some("1"));
+            assert!(next.token() > holder_token);
             assert!(io!(next.is_held()).unwrap());
             // One command per wait: no slicing, no retries.
             assert_eq!(server.calls("lock.acquire"), 3);
@@ -174,14 +179,17 @@ macro_rules! shared_tests {
                 other => panic!("expected WRONGTYPE, got {other:?}"),
             }
 
-            // Nothing listens on the port: a connection error, quickly.
+            // Nothing listens on the port: a connection error, the refusal itself (no retries
+            // until some timeout).
             let nowhere = Client::open(&format!("redis://127.0.0.1:{}/", free_port())).unwrap();
-            let start = Instant::now();
             match io!(nowhere.acquire(&key, ms(1_000))) {
-                Err(e @ Error::Connection(_)) => assert!(e.is_unavailable()),
+                Err(e @ Error::Connection(_)) => {
+                    assert!(e.is_unavailable());
+                    let Error::Connection(inner) = &e else { unreachable!() };
+                    assert!(inner.is_connection_refusal(), "{inner:?}");
+                }
                 other => panic!("expected a connection error, got {other:?}"),
             }
-            assert!(start.elapsed() < ms(3_000));
         } }
 
         api_test! { fn a_stopped_server_times_out_instead_of_hanging() {
@@ -193,27 +201,21 @@ macro_rules! shared_tests {
             // One command first, so a connection is open: the timeout is then the reply's.
             assert!(io!(client.acquire(&unique_key("warm"), ms(1_000))).unwrap().is_some());
             server.signal("STOP");
-            let start = Instant::now();
             let result = io!(client.acquire(&key, ms(1_000)));
-            let took = start.elapsed();
             // A new connection's handshake is bounded too.
             let fresh = Client::open(&server.url())
                 .unwrap()
                 .with_timeouts(ms(200), ms(200));
-            let start = Instant::now();
             let handshake = io!(fresh.acquire(&key, ms(1_000)));
-            let handshake_took = start.elapsed();
             server.signal("CONT");
-            match result {
-                Err(e) => assert!(e.is_unavailable(), "{e}"),
-                Ok(g) => panic!("granted by a stopped server: {g:?}"),
+            // Each ended by its own read timeout (not a hang the test runner has to cut, nor an
+            // error of another kind).
+            for (what, reply) in [("the reply", result), ("the handshake", handshake)] {
+                match reply {
+                    Err(Error::Connection(e)) => assert!(e.is_timeout(), "{what}: {e:?}"),
+                    other => panic!("{what}: expected a timeout, got {other:?}"),
+                }
             }
-            assert!(took < ms(2_000), "took {took:?}");
-            match handshake {
-                Err(e) => assert!(e.is_unavailable(), "{e}"),
-                Ok(g) => panic!("granted by a stopped server: {g:?}"),
-            }
-            assert!(handshake_took < ms(2_000), "took {handshake_took:?}");
             // The stopped server reads the late requests and the client's clean-up releases
             // when it resumes, in either order: the key is free at once, or at the latest when
             // the ttl passes.
@@ -235,12 +237,12 @@ apis::both!(
         let holder = client.acquire(&key, ms(10_000)).await.unwrap().unwrap();
 
         // The caller gives up after 100 ms: its waiter leaves the server's queue (CLIENT UNBLOCK)
-        // at once, rather than when its 5 s wait would have ended.
-        let waiter = client.acquire_blocking(&key, ms(30_000), ms(5_000));
+        // at once, rather than when its wait (600 s: longer than any test's patience, so that
+        // only the unblock can end it here) would have ended.
+        let waiter = client.acquire_blocking(&key, ms(30_000), ms(600_000));
         assert!(tokio::time::timeout(ms(100), waiter).await.is_err());
-        let gave_up = Instant::now();
         tokio::task::block_in_place(|| server.wait_blocked(0));
-        assert!(gave_up.elapsed() < ms(2_000), "{:?}", gave_up.elapsed());
+        assert_eq!(server.calls("client|unblock"), 1);
         assert_eq!(fence(&mut conn, &key), Some(holder.token()));
         // So the holder's release hands the lock to no one: it is free.
         assert!(holder.release().await.unwrap());
@@ -321,13 +323,15 @@ apis::both!(
             });
             // A current-thread runtime runs its tasks only inside block_on.
             runtime.block_on(async {
+                let deadline = Instant::now() + ms(10_000);
                 while rx.try_recv().is_err() {
+                    assert!(Instant::now() < deadline, "the guard was never acquired");
                     tokio::time::sleep(ms(5)).await;
                 }
             });
             drop(runtime);
             let down = Instant::now();
-            support::wait_until("the lock to lapse", ms(2_000), || {
+            support::wait_until("the lock to lapse", ms(10_000), || {
                 fence(&mut conn, &key).is_none()
             });
             println!(

@@ -283,7 +283,12 @@ macro_rules! shared_tests {
             // Connections made from now on must authenticate (this one already is).
             run(&mut conn, redis::cmd("CONFIG").arg("SET").arg("requirepass").arg("feed-secret"));
             let without = Client::open(&server.url()).unwrap().watch_losses();
-            assert!(io!(without.acquire(&unique_key("refused"), ms(9000))).is_err());
+            // The feed's connection is refused by the server (NOAUTH), not lost.
+            let refused = io!(without.acquire(&unique_key("refused"), ms(9000)));
+            assert!(
+                matches!(&refused, Err(redis_lock_client::Error::Server(e)) if e.code() == Some("NOAUTH")),
+                "{refused:?}"
+            );
             let url = format!("redis://:feed-secret@127.0.0.1:{}/", server.port());
             let client = Client::open(&url).unwrap().watch_losses();
             let key = unique_key("authenticated");
@@ -343,7 +348,7 @@ apis::both!(
             let elsewhere = |key: &String| {
                 let r: redis::RedisResult<redis::Value> =
                     redis::cmd("LOCK.FENCE").arg(key).query(&mut nodes[0].conn());
-                r.is_err()
+                matches!(&r, Err(e) if e.code() == Some("MOVED"))
             };
             let pick = |form: fn(u32) -> String| (0..).map(form).find(elsewhere).unwrap();
             let keys = [

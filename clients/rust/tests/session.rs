@@ -97,13 +97,13 @@ macro_rules! shared_tests {
                 })
             };
             blocking(|| server.wait_blocked(1));
-            let closing = Instant::now();
             assert_eq!(io!(session.close()).unwrap(), Some(2));
-            let (token, granted) = io!(join(waiter));
-            let after = granted.duration_since(closing);
-            println!("{}: waiter granted {after:?} after CLOSE", module_path!());
+            // Handed to the waiter by the CLOSE itself: no lock-delay (5 s) in between.
+            let stat = |name: &str| server.info_field("lock", &format!("lock_{name}"));
+            assert_eq!(stat("handed_off").as_deref(), Some("1"), "not handed over by the CLOSE");
+            assert_eq!(stat("keys_in_lock_delay").as_deref(), Some("0"));
+            let (token, _) = io!(join(waiter));
             assert!(token > ga.token());
-            assert!(after < ms(1_000), "granted {after:?} after CLOSE: a lock delay?");
             assert!(!exists(&mut conn, &b));
             // A close is no loss; the guards find their holds gone.
             assert!(!ga.is_lost() && !gb.is_lost());
@@ -122,12 +122,10 @@ macro_rules! shared_tests {
                 .unwrap()
                 .unwrap();
             assert_eq!(session_cmd(&mut conn, "CLOSE", session.id()).unwrap(), Value::Int(3));
-            let closed = Instant::now();
-            // The next keepalive (every 200 ms) finds it gone.
-            let reason = io!(session_lost(&session, ms(2_000))).expect("the loss reported");
-            println!("{}: CLOSE from elsewhere reported after {:?}", module_path!(), closed.elapsed());
+            // The next keepalive (every 200 ms) finds it gone: told it ended, not that it
+            // could not reach the server.
+            let reason = io!(session_lost(&session, PATIENCE)).expect("the loss reported");
             assert!(matches!(reason, LossReason::SessionEnded), "{reason:?}");
-            assert!(closed.elapsed() < ms(1_000));
             for guard in [&one, &many] {
                 let reason = io!(wait_lost(guard, ms(100))).expect("the guard told");
                 assert!(matches!(reason, LossReason::SessionEnded), "{reason:?}");
@@ -158,20 +156,12 @@ macro_rules! shared_tests {
             };
             blocking(|| server.wait_blocked(1));
 
-            let killed = Instant::now();
             assert_eq!(client_kill(&mut conn, bound), 1);
-            let reason = io!(session_lost(&session, ms(5_000))).expect("the loss reported");
-            let told = killed.elapsed();
-            let (token, granted) = io!(join(waiter));
-            let after = granted.duration_since(killed);
-            println!(
-                "{}: CLIENT KILL of the bound connection: session lost after {told:?}, \
-                 waiter granted after {after:?} (session ttl 30 s)",
-                module_path!()
-            );
+            let reason = io!(session_lost(&session, PATIENCE)).expect("the loss reported");
+            let (token, _) = io!(join(waiter));
             assert!(matches!(reason, LossReason::BoundConnectionClosed(_)), "{reason:?}");
-            assert!(told < ms(1_000), "told {told:?} after the kill");
-            assert!(after < ms(1_000), "granted {after:?} after the kill");
+            // Ended by the disconnect, not by its ttl (30 s).
+            assert_ended_by_disconnect(&server);
             assert!(token > guard.token());
             let reason = io!(wait_lost(&guard, ms(100))).expect("the guard told");
             assert!(matches!(reason, LossReason::BoundConnectionClosed(_)), "{reason:?}");
@@ -204,14 +194,15 @@ macro_rules! shared_tests {
             let killed = Instant::now();
             assert_eq!(client_kill(&mut conn, bound), 1);
             // While the delay runs, the key is not free and says so.
-            io!(poll("LOCK.INFO to show the delay", ms(2_000), || {
+            io!(poll("LOCK.INFO to show the delay", PATIENCE, || {
                 delayed_ms(&mut conn, &key).is_some()
             }));
             let granted = io!(join(waiter));
             let after = granted.duration_since(killed);
             println!("{}: lock delay {delay:?}: waiter granted {after:?} after the kill", module_path!());
             assert!(after >= delay - ms(50), "granted {after:?} after the kill, delay {delay:?}");
-            assert!(after < delay + ms(1_000), "granted {after:?} after the kill");
+            // Granted when the delay ended, after the disconnect (not at the session's ttl).
+            assert_ended_by_disconnect(&server);
         } }
 
         api_test! { fn every_lock_kind_takes_a_session() {
@@ -298,9 +289,9 @@ macro_rules! shared_tests {
         // with only this test and `HOLDER_URL` set. It opens a bound session with a 30 s ttl,
         // takes two exclusive locks and the only permit of a semaphore in it, prints
         // `holding <tokens>` and waits to be killed.
-        api_test! { current_thread fn bound_holder_child_process() {
+        api_test! { child fn bound_holder_child_process() {
             let Ok(url) = std::env::var(HOLDER_URL) else {
-                return;
+                panic!("not a test on its own: the child of a_killed_bound_holder_lets_every_waiter_in_at_once");
             };
             let keys: Vec<String> = std::env::var(HOLDER_KEYS).unwrap().split(',').map(String::from).collect();
             let client = Client::open(&url).unwrap();
@@ -377,7 +368,7 @@ apis::both!(
             .map(|i| format!("session-cluster-{i}"))
             .find(|k| {
                 let r: redis::RedisResult<Value> = redis::cmd("LOCK.FENCE").arg(k).query(&mut seed_conn);
-                r.is_err()
+                matches!(&r, Err(e) if e.code() == Some("MOVED"))
             })
             .unwrap();
         let node = seed.for_key(&key).unwrap();
@@ -414,13 +405,11 @@ apis::both!(
         nodes[owner].wait_blocked(1);
         let bound = session.info().unwrap().unwrap().bound.unwrap();
         let mut owner_conn = nodes[owner].conn();
-        let killed = Instant::now();
         assert_eq!(client_kill(&mut owner_conn, bound), 1);
-        let (token, granted) = waiter.join().unwrap();
-        println!("cluster: waiter granted {:?} after the bound connection was killed", granted.duration_since(killed));
+        let (token, _) = waiter.join().unwrap();
         assert!(token > guard.token());
-        assert!(granted.duration_since(killed) < ms(1_000));
-        assert!(matches!(session.wait_lost(ms(1_000)), Some(LossReason::BoundConnectionClosed(_))));
+        assert_ended_by_disconnect(&nodes[owner]);
+        assert!(matches!(session.wait_lost(PATIENCE), Some(LossReason::BoundConnectionClosed(_))));
     }
     },
     aio: {
@@ -438,7 +427,7 @@ apis::both!(
         let mut seed_conn = nodes[0].conn();
         let mut served_elsewhere = |k: &String| {
             let r: redis::RedisResult<Value> = redis::cmd("LOCK.FENCE").arg(k).query(&mut seed_conn);
-            r.is_err()
+            matches!(&r, Err(e) if e.code() == Some("MOVED"))
         };
         let key = (0..).map(|i| format!("session-cluster-{i}")).find(&mut served_elsewhere).unwrap();
         let seed_key = (0..).map(|i| format!("session-seed-{i}")).find(|k| !served_elsewhere(k)).unwrap();
@@ -517,7 +506,13 @@ fn killed_holder(holder_test: &str) {
         .collect();
     let mut child = ChildProcess(
         Command::new(std::env::current_exe().unwrap())
-            .args([holder_test, "--exact", "--nocapture", "--test-threads=1"])
+            .args([
+                holder_test,
+                "--ignored",
+                "--exact",
+                "--nocapture",
+                "--test-threads=1",
+            ])
             .env(HOLDER_URL, server.url())
             .env(HOLDER_KEYS, keys.join(","))
             .stdout(Stdio::piped())
@@ -580,23 +575,32 @@ fn killed_holder(holder_test: &str) {
         })
     };
     server.wait_blocked(4);
-    let killed = Instant::now();
     support::send_signal(child.0.id(), "KILL");
     let mut grants = Vec::new();
     for ((waiter, token), key) in waiters.into_iter().zip(&tokens).zip(&keys) {
         let (granted, at) = waiter.join().unwrap();
-        let after = at.duration_since(killed);
-        println!("killed bound holder: waiter on {key} granted {after:?} after SIGKILL (ttl 30 s)");
-        assert!(granted > *token);
-        assert!(after < ms(1_000), "{key}: granted {after:?} after the kill");
+        assert!(granted > *token, "{key}");
         grants.push((granted, at));
     }
+    // Granted because the holder's connection closed, not at its session's ttl (30 s).
+    assert_ended_by_disconnect(&server);
     // The first waiter's guard was dropped as its thread ended: the second has it now.
     let (token, at) = second.join().unwrap();
     assert!(
         token > grants[0].0 && at >= grants[0].1,
         "served out of order"
     );
-    assert!(at.duration_since(killed) < ms(1_000));
     let _ = child.0.wait();
+}
+
+/// How long to wait for something the test caused: a deadline for a loaded machine, not a
+/// measure of how fast it happens.
+const PATIENCE: Duration = Duration::from_secs(10);
+
+/// The one session of `server` ended because its bound connection closed, not by its ttl.
+#[track_caller]
+fn assert_ended_by_disconnect(server: &support::Server) {
+    let stat = |name: &str| server.info_field("lock", &format!("lock_sessions_{name}"));
+    assert_eq!(stat("disconnected").as_deref(), Some("1"));
+    assert_eq!(stat("expired").as_deref(), Some("0"));
 }

@@ -13,6 +13,10 @@ use std::time::{Duration, Instant};
 use redis_lock_client::LossReason;
 use support::{exists, fence, ms, pttl, unique_key, Server};
 
+/// How long to wait for something the test has caused: a deadline for a loaded machine, not
+/// a measure of how fast it happens.
+const PATIENCE: Duration = Duration::from_secs(10);
+
 macro_rules! shared_tests {
     () => {
         api_test! { fn keeps_the_lock_alive_while_held_and_stops_on_drop() {
@@ -51,11 +55,11 @@ macro_rules! shared_tests {
             assert!(io!(guard.is_held()).unwrap());
             io!(guard.stop_watchdog());
             assert!(!guard.has_watchdog());
-            let stopped = Instant::now();
+            let calls = server.calls("lock.extend");
             assert!(pttl(&mut conn, &key) <= 300);
-            io!(poll("the lock to lapse", ttl * 3, || !exists(&mut conn, &key)));
-            let lapsed = stopped.elapsed();
-            assert!(lapsed <= ttl + ms(200), "lapsed {lapsed:?} after the stop");
+            io!(poll("the lock to lapse", PATIENCE, || !exists(&mut conn, &key)));
+            // It lapsed at the deadline it had at the stop: nothing renewed it since.
+            assert_eq!(server.calls("lock.extend"), calls, "renewed after the stop");
             assert!(!io!(guard.is_held()).unwrap());
             assert!(!guard.is_lost(), "no watchdog, no loss report");
 
@@ -83,7 +87,11 @@ macro_rules! shared_tests {
                 })
             };
             let token = blocking(|| rx.recv_timeout(ms(5_000))).expect("holder acquired");
-            assert!(io!(holder_result(holder)).is_err(), "the holder should have panicked");
+            let panicked = io!(holder_result(holder)).expect_err("the holder should have panicked");
+            assert_eq!(
+                panicked.as_deref(),
+                Some("holder fails while holding the lock (expected by the test)")
+            );
             // The unwinding dropped the guard: watchdog stopped, lock released.
             io!(settled(&format!("token {token} to be released"), || {
                 fence(&mut conn, &key).is_none()
@@ -99,20 +107,20 @@ macro_rules! shared_tests {
             let ttl = ms(300);
             let guard = io!(client.acquire_with_watchdog(&key, ttl)).unwrap().unwrap();
             io!(sleep(ms(150)));
+            let calls = server.calls("lock.extend");
             let _: i64 = redis::cmd("DEL").arg(&key).query(&mut conn).unwrap();
-            let deleted = Instant::now();
-            let reason = io!(wait_lost(&guard, ttl * 3)).expect("loss reported");
-            let after = deleted.elapsed();
-            println!("{}: loss after DEL reported in {after:?} (ttl {ttl:?})", module_path!());
+            let reason = io!(wait_lost(&guard, PATIENCE)).expect("loss reported");
             assert!(matches!(reason, LossReason::NotHeld), "{reason:?}");
-            assert!(after <= ttl + ms(200), "reported after {after:?}");
+            // Told by the first renewal after the DEL (one more may have been on its way when
+            // the key went), not after some further ones.
+            let renewals = server.calls("lock.extend") - calls;
+            assert!((1..=2).contains(&renewals), "{renewals} renewals before the report");
             assert!(guard.is_lost());
             assert!(matches!(guard.loss_reason(), Some(LossReason::NotHeld)));
-            // Reported once, and remembered: waiting again returns at once.
+            // Reported once, and remembered: waiting again returns at once (it is there
+            // without waiting at all).
             let calls = server.calls("lock.extend");
-            let again = Instant::now();
-            assert!(matches!(io!(wait_lost(&guard, ms(1_000))), Some(LossReason::NotHeld)));
-            assert!(again.elapsed() < ms(500), "{:?}", again.elapsed());
+            assert!(matches!(io!(wait_lost(&guard, Duration::ZERO)), Some(LossReason::NotHeld)));
             io!(sleep(ttl));
             assert_eq!(server.calls("lock.extend"), calls, "renewed after the loss");
         } }
@@ -127,7 +135,7 @@ macro_rules! shared_tests {
 
             server.signal("STOP");
             let stopped = Instant::now();
-            let reason = io!(wait_lost(&guard, ttl * 3));
+            let reason = io!(wait_lost(&guard, PATIENCE));
             let after = stopped.elapsed();
             // Keep it stopped past the ttl, so that the hold has lapsed by the time it resumes.
             io!(sleep((ttl + ms(100)).saturating_sub(stopped.elapsed())));
@@ -142,20 +150,19 @@ macro_rules! shared_tests {
                 matches!(reason, LossReason::ExtendFailed(ref e) if e.is_unavailable()),
                 "{reason:?}"
             );
-            // Typically before the deadline: the last renewal was at most a period before the
-            // stop, and a renewal may take at most a period. The margin is for a loaded machine.
-            assert!(after <= ttl + ms(200), "reported {after:?} after the stop");
+            // How soon (typically before the deadline) is a timing goal, for `make bench`; here
+            // it is what was reported, while the server could not answer.
             assert!(!io!(guard.is_held()).unwrap(), "the lapsed hold is still live");
         } }
 
         // Not a test on its own: the holder process of `a_paused_holder_process_is_told_it_lost_
         // the_lock`, which runs this test binary again with only this test and the holder's
-        // environment set (`support::holder_env`). Without it it returns at once. It prints
+        // environment set (`support::holder_env`); without it it fails. It prints
         // `acquired <token>`, waits for the watchdog to report a loss, prints `lost <reason>`
         // and exits. The async holder runs on a current-thread runtime.
-        api_test! { current_thread fn holder_child_process() {
+        api_test! { child fn holder_child_process() {
             let Some((url, key, ttl)) = support::holder_env() else {
-                return;
+                panic!("not a test on its own: the child of a_paused_holder_process_is_told_it_lost_the_lock");
             };
             let client = Client::open(&url).unwrap();
             let guard = io!(client.acquire_with_watchdog(&key, ttl)).unwrap().unwrap();
@@ -183,8 +190,11 @@ macro_rules! shared_tests {
 apis::both!(
     shared_tests,
     sync: {
-    fn holder_result(holder: thread::JoinHandle<()>) -> thread::Result<()> {
-        holder.join()
+    /// The holder's end: `Err` with its panic message, if it panicked with one.
+    fn holder_result(holder: thread::JoinHandle<()>) -> Result<(), Option<String>> {
+        holder
+            .join()
+            .map_err(|p| p.downcast_ref::<&str>().map(|s| s.to_string()))
     }
 
     /// The sync guard's loss channel: one message, then nothing; the remembered reason stays.
@@ -208,10 +218,13 @@ apis::both!(
     }
     },
     aio: {
-    async fn holder_result(
-        holder: tokio::task::JoinHandle<()>,
-    ) -> Result<(), tokio::task::JoinError> {
-        holder.await
+    /// The holder's end: `Err` with its panic message, if it panicked with one.
+    async fn holder_result(holder: tokio::task::JoinHandle<()>) -> Result<(), Option<String>> {
+        holder.await.map_err(|e| {
+            e.try_into_panic()
+                .ok()
+                .and_then(|p| p.downcast_ref::<&str>().map(|s| s.to_string()))
+        })
     }
 
     /// `loss_watch()`: a worker task that must stop when the lock is lost is told too.

@@ -114,30 +114,35 @@ fn end(ctx: *mut raw::RedisModuleCtx, ended: Session, clean: bool, now: Millis) 
         let name = RedisString::create_from_slice(ctx, &key_name);
         let mut lock_key =
             LockKey::open_raw(ctx, name.inner, raw::KeyMode::READ | raw::KeyMode::WRITE);
-        let Ok(Some(token)) = lock_key.end_session_hold(&owner, ended.serial, now, clean) else {
+        let Ok(Some((token, live))) = lock_key.end_session_hold(&owner, ended.serial, now, clean)
+        else {
             continue;
         };
-        released += 1;
-        lock_key.notify(c"lock.released");
-        let kind = if clean {
-            crate::redis::feed::Kind::Released
-        } else {
-            crate::redis::feed::Kind::Lost
-        };
-        lock_key.feed(kind, &owner, token, None);
-        if let Some(until) = lock_key
-            .lock()
-            .ok()
-            .flatten()
-            .and_then(|l| l.delayed_until(now))
-        {
-            lock_key.feed(
-                crate::redis::feed::Kind::Delayed,
-                &owner,
-                token,
-                Some(until),
-            );
-            session::delay_started(db, &key_name, until);
+        // A hold that had expired on its own deadline is cleaned up, but released nothing:
+        // not counted, no event (LOCK.SESSION INFO did not count it either).
+        if live {
+            released += 1;
+            lock_key.notify(c"lock.released");
+            let kind = if clean {
+                crate::redis::feed::Kind::Released
+            } else {
+                crate::redis::feed::Kind::Lost
+            };
+            lock_key.feed(kind, &owner, token, None);
+            if let Some(until) = lock_key
+                .lock()
+                .ok()
+                .flatten()
+                .and_then(|l| l.delayed_until(now))
+            {
+                lock_key.feed(
+                    crate::redis::feed::Kind::Delayed,
+                    &owner,
+                    token,
+                    Some(until),
+                );
+                session::delay_started(db, &key_name, until);
+            }
         }
         if has_waiters(db, &key_name) {
             drop(lock_key);

@@ -14,7 +14,9 @@
 //!
 //! - `io!(call)`: the call itself, or `call.await`.
 //! - `api_test! { fn name() { ... } }`: a `#[test]`, or a `#[tokio::test]` on a runtime with two
-//!   worker threads (`api_test! { current_thread fn name() ... }`: on one thread).
+//!   worker threads (`api_test! { current_thread fn name() ... }`: on one thread). `api_test! {
+//!   child fn name() ... }`: the body of a child process, on one thread and `#[ignore]`d, so that
+//!   it is never counted as a test: its parent runs it with `--ignored --exact`.
 //! - `spawn!({ ... })`: the block on a thread of its own, or in a task; `io!(join(handle))` its
 //!   value.
 //! - `io!(sleep(d))`; `blocking(|| ...)` for a blocking call from the test body (on the async
@@ -53,6 +55,11 @@ macro_rules! sync_api {
                                             };
                                             (current_thread fn $name:ident() $body:block) => {
                                                 #[test]
+                                                fn $name() $body
+                                            };
+                                            (child fn $name:ident() $body:block) => {
+                                                #[test]
+                                                #[ignore = "a child process: its parent test runs it (--ignored --exact)"]
                                                 fn $name() $body
                                             };
                                         }
@@ -123,6 +130,11 @@ macro_rules! async_api {
                                     };
                                     (current_thread fn $name:ident() $body:block) => {
                                         #[tokio::test(flavor = "current_thread")]
+                                        async fn $name() $body
+                                    };
+                                    (child fn $name:ident() $body:block) => {
+                                        #[tokio::test(flavor = "current_thread")]
+                                        #[ignore = "a child process: its parent test runs it (--ignored --exact)"]
                                         async fn $name() $body
                                     };
                                 }

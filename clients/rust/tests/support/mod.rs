@@ -80,7 +80,13 @@ pub fn paused_holder_process(holder_test: &str) {
     let ttl = Duration::from_millis(300);
     let mut child = ChildProcess(
         Command::new(std::env::current_exe().unwrap())
-            .args([holder_test, "--exact", "--nocapture", "--test-threads=1"])
+            .args([
+                holder_test,
+                "--ignored",
+                "--exact",
+                "--nocapture",
+                "--test-threads=1",
+            ])
             .env(HOLDER_URL, server.url())
             .env(HOLDER_KEY, &key)
             .env(HOLDER_TTL_MS, ttl.as_millis().to_string())
