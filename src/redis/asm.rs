@@ -1,0 +1,250 @@
+//! Valkey 9's atomic slot migration (`CLUSTER MIGRATESLOTS`).
+//!
+//! Valkey refuses `CLUSTER MIGRATESLOTS` for every slot while a loaded module has not declared
+//! that it understands the migration (`VALKEYMODULE_OPTIONS_HANDLE_ATOMIC_SLOT_MIGRATION`,
+//! `1 << 5`). What the migration does to a lock key, read in Valkey's
+//! `src/cluster_migrateslots.c` and tried on 9.1.2:
+//! - the source forks a child that writes the slots in AOF form through each type's
+//!   `aof_rewrite` (for us: `LOCK.SESSION RESTORE` for each session with a hold there, then
+//!   `LOCK.LOAD`), then streams the slots' later writes; the target applies both on a client
+//!   that the module sees as replicated (`REDISMODULE_CTX_FLAGS_REPLICATED`), with the slots
+//!   hidden from ordinary clients until it takes them over;
+//! - both sides get `VALKEYMODULE_EVENT_ATOMIC_SLOT_MIGRATION` (event 19 on Valkey: on Redis
+//!   8.4 the same number is another event, so it is subscribed only on Valkey 9+) with the job's
+//!   slot ranges: import or export started, completed, aborted;
+//! - when it is over, the source deletes the moved keys (our `unlink` answers their waiters
+//!   `TRYAGAIN`), and an aborted import deletes them on the target.
+//!
+//! What the module must do, and does here: a session lives on the node that opened it, and
+//! nothing tells the target about it later (its keepalives and its end are not key writes of the
+//! migrated slots). So the target must not take the session over: a `LOCK.SESSION RESTORE` that
+//! the import brings in (a session whose id is tagged with a slot this node's shard does not
+//! serve) only notes the session's deadline, and a session hold the import brings in becomes a
+//! plain hold that ends no later than that deadline: what `MIGRATE` already does through
+//! `rdb_load`. Tokens and deadlines arrive as they were (`LOCK.LOAD` observes the token).
+//!
+//! The rule depends only on the stream and the events, so a target's replica (which applies
+//! the same stream and gets the same events) reaches the same state.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::os::raw::{c_char, c_int, c_void};
+
+use redis_module::{raw, Context, RedisValue};
+
+use crate::lock::{Millis, Serial};
+use crate::redis::{cluster, guard, key, slots};
+
+/// `VALKEYMODULE_OPTIONS_HANDLE_ATOMIC_SLOT_MIGRATION` (valkeymodule.h, 9.0+).
+const HANDLE_ATOMIC_SLOT_MIGRATION: c_int = 1 << 5;
+/// `VALKEYMODULE_EVENT_ATOMIC_SLOT_MIGRATION` (valkeymodule.h, 9.0+).
+const EVENT_ATOMIC_SLOT_MIGRATION: u64 = 19;
+const IMPORT_STARTED: u64 = 0;
+const EXPORT_STARTED: u64 = 1;
+const IMPORT_ABORTED: u64 = 2;
+const EXPORT_ABORTED: u64 = 3;
+const IMPORT_COMPLETED: u64 = 4;
+const EXPORT_COMPLETED: u64 = 5;
+
+/// `ValkeyModuleSlotRange`: inclusive bounds.
+#[repr(C)]
+struct SlotRange {
+    start: c_int,
+    end: c_int,
+}
+
+/// `ValkeyModuleAtomicSlotMigrationInfoV1`.
+#[repr(C)]
+struct MigrationInfo {
+    version: u64,
+    job_name: [c_char; 41],
+    slot_ranges: *const SlotRange,
+    num_slot_ranges: u32,
+}
+
+/// What an import brought in of a session that lives on another node.
+#[derive(Default)]
+struct Foreign {
+    /// The session's deadline as the import described it.
+    deadline: Millis,
+}
+
+#[derive(Default)]
+struct Jobs {
+    /// Import jobs on this node (target, or a target's replica): job name -> slot ranges.
+    importing: HashMap<Vec<u8>, Vec<(u16, u16)>>,
+    /// Export jobs on this node (source): job name -> slot ranges.
+    exporting: HashMap<Vec<u8>, Vec<(u16, u16)>>,
+    /// Sessions of other nodes that the running imports described, by serial.
+    foreign: HashMap<Serial, Foreign>,
+}
+
+thread_local! {
+    static JOBS: RefCell<Jobs> = RefCell::new(Jobs::default());
+}
+
+/// True on a server with atomic slot migration: Valkey 9.0 or later. Valkey reports
+/// `redis_version:7.2.4` for compatibility, so the version is read from `valkey_version`.
+pub fn server_has_it(ctx: &Context) -> bool {
+    let info = match ctx.call("INFO", &["server"]) {
+        Ok(RedisValue::SimpleString(s) | RedisValue::BulkString(s)) => s,
+        Ok(RedisValue::StringBuffer(b)) => String::from_utf8_lossy(&b).into_owned(),
+        _ => return false,
+    };
+    let major = info
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("valkey_version:"))
+        .and_then(|v| v.split('.').next())
+        .and_then(|m| m.parse::<u32>().ok());
+    major.is_some_and(|m| m >= 9)
+}
+
+/// The module options to declare at load: `base`, plus atomic slot migration where the server
+/// has it (elsewhere the bit is not set: on other servers it is unknown or means another thing).
+pub fn module_options(ctx: &Context, base: c_int) -> c_int {
+    match server_has_it(ctx) {
+        true => base | HANDLE_ATOMIC_SLOT_MIGRATION,
+        false => base,
+    }
+}
+
+/// Subscribe to the migration events where the server has them. True when nothing was needed.
+pub fn subscribe(ctx: &Context) -> bool {
+    if !server_has_it(ctx) {
+        return true;
+    }
+    let event = raw::RedisModuleEvent {
+        id: EVENT_ATOMIC_SLOT_MIGRATION,
+        dataver: 1,
+    };
+    // SAFETY: registration during module load with a callback of the matching signature.
+    unsafe {
+        raw::RedisModule_SubscribeToServerEvent.unwrap()(ctx.ctx, event, Some(on_migration))
+            == raw::REDISMODULE_OK as c_int
+    }
+}
+
+extern "C" fn on_migration(
+    _ctx: *mut raw::RedisModuleCtx,
+    _eid: raw::RedisModuleEvent,
+    subevent: u64,
+    data: *mut c_void,
+) {
+    guard::callback("slot migration event", (), || {
+        if data.is_null() {
+            return;
+        }
+        // SAFETY: for this event the data is a ValkeyModuleAtomicSlotMigrationInfo (version 1
+        // layout, the only one), valid for the duration of the callback; its slot_ranges array
+        // has num_slot_ranges entries.
+        let (job, ranges) = unsafe {
+            let info = &*data.cast::<MigrationInfo>();
+            if info.version < 1 {
+                return;
+            }
+            let name = std::ffi::CStr::from_ptr(info.job_name.as_ptr())
+                .to_bytes()
+                .to_vec();
+            let ranges: Vec<(u16, u16)> = match info.slot_ranges.is_null() {
+                true => vec![],
+                false => {
+                    std::slice::from_raw_parts(info.slot_ranges, info.num_slot_ranges as usize)
+                        .iter()
+                        .map(|r| (r.start.clamp(0, 16383) as u16, r.end.clamp(0, 16383) as u16))
+                        .collect()
+                }
+            };
+            (name, ranges)
+        };
+        redis_module::logging::log_notice(format!(
+            "redis-lock: atomic slot migration {} {:?} ({})",
+            String::from_utf8_lossy(&job),
+            ranges,
+            match subevent {
+                IMPORT_STARTED => "import started",
+                EXPORT_STARTED => "export started",
+                IMPORT_ABORTED => "import aborted",
+                EXPORT_ABORTED => "export aborted",
+                IMPORT_COMPLETED => "import completed",
+                EXPORT_COMPLETED => "export completed",
+                _ => "unknown subevent",
+            }
+        ));
+        JOBS.with(|j| {
+            let mut j = j.borrow_mut();
+            match subevent {
+                IMPORT_STARTED => {
+                    j.importing.insert(job, ranges);
+                }
+                EXPORT_STARTED => {
+                    j.exporting.insert(job, ranges);
+                }
+                IMPORT_ABORTED | IMPORT_COMPLETED => {
+                    j.importing.remove(&job);
+                    if j.importing.is_empty() {
+                        j.foreign.clear();
+                    }
+                }
+                EXPORT_ABORTED | EXPORT_COMPLETED => {
+                    j.exporting.remove(&job);
+                }
+                _ => {}
+            }
+        });
+    })
+}
+
+/// True while an import into this node (or its primary) is running.
+fn importing_any() -> bool {
+    JOBS.with(|j| !j.borrow().importing.is_empty())
+}
+
+/// True while `slot` is being imported into this node (or its primary).
+pub fn importing(slot: u16) -> bool {
+    JOBS.with(|j| {
+        j.borrow()
+            .importing
+            .values()
+            .flatten()
+            .any(|&(lo, hi)| (lo..=hi).contains(&slot))
+    })
+}
+
+/// A replicated `LOCK.SESSION RESTORE`: true when it is the description of a session of another
+/// node that an import brought in (then its deadline is noted and the session is not created
+/// here). A session of this node's own shard has an id tagged with one of the shard's slots
+/// (`session::open` picks one); an import's is tagged with a slot of the source.
+pub fn note_foreign_session(
+    ctx: *mut raw::RedisModuleCtx,
+    id: &[u8],
+    serial: Serial,
+    deadline: Millis,
+) -> bool {
+    if !importing_any() || key::context_flags(ctx) & raw::REDISMODULE_CTX_FLAGS_LOADING != 0 {
+        return false;
+    }
+    let slot = slots::key_slot(id);
+    let Some(nodes) = cluster::nodes(ctx) else {
+        return false;
+    };
+    if cluster::shard_serves_slot(&nodes, slot as i64) {
+        return false;
+    }
+    JOBS.with(|j| j.borrow_mut().foreign.insert(serial, Foreign { deadline }));
+    true
+}
+
+/// The deadline a session hold of `serial` on `key` keeps when an import brings it to a node
+/// without the session: `None` when the hold is not an import's (not an importing slot).
+/// Otherwise the session's deadline as the import described it, or `fallback` when it did not.
+pub fn imported_hold_cap(key_name: &[u8], serial: Serial, fallback: Millis) -> Option<Millis> {
+    if serial == 0 || !importing(slots::key_slot(key_name)) {
+        return None;
+    }
+    Some(JOBS.with(|j| {
+        j.borrow()
+            .foreign
+            .get(&serial)
+            .map_or(fallback, |f| f.deadline)
+    }))
+}
