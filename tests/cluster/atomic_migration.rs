@@ -141,27 +141,31 @@ fn atomic_slot_migration_moves_holds_answers_waiters_and_caps_session_holds() {
         -1,
         "a session hold has no deadline of its own"
     );
+    // A second session, without holds, whose id's own slot moves too: its id then routes to
+    // the target, which does not know it.
+    let other = match run(&mut a, &["LOCK.SESSION", "OPEN", "60000"]) {
+        Ok(Value::BulkString(id)) => String::from_utf8(id).unwrap(),
+        other => panic!("OPEN: {}", reply_text(other)),
+    };
+    let other_slot = keyslot(&mut any, &other);
     let waiter = spawn_waiter(src_node.port(), &plain, "w1", 60_000, false);
     wait_blocked(&mut a, 1);
     let deadlines = (pexpiretime(&mut a, &plain), pexpiretime(&mut a, &sem));
 
     // On main this is refused: "The module lock does not support atomic slot migrations".
-    let slot_arg = slot.to_string();
-    assert_eq!(
-        reply_text(run(
-            &mut a,
-            &[
-                "CLUSTER",
-                "MIGRATESLOTS",
-                "SLOTSRANGE",
-                &slot_arg,
-                &slot_arg,
-                "NODE",
-                &dst_id
-            ]
-        )),
-        "OK"
-    );
+    let (slot_arg, other_arg) = (slot.to_string(), other_slot.to_string());
+    let mut migrate = vec![
+        "CLUSTER",
+        "MIGRATESLOTS",
+        "SLOTSRANGE",
+        &slot_arg,
+        &slot_arg,
+    ];
+    if other_slot != slot {
+        migrate.extend([other_arg.as_str(), other_arg.as_str()]);
+    }
+    migrate.extend(["NODE", dst_id.as_str()]);
+    assert_eq!(reply_text(run(&mut a, &migrate)), "OK");
     let dst_port = cluster.master_node(dst).port();
     cluster.wait_converged(|view| {
         view.iter()
@@ -210,10 +214,42 @@ fn atomic_slot_migration_moves_holds_answers_waiters_and_caps_session_holds() {
         "the moved session hold's deadline {capped} (session deadline <= \
          {session_deadline_max}, opened at {opened_at})"
     );
+    assert_eq!(nodes::info_int(&mut b, "lock", "lock_sessions"), 0);
+    // The target's replica applies the same stream and events: the same holds and deadlines.
+    let mut br = cluster.replica(dst);
+    assert_eq!(reply_text(run(&mut br, &["READONLY"])), "OK");
+    nodes::wait_for(
+        "the target's replica to have the slot's keys",
+        PATIENCE,
+        || (keys_in_slot(&mut br, slot) == 3).then_some(()),
+    );
+    for key in [&plain, &sem, &held] {
+        assert_eq!(
+            holders(&mut br, key),
+            holders(&mut b, key),
+            "{key} on the replica"
+        );
+        assert_eq!(
+            pexpiretime(&mut br, key),
+            pexpiretime(&mut b, key),
+            "{key} on the replica"
+        );
+    }
+    assert_eq!(nodes::info_int(&mut br, "lock", "lock_sessions"), 0);
     assert_eq!(
         reply_text(run(&mut b, &["LOCK.SESSION", "KEEPALIVE", &id])),
         format!("MOVED {} {}", keyslot(&mut any, &id), src_node.addr()),
         "the target did not take the session over"
+    );
+
+    assert_eq!(
+        reply_text(run(&mut a, &["LOCK.SESSION", "KEEPALIVE", &other])),
+        format!("MOVED {other_slot} {}", cluster.master_node(dst).addr())
+    );
+    assert_eq!(
+        reply_text(run(&mut b, &["LOCK.SESSION", "KEEPALIVE", &other])),
+        "nil",
+        "a session whose id's slot moved is lost to its client"
     );
 
     // A new grant on the target gets a larger token than any moved one, also on a moved key.
