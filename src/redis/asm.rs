@@ -32,6 +32,7 @@ use std::os::raw::{c_char, c_int, c_void};
 
 use redis_module::{raw, Context, RedisValue};
 
+use crate::lock::session::HoldRef;
 use crate::lock::{Millis, Serial};
 use crate::redis::{cluster, guard, key, slots};
 
@@ -247,4 +248,43 @@ pub fn imported_hold_cap(key_name: &[u8], serial: Serial, fallback: Millis) -> O
             .get(&serial)
             .map_or(fallback, |f| f.deadline)
     }))
+}
+
+/// True while `slot` is being exported from this node.
+fn exporting(slot: u16) -> bool {
+    JOBS.with(|j| {
+        j.borrow()
+            .exporting
+            .values()
+            .flatten()
+            .any(|&(lo, hi)| (lo..=hi).contains(&slot))
+    })
+}
+
+/// A session ended on this primary (`clean`: closed, not lost). Its end reaches replicas as one
+/// keyless `LOCK.SESSION ENDED`, which an export does not carry to the target: for each of its
+/// holds in a slot being exported, also send `LOCK.RELEASE key owner`, a write of that slot, so
+/// that the target (which has the hold as a plain one) drops it too. Sent right after the
+/// `ENDED` and before any handoff, so that on this node's replicas it finds nothing to remove.
+/// Not for a session lost with a lock-delay: there the target's copy ends at the session's
+/// deadline, no sooner than the delay would (a release would skip the delay).
+pub fn release_exported_holds(
+    ctx: *mut raw::RedisModuleCtx,
+    holds: &std::collections::HashSet<HoldRef>,
+    clean: bool,
+    lock_delay: Millis,
+) {
+    if !clean && lock_delay > 0 {
+        return;
+    }
+    if JOBS.with(|j| j.borrow().exporting.is_empty()) {
+        return;
+    }
+    let db = key::selected_db(ctx);
+    for (hold_db, name, owner) in holds {
+        if exporting(slots::key_slot(name)) && key::select_db(ctx, *hold_db) {
+            key::replicate_strings(ctx, c"LOCK.RELEASE", &[name.clone(), owner.clone()]);
+        }
+    }
+    key::select_db(ctx, db);
 }

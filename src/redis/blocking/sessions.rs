@@ -101,6 +101,7 @@ pub(super) fn end_closed(ctx: *mut raw::RedisModuleCtx, ended: Session, bc: Opti
 /// queues, fail its waiters. Returns how many holds were released.
 fn end(ctx: *mut raw::RedisModuleCtx, ended: Session, clean: bool, now: Millis) -> usize {
     session::replicate_ended(ctx, ended.serial, now, clean);
+    crate::redis::asm::release_exported_holds(ctx, &ended.holds, clean, ended.lock_delay);
     fail_waiters_of(ctx, ended.serial);
     let mut released = 0;
     for (db, key_name, owner) in ended.holds {
