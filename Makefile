@@ -12,7 +12,7 @@ APT_PACKAGES := redis-server redis-sentinel libclang-dev clang gcc iptables ipro
 CLOCKSHIFT := target/clockshift/libclockshift.so
 
 
-.PHONY: help deps test-deps clockshift build run test test-python test-node servers test-servers test-valkey torture bench bench-instructions cluster cluster-stop bench-cluster lint fmt clean
+.PHONY: help deps test-deps clockshift build run test test-python test-node servers test-servers test-asm test-valkey torture bench bench-instructions cluster cluster-stop bench-cluster lint fmt clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -133,6 +133,10 @@ matrix_suite = $(1) --version && TORTURE_SECS=$${TORTURE_SECS:-1} PYTHONPATH=$(P
 	REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) $(CARGO) test --tests
 matrix_suites = redis-8.2 '$(call matrix_suite,$(REDIS_8))' valkey-8.1 '$(call matrix_suite,$(VALKEY_8))' \
 	valkey-9.1 '$(call matrix_suite,$(VALKEY_9))'
+
+test-asm: test-deps servers ## Valkey 9.1's atomic slot migration (CLUSTER MIGRATESLOTS) test; other servers skip it
+	$(build_for_tests)
+	REDIS_SERVER=$(VALKEY_9) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) $(CARGO) test --test cluster atomic_migration -- --nocapture
 
 test-valkey: test-servers ## Old name of test-servers
 
