@@ -32,9 +32,10 @@ use std::os::raw::{c_char, c_int, c_void};
 
 use redis_module::{raw, Context, RedisValue};
 
+use crate::error::{self, Error, Result};
 use crate::lock::session::HoldRef;
 use crate::lock::{Millis, Serial};
-use crate::redis::{cluster, guard, key, slots};
+use crate::redis::{blocking, cluster, guard, key, slots};
 
 /// `VALKEYMODULE_OPTIONS_HANDLE_ATOMIC_SLOT_MIGRATION` (valkeymodule.h, 9.0+).
 const HANDLE_ATOMIC_SLOT_MIGRATION: c_int = 1 << 5;
@@ -126,7 +127,7 @@ pub fn subscribe(ctx: &Context) -> bool {
 }
 
 extern "C" fn on_migration(
-    _ctx: *mut raw::RedisModuleCtx,
+    ctx: *mut raw::RedisModuleCtx,
     _eid: raw::RedisModuleEvent,
     subevent: u64,
     data: *mut c_void,
@@ -175,10 +176,10 @@ extern "C" fn on_migration(
             let mut j = j.borrow_mut();
             match subevent {
                 IMPORT_STARTED => {
-                    j.importing.insert(job, ranges);
+                    j.importing.insert(job, ranges.clone());
                 }
                 EXPORT_STARTED => {
-                    j.exporting.insert(job, ranges);
+                    j.exporting.insert(job, ranges.clone());
                 }
                 IMPORT_ABORTED | IMPORT_COMPLETED => {
                     j.importing.remove(&job);
@@ -192,6 +193,9 @@ extern "C" fn on_migration(
                 _ => {}
             }
         });
+        if subevent == EXPORT_STARTED {
+            blocking::fail_session_waiters_in(ctx, &ranges);
+        }
     })
 }
 
@@ -213,7 +217,8 @@ pub fn importing(slot: u16) -> bool {
 
 /// A replicated `LOCK.SESSION RESTORE`: true when it is the description of a session of another
 /// node that an import brought in (then its deadline is noted and the session is not created
-/// here). A session of this node's own shard has an id tagged with one of the shard's slots
+/// here). On a primary, every replicated command during an import is the import's. On a
+/// replica, a session of its own shard has an id tagged with one of the shard's slots
 /// (`session::open` picks one); an import's is tagged with a slot of the source.
 pub fn note_foreign_session(
     ctx: *mut raw::RedisModuleCtx,
@@ -221,18 +226,26 @@ pub fn note_foreign_session(
     serial: Serial,
     deadline: Millis,
 ) -> bool {
-    if !importing_any() || key::context_flags(ctx) & raw::REDISMODULE_CTX_FLAGS_LOADING != 0 {
+    let flags = key::context_flags(ctx);
+    if !importing_any() || flags & raw::REDISMODULE_CTX_FLAGS_LOADING != 0 {
         return false;
     }
-    let slot = slots::key_slot(id);
-    let Some(nodes) = cluster::nodes(ctx) else {
-        return false;
-    };
-    if cluster::shard_serves_slot(&nodes, slot as i64) {
+    // A primary applies replicated commands only from an import's link: no need to look.
+    if flags & raw::REDISMODULE_CTX_FLAGS_SLAVE != 0 && !foreign_id(ctx, id) {
         return false;
     }
     JOBS.with(|j| j.borrow_mut().foreign.insert(serial, Foreign { deadline }));
     true
+}
+
+/// On a replica, whose stream mixes its primary's own sessions with what an import brings in:
+/// true when `id` is tagged with a slot that this replica's primary does not serve.
+fn foreign_id(ctx: *mut raw::RedisModuleCtx, id: &[u8]) -> bool {
+    let slot = slots::key_slot(id);
+    let Some(nodes) = cluster::nodes(ctx) else {
+        return false;
+    };
+    !cluster::shard_serves_slot(&nodes, slot as i64)
 }
 
 /// The deadline a session hold of `serial` on `key` keeps when an import brings it to a node
@@ -287,4 +300,16 @@ pub fn release_exported_holds(
         }
     }
     key::select_db(ctx, db);
+}
+
+/// `ACQUIRE` or `MACQUIRE` with `SESSION` on `keys`: refused while a key's slot is being
+/// exported (see `blocking::exports` for why). Nothing has changed when this refuses.
+pub fn refuse_session_hold<'a>(keys: impl IntoIterator<Item = &'a [u8]>) -> Result<()> {
+    if JOBS.with(|j| j.borrow().exporting.is_empty()) {
+        return Ok(());
+    }
+    match keys.into_iter().any(|k| exporting(slots::key_slot(k))) {
+        true => Err(Error::Reply(error::slot_exporting().to_string())),
+        false => Ok(()),
+    }
 }

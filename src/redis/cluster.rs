@@ -150,7 +150,8 @@ e7d1 127.0.0.1:30001@40001 myself,master - 0 0 1 connected 0-5460 7000 [5461->-2
     #[test]
     fn a_replica_reads_its_primarys_slots() {
         assert!(shard_serves_slot(NODES, 7000));
-        assert!(shard_serves_slot(NODES, 5461)); // migrating away, still served
+        assert!(shard_serves_slot(NODES, 5460));
+        assert!(!shard_serves_slot(NODES, 5470)); // a marker only, not a range
         assert!(!shard_serves_slot(NODES, 6000));
         let replica = NODES.replace("myself,master", "master").replace(
             "07c3 127.0.0.1:30004@40004 slave",

@@ -154,6 +154,36 @@ fn atomic_slot_migration_moves_holds_answers_waiters_and_caps_session_holds() {
         other => panic!("OPEN: {}", reply_text(other)),
     };
     let other_slot = keyslot(&mut any, &other);
+    // A fourth session, with no hold: it may not take one in the slot while it migrates, and
+    // its waiter queued there is answered when the migration starts.
+    let late = match run(&mut a, &["LOCK.SESSION", "OPEN", "20000"]) {
+        Ok(Value::BulkString(id)) => String::from_utf8(id).unwrap(),
+        other => panic!("OPEN: {}", reply_text(other)),
+    };
+    let late_key = format!("{{{tag}}}:late");
+    let session_waiter = {
+        let (port, sem, late) = (src_node.port(), sem.clone(), late.clone());
+        thread::spawn(move || {
+            let mut conn = nodes::connect(port);
+            conn.set_read_timeout(Some(PATIENCE)).unwrap();
+            reply_text(run(
+                &mut conn,
+                &[
+                    "LOCK.ACQUIRE",
+                    &sem,
+                    "r3",
+                    "0",
+                    "SHARED",
+                    "LIMIT",
+                    "2",
+                    "BLOCK",
+                    "60000",
+                    "SESSION",
+                    &late,
+                ],
+            ))
+        })
+    };
     // A third session, whose hold is closed while the migration streams.
     let closing = match run(&mut a, &["LOCK.SESSION", "OPEN", "60000"]) {
         Ok(Value::BulkString(id)) => String::from_utf8(id).unwrap(),
@@ -167,8 +197,9 @@ fn atomic_slot_migration_moves_holds_answers_waiters_and_caps_session_holds() {
         ),
         "the hold closed during the migration",
     );
-    let waiter = spawn_waiter(src_node.port(), &plain, "w1", 60_000, false);
     wait_blocked(&mut a, 1);
+    let waiter = spawn_waiter(src_node.port(), &plain, "w1", 60_000, false);
+    wait_blocked(&mut a, 2);
     let deadlines = (pexpiretime(&mut a, &plain), pexpiretime(&mut a, &sem));
 
     // On main this is refused: "The module lock does not support atomic slot migrations".
@@ -207,6 +238,24 @@ fn atomic_slot_migration_moves_holds_answers_waiters_and_caps_session_holds() {
         reply_text(run(&mut a, &["LOCK.SESSION", "CLOSE", &closing])),
         "1"
     );
+    let refused = "TRYAGAIN the key's slot is migrating to another node: no session may take a \
+                   hold in it now; retry";
+    assert_eq!(
+        reply_text(run(
+            &mut a,
+            &["LOCK.ACQUIRE", &late_key, "me", "0", "SESSION", &late]
+        )),
+        refused
+    );
+    assert_eq!(
+        reply_text(run(
+            &mut a,
+            &["LOCK.MACQUIRE", "1", &late_key, "me", "0", "SESSION", &late]
+        )),
+        refused
+    );
+    assert_eq!(session_waiter.join().unwrap(), refused);
+    assert_eq!(reply_text(run(&mut a, &["EXISTS", &late_key])), "0");
     assert_eq!(
         reply_text(run(
             &mut a,
@@ -227,7 +276,6 @@ fn atomic_slot_migration_moves_holds_answers_waiters_and_caps_session_holds() {
     // (the release reached the target in the migration's stream); the other three did.
     assert_eq!(reply_text(run(&mut b, &["LOCK.INFO", &closed])), "nil");
     assert_eq!(keys_in_slot(&mut b, slot), 3);
-
     // The waiter on the source: told to retry, never granted there.
     let (reply, _) = waiter.recv_timeout(PROMPT).expect("the waiter's answer");
     assert_eq!(
