@@ -3,28 +3,29 @@
 //! Valkey refuses `CLUSTER MIGRATESLOTS` for every slot while a loaded module has not declared
 //! that it understands the migration (`VALKEYMODULE_OPTIONS_HANDLE_ATOMIC_SLOT_MIGRATION`,
 //! `1 << 5`). What the migration does to a lock key, read in Valkey's
-//! `src/cluster_migrateslots.c` and tried on 9.1.2:
+//! `src/cluster_migrateslots.c` and seen on 9.1.2:
 //! - the source forks a child that writes the slots in AOF form through each type's
 //!   `aof_rewrite` (for us: `LOCK.SESSION RESTORE` for each session with a hold there, then
-//!   `LOCK.LOAD`), then streams the slots' later writes; the target applies both on a client
-//!   that the module sees as replicated (`REDISMODULE_CTX_FLAGS_REPLICATED`), with the slots
-//!   hidden from ordinary clients until it takes them over;
+//!   `LOCK.LOAD`), then streams the later writes of those slots, and only commands with a key
+//!   in them (`LOCK.SESSION RENEW`/`ENDED` name none and do not reach the target); the target
+//!   applies both on its import link, where `LOCK.LOAD` is accepted as from a replication
+//!   link, with the slots hidden from ordinary clients until it takes them over;
 //! - both sides get `VALKEYMODULE_EVENT_ATOMIC_SLOT_MIGRATION` (event 19 on Valkey: on Redis
 //!   8.4 the same number is another event, so it is subscribed only on Valkey 9+) with the job's
-//!   slot ranges: import or export started, completed, aborted;
+//!   slot ranges: import or export started, completed, aborted; the target's replicas get the
+//!   import's events and stream too;
 //! - when it is over, the source deletes the moved keys (our `unlink` answers their waiters
 //!   `TRYAGAIN`), and an aborted import deletes them on the target.
 //!
-//! What the module must do, and does here: a session lives on the node that opened it, and
-//! nothing tells the target about it later (its keepalives and its end are not key writes of the
-//! migrated slots). So the target must not take the session over: a `LOCK.SESSION RESTORE` that
-//! the import brings in (a session whose id is tagged with a slot this node's shard does not
-//! serve) only notes the session's deadline, and a session hold the import brings in becomes a
-//! plain hold that ends no later than that deadline: what `MIGRATE` already does through
-//! `rdb_load`. Tokens and deadlines arrive as they were (`LOCK.LOAD` observes the token).
-//!
-//! The rule depends only on the stream and the events, so a target's replica (which applies
-//! the same stream and gets the same events) reaches the same state.
+//! What the module must do, and does here: a session lives on the node that opened it, and the
+//! target never hears of it again. So the target must not take the session over: a
+//! `LOCK.SESSION RESTORE` that the import brings in only notes the session's deadline, and a
+//! session hold the import brings in becomes a plain hold that ends no later than that
+//! deadline, as `MIGRATE` already does through `rdb_load`. On the source, while a slot is
+//! exported: a session that ends cleanly sends a `LOCK.RELEASE` for each of its holds there
+//! (a keyed write the stream carries), and no session takes a new hold there (it would reach
+//! the target with no deadline it could be capped at). Tokens and deadlines arrive as they were
+//! (`LOCK.LOAD` observes the token).
 
 use std::cell::RefCell;
 use std::collections::HashMap;
