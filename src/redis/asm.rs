@@ -111,7 +111,8 @@ pub fn module_options(ctx: &Context, base: c_int) -> c_int {
     }
 }
 
-/// Subscribe to the migration events where the server has them. True when nothing was needed.
+/// Subscribe to the migration events where the server has them. True when subscribed, or when
+/// the server has no such events.
 pub fn subscribe(ctx: &Context) -> bool {
     if !server_has_it(ctx) {
         return true;
