@@ -77,21 +77,33 @@ fn token_of(reply: RedisResult<Value>, what: &str) -> i64 {
     }
 }
 
+/// True (and said on stderr) when the server under test has no atomic slot migration.
+fn skipped(test: &str) -> bool {
+    if valkey_major().is_some_and(|major| major >= 9) {
+        return false;
+    }
+    // Straight to stderr, not through println!: the test harness captures that, and the
+    // suite's log must show that nothing was checked here.
+    let _ = writeln!(
+        std::io::stderr(),
+        "SKIPPED {test}: {} has no CLUSTER MIGRATESLOTS (Valkey 9.0+); run it with \
+         REDIS_SERVER set to Valkey 9.1 (make test-asm)",
+        nodes::server_bin()
+    );
+    true
+}
+
+fn open_session(conn: &mut Connection, ttl: &str) -> String {
+    match run(conn, &["LOCK.SESSION", "OPEN", ttl]) {
+        Ok(Value::BulkString(id)) => String::from_utf8(id).unwrap(),
+        other => panic!("OPEN: {}", reply_text(other)),
+    }
+}
+
 #[test]
 fn atomic_slot_migration_moves_holds_answers_waiters_and_caps_session_holds() {
-    match valkey_major() {
-        Some(major) if major >= 9 => {}
-        _ => {
-            // Straight to stderr, not through println!: the test harness captures that, and
-            // the suite's log must show that nothing was checked here.
-            let _ = writeln!(
-                std::io::stderr(),
-                "SKIPPED atomic_slot_migration: {} has no CLUSTER MIGRATESLOTS (Valkey 9.0+); \
-                 run it with REDIS_SERVER set to Valkey 9.1 (make test-asm)",
-                nodes::server_bin()
-            );
-            return;
-        }
+    if skipped("atomic_slot_migration") {
+        return;
     }
     let _turn = one_at_a_time();
     let cluster = Cluster::start();
@@ -384,4 +396,102 @@ fn atomic_slot_migration_moves_holds_answers_waiters_and_caps_session_holds() {
         gone_at <= capped + 1_000,
         "the moved session hold ended at {gone_at}, its deadline was {capped}"
     );
+}
+
+/// A migration cancelled while it streams: the locks and the session stay on the source as
+/// they were, the refusal of new session holds ends with it, and the target drops what it got.
+#[test]
+fn a_cancelled_atomic_migration_leaves_locks_and_sessions_on_the_source() {
+    if skipped("cancelled_atomic_migration") {
+        return;
+    }
+    let _turn = one_at_a_time();
+    let cluster = Cluster::start();
+    let mut any = cluster.nodes[0].conn();
+    let (src, dst) = (0, 1);
+    let mut a = cluster.master(src);
+    let mut b = cluster.master(dst);
+    let dst_id = cluster.shards[dst].master_id.clone();
+    let tag = &cluster.keys_on(&mut any, src, 1, "cancel")[0];
+    let slot = keyslot(&mut any, tag);
+    let (plain, held, later) = (
+        format!("{{{tag}}}:plain"),
+        format!("{{{tag}}}:session"),
+        format!("{{{tag}}}:later"),
+    );
+    let t_plain = must_acquire(&mut a, &plain, "holder", LONG_TTL);
+    let id = open_session(&mut a, "60000");
+    let t_held = token_of(
+        run(&mut a, &["LOCK.ACQUIRE", &held, "me", "0", "SESSION", &id]),
+        "session hold",
+    );
+
+    assert_eq!(
+        reply_text(run(
+            &mut a,
+            &["DEBUG", "SLOTMIGRATION", "PREVENT-PAUSE", "1"]
+        )),
+        "OK"
+    );
+    let slot_arg = slot.to_string();
+    let migrate = [
+        "CLUSTER",
+        "MIGRATESLOTS",
+        "SLOTSRANGE",
+        &slot_arg,
+        &slot_arg,
+        "NODE",
+        &dst_id,
+    ];
+    assert_eq!(reply_text(run(&mut a, &migrate)), "OK");
+    nodes::wait_for(
+        "the migration to stream after its snapshot",
+        PATIENCE,
+        || {
+            reply_text(run(&mut a, &["CLUSTER", "GETSLOTMIGRATIONS"]))
+                .contains("waiting-to-pause")
+                .then_some(())
+        },
+    );
+    assert_eq!(
+        reply_text(run(
+            &mut a,
+            &["LOCK.ACQUIRE", &later, "me", "0", "SESSION", &id]
+        )),
+        "TRYAGAIN the key's slot is migrating to another node: no session may take a hold in \
+         it now; retry"
+    );
+    assert_eq!(
+        reply_text(run(&mut a, &["CLUSTER", "CANCELSLOTMIGRATIONS"])),
+        "OK"
+    );
+    assert_eq!(
+        reply_text(run(
+            &mut a,
+            &["DEBUG", "SLOTMIGRATION", "PREVENT-PAUSE", "0"]
+        )),
+        "OK"
+    );
+    nodes::wait_for("the target to drop the cancelled import", PATIENCE, || {
+        (keys_in_slot(&mut b, slot) == 0).then_some(())
+    });
+
+    // The source: the same holds, the session hold still the session's, and new session holds
+    // accepted again.
+    assert_eq!(
+        holders(&mut a, &plain),
+        vec![("holder".into(), t_plain, false)]
+    );
+    assert_eq!(holders(&mut a, &held), vec![("me".into(), t_held, true)]);
+    assert_eq!(pexpiretime(&mut a, &held), -1);
+    let t_later = token_of(
+        run(&mut a, &["LOCK.ACQUIRE", &later, "me", "0", "SESSION", &id]),
+        "a session hold after the cancel",
+    );
+    assert!(t_later > t_held);
+    assert_eq!(
+        reply_text(run(&mut a, &["LOCK.SESSION", "CLOSE", &id])),
+        "2"
+    );
+    assert_eq!(nodes::info_int(&mut b, "lock", "lock_sessions"), 0);
 }
