@@ -4,6 +4,8 @@
 
 use std::io::Write;
 
+use harness::feed::{FeedSubscriber, Resp};
+
 use super::*;
 
 /// `valkey_version` major of the server under test, from `--version` ("Valkey server v=9.1.2").
@@ -210,6 +212,16 @@ fn atomic_slot_migration_moves_holds_answers_waiters_and_caps_session_holds() {
         "the hold closed during the migration",
     );
     wait_blocked(&mut a, 1);
+    // A watcher of the plain lock's feed on the source.
+    let mut watcher = cluster.master(src);
+    let channel = match run(&mut watcher, &["LOCK.WATCH", &plain]) {
+        Ok(Value::Array(v)) => match &v[0] {
+            Value::BulkString(ch) => ch.clone(),
+            other => panic!("LOCK.WATCH: {other:?}"),
+        },
+        other => panic!("LOCK.WATCH: {}", reply_text(other)),
+    };
+    let mut feed = FeedSubscriber::listen(src_node.port(), &channel);
     let waiter = spawn_waiter(src_node.port(), &plain, "w1", 60_000, false);
     wait_blocked(&mut a, 2);
     let deadlines = (pexpiretime(&mut a, &plain), pexpiretime(&mut a, &sem));
@@ -288,6 +300,17 @@ fn atomic_slot_migration_moves_holds_answers_waiters_and_caps_session_holds() {
     // (the release reached the target in the migration's stream); the other three did.
     assert_eq!(reply_text(run(&mut b, &["LOCK.INFO", &closed])), "nil");
     assert_eq!(keys_in_slot(&mut b, slot), 3);
+    // The feed's subscriber on the source is unsubscribed by the server when the slot goes (no
+    // message about the lock comes first): it must subscribe again on the new node.
+    assert_eq!(
+        feed.read_within(PATIENCE),
+        Some(Resp::Array(vec![
+            Resp::Bulk(b"sunsubscribe".to_vec()),
+            Resp::Bulk(channel.clone()),
+            Resp::Int(0),
+        ]))
+    );
+
     // The waiter on the source: told to retry, never granted there.
     let (reply, _) = waiter.recv_timeout(PROMPT).expect("the waiter's answer");
     assert_eq!(
