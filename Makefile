@@ -12,7 +12,7 @@ APT_PACKAGES := redis-server redis-sentinel libclang-dev clang gcc iptables ipro
 CLOCKSHIFT := target/clockshift/libclockshift.so
 
 
-.PHONY: help deps test-deps clockshift build run test test-python test-node servers test-servers test-valkey torture bench bench-instructions cluster cluster-stop bench-cluster lint fmt clean
+.PHONY: help deps test-deps clockshift build run test test-python test-node servers test-servers test-asm test-valkey torture bench bench-instructions cluster cluster-stop bench-cluster lint fmt clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -144,6 +144,10 @@ matrix_server = $(1) '$(call matrix_suite,$(2))' $(1)-python '$(call python_suit
 	$(if $(NODE_OK),$(1)-node '$(call node_suite,$(2))')
 matrix_suites = $(call matrix_server,redis-8.2,$(REDIS_8)) $(call matrix_server,valkey-8.1,$(VALKEY_8)) \
 	$(call matrix_server,valkey-9.1,$(VALKEY_9))
+
+test-asm: test-deps servers ## Valkey 9.1's atomic slot migration (CLUSTER MIGRATESLOTS) test; other servers skip it
+	$(build_for_tests)
+	REDIS_SERVER=$(VALKEY_9) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) $(CARGO) test --test cluster atomic_migration -- --nocapture
 
 test-valkey: test-servers ## Old name of test-servers
 

@@ -224,6 +224,12 @@ pub fn too_many_session_holds(max: usize) -> Error {
     ))
 }
 
+/// A session hold in a slot that Valkey 9's atomic slot migration is moving away.
+pub fn slot_exporting() -> &'static str {
+    "TRYAGAIN the key's slot is migrating to another node: no session may take a hold in it \
+     now; retry"
+}
+
 pub fn session_ended_while_waiting() -> &'static str {
     "ERR the session ended while the client waited; it was not granted"
 }

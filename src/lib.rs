@@ -36,7 +36,7 @@ mod module {
         acquire, extend, fence, info, load, macquire, mrelease, release, session, watch,
     };
     use crate::redis::session as sessions;
-    use crate::redis::{acl, blocking, config, datatype::LOCK_TYPE, docs, guard, role};
+    use crate::redis::{acl, asm, blocking, config, datatype::LOCK_TYPE, docs, guard, role};
 
     fn init(ctx: &Context, args: &[RedisString]) -> Status {
         if !config::server_supported() {
@@ -50,13 +50,10 @@ mod module {
             ctx.log_warning(&format!("redis-lock: {e}; the module is not loaded"));
             return Status::Err;
         }
+        // Valkey 9+ also gets the atomic slot migration bit (see `asm` for what that asks).
+        let options = asm::module_options(ctx, raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS as i32);
         // SAFETY: called once from RedisModule_OnLoad with the load context.
-        unsafe {
-            raw::RedisModule_SetModuleOptions.unwrap()(
-                ctx.ctx,
-                raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS as i32,
-            )
-        };
+        unsafe { raw::RedisModule_SetModuleOptions.unwrap()(ctx.ctx, options) };
         // The hot commands take the raw path (guard::raw_command); the rest are the macro's.
         if !guard::create_command(ctx, c"lock.acquire", lock_acquire, c"write deny-oom fast")
             || !guard::create_command(ctx, c"lock.release", lock_release, c"write fast")
@@ -133,7 +130,11 @@ mod module {
             ),
             acl::Outcome::WithOwn => {}
         }
-        if !blocking::subscribe(ctx) || !role::subscribe(ctx) || !sessions::subscribe(ctx) {
+        if !blocking::subscribe(ctx)
+            || !role::subscribe(ctx)
+            || !sessions::subscribe(ctx)
+            || !asm::subscribe(ctx)
+        {
             ctx.log_warning("redis-lock: could not subscribe to keyspace and server events");
             return Status::Err;
         }

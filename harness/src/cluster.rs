@@ -50,6 +50,10 @@ pub fn node(i: usize, dir: &Path) -> Server {
                 "no",
                 "--repl-diskless-sync-delay",
                 "0",
+                // DEBUG is off by default since 7.0; the atomic slot migration test holds a
+                // migration open with DEBUG SLOTMIGRATION PREVENT-PAUSE (Valkey 9).
+                "--enable-debug-command",
+                "yes",
                 "--loadmodule",
                 &module,
             ]

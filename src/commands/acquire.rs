@@ -8,7 +8,7 @@ use crate::lock::{self, Acquire, HoldRef};
 use crate::parse;
 use crate::redis::guard::Args;
 use crate::redis::key::{self, LockKey};
-use crate::redis::{blocking, docs, session};
+use crate::redis::{asm, blocking, docs, session};
 use crate::{state, stats};
 
 pub fn run(ctx: &Context, args: &Args) -> RedisResult {
@@ -25,6 +25,9 @@ pub fn run(ctx: &Context, args: &Args) -> RedisResult {
         )?,
         None => (0, cmd.lock_delay),
     };
+    if serial != 0 {
+        asm::refuse_session_hold([args.bytes[1]])?;
+    }
     lock::deadline_after(now, cmd.ttl).ok_or_else(error::ttl_too_large)?;
     let deadline = blocking::hold_deadline(now, cmd.ttl, serial);
     let name = args.bytes[1];

@@ -11,7 +11,7 @@ use crate::error;
 use crate::lock::Hold;
 use crate::parse;
 use crate::redis::key::{self, LockKey};
-use crate::redis::{docs, session};
+use crate::redis::{asm, docs, session};
 use crate::state;
 
 pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
@@ -30,13 +30,17 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let mut lock_key = LockKey::open(ctx, &args[1]);
     // A hold of a session this server does not know (which the stream's order rules out) is
     // kept as a plain hold, with a deadline so that it cannot outlive everything.
+    // A session hold that an atomic slot migration brings in (Valkey 9) is never linked: its
+    // session lives on the source node (see `redis::asm`).
     let db = key::selected_db(ctx.ctx);
-    let linked = session::track(cmd.session, db, args[1].as_slice(), cmd.owner);
-    let deadline = match linked || cmd.session == 0 {
-        true => cmd.deadline,
-        false => cmd
-            .deadline
-            .min(key::now().saturating_add(state::max_session_ttl_ms())),
+    let fallback = key::now().saturating_add(state::max_session_ttl_ms());
+    let imported = asm::imported_hold_cap(args[1].as_slice(), cmd.session, fallback);
+    let linked =
+        imported.is_none() && session::track(cmd.session, db, args[1].as_slice(), cmd.owner);
+    let deadline = match (linked || cmd.session == 0, imported) {
+        (_, Some(cap)) => cmd.deadline.min(cap),
+        (true, None) => cmd.deadline,
+        (false, None) => cmd.deadline.min(fallback),
     };
     let hold = Hold {
         owner: cmd.owner.into(),

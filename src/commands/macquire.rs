@@ -12,7 +12,7 @@ use crate::error;
 use crate::lock::{self, Hold, KeyGrant, KeyState, Mode, MultiAcquire};
 use crate::parse;
 use crate::redis::key::{self, LockKey};
-use crate::redis::{blocking, docs, session};
+use crate::redis::{asm, blocking, docs, session};
 use crate::{state, stats};
 
 pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
@@ -27,6 +27,9 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         Some(id) => session::resolve(ctx, id, key::selected_db(ctx.ctx), &cmd.keys, cmd.owner)?,
         None => (0, 0),
     };
+    if serial != 0 {
+        asm::refuse_session_hold(cmd.keys.iter().copied())?;
+    }
     lock::deadline_after(now, cmd.ttl).ok_or_else(error::ttl_too_large)?;
     let deadline = blocking::hold_deadline(now, cmd.ttl, serial);
     let names = &args[2..2 + cmd.keys.len()];

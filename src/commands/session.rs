@@ -23,7 +23,7 @@ use crate::error::{self, Error};
 use crate::lock::Session;
 use crate::parse::{self, Session as Sub};
 use crate::redis::key;
-use crate::redis::{blocking, docs, session};
+use crate::redis::{asm, blocking, docs, session};
 use crate::state;
 
 pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
@@ -101,6 +101,11 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
             bound,
             user,
         } => {
+            // Another node's session, described by an atomic slot migration's snapshot: it
+            // stays there; only its deadline is kept, for the holds that follow.
+            if asm::note_foreign_session(ctx.ctx, id, serial, deadline) {
+                return Ok(RedisValue::SimpleStringStatic("OK"));
+            }
             // A session that is already here (an AOF rewrite writes it before its holds,
             // which may follow an earlier copy) keeps its holds and binding.
             let (holds, client) = session::with(|s| {

@@ -43,6 +43,7 @@ mod callbacks;
 mod deadlines;
 mod deferred;
 mod events;
+mod exports;
 mod multi;
 mod queue_key;
 mod sessions;
@@ -52,6 +53,7 @@ use callbacks::{disconnect_callback, free_outcome, reply_callback, timeout_callb
 use deadlines::{arm_deadline_timer, stop_timer, MAX_TIMER_MS};
 use deferred::{defer, run};
 pub use events::{key_unlinked, orphans_loaded, subscribe};
+pub use exports::fail_session_waiters_in;
 pub use multi::block_set;
 use queue_key::{KeyRef, KeyView};
 pub use sessions::{

@@ -71,6 +71,34 @@ fn value_text(value: &RedisValue) -> Option<String> {
     }
 }
 
+/// True when this node's shard (this node if it is a primary, else its primary) serves
+/// `slot` according to `CLUSTER NODES`. Migrating markers do not matter here.
+pub fn shard_serves_slot(cluster_nodes: &str, slot: i64) -> bool {
+    let lines: Vec<Vec<&str>> = cluster_nodes
+        .lines()
+        .map(|l| l.split(' ').collect())
+        .collect();
+    let Some(me) = lines
+        .iter()
+        .find(|f| f.get(2).is_some_and(|flags| flags.contains("myself")))
+    else {
+        return false;
+    };
+    let primary = match me.get(3) {
+        Some(&id) if id != "-" => lines.iter().find(|f| f.first() == Some(&id)),
+        _ => Some(me),
+    };
+    primary.is_some_and(|f| f.iter().skip(8).any(|field| range_has(field, slot)))
+}
+
+fn range_has(field: &str, slot: i64) -> bool {
+    if field.starts_with('[') {
+        return false;
+    }
+    let (lo, hi) = field.split_once('-').unwrap_or((field, field));
+    matches!((lo.parse::<i64>(), hi.parse::<i64>()), (Ok(lo), Ok(hi)) if (lo..=hi).contains(&slot))
+}
+
 /// Reads this node's line of `CLUSTER NODES`: its slot ranges (`0-5460`, `7000`) and migrating
 /// markers (`[5461->-<target id>]`).
 pub fn serves_slot(cluster_nodes: &str, slot: i64) -> bool {
@@ -100,7 +128,7 @@ pub fn serves_slot(cluster_nodes: &str, slot: i64) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::serves_slot;
+    use super::{serves_slot, shard_serves_slot};
 
     const NODES: &str = "\
 07c3 127.0.0.1:30004@40004 slave e7d1 0 1426238317239 4 connected
@@ -117,5 +145,20 @@ e7d1 127.0.0.1:30001@40001 myself,master - 0 0 1 connected 0-5460 7000 [5461->-2
         assert!(!serves_slot(NODES, 6000)); // another node's
         assert!(!serves_slot(NODES, 5470)); // importing: not ours until SETSLOT NODE
         assert!(!serves_slot("garbage", 1));
+    }
+
+    #[test]
+    fn a_replica_reads_its_primarys_slots() {
+        assert!(shard_serves_slot(NODES, 7000));
+        assert!(shard_serves_slot(NODES, 5460));
+        assert!(!shard_serves_slot(NODES, 5470)); // a marker only, not a range
+        assert!(!shard_serves_slot(NODES, 6000));
+        let replica = NODES.replace("myself,master", "master").replace(
+            "07c3 127.0.0.1:30004@40004 slave",
+            "07c3 127.0.0.1:30004@40004 myself,slave",
+        );
+        assert!(shard_serves_slot(&replica, 7000));
+        assert!(!shard_serves_slot(&replica, 6000));
+        assert!(!shard_serves_slot("garbage", 1));
     }
 }

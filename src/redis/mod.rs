@@ -9,9 +9,12 @@
 //! - `role`: the token jumps at start-up and when this server is promoted to primary.
 //! - `feed`: the change feed of watched lock keys (`LOCK.WATCH`), published to sharded pub/sub.
 //! - `slots`: cluster hash slots and the shortest hash tag of each.
+//! - `asm`: Valkey 9's atomic slot migration (`CLUSTER MIGRATESLOTS`): declared, and what an
+//!   import brings in of another node's sessions.
 //! - `session`: the sessions table, its expiry timer, disconnects of bound sessions, ids.
 
 pub mod acl;
+pub mod asm;
 pub mod blocking;
 pub mod cluster;
 pub mod config;

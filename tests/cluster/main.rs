@@ -27,6 +27,7 @@ mod common;
 #[path = "../nodes/mod.rs"]
 mod nodes;
 
+mod atomic_migration;
 mod feed;
 mod manual_failover;
 mod masters_and_replicas;

@@ -105,6 +105,7 @@ fn end(ctx: *mut raw::RedisModuleCtx, ended: Session, clean: bool, now: Millis) 
     if !ended.holds.is_empty() {
         crate::redis::restore::session_ended(ended.serial, now, clean, ended.deadline, ended.ttl);
     }
+    crate::redis::asm::release_exported_holds(ctx, &ended.holds, clean, ended.lock_delay);
     fail_waiters_of(ctx, ended.serial);
     let mut released = 0;
     for (db, key_name, owner) in ended.holds {
