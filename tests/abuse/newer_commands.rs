@@ -297,15 +297,21 @@ fn session_bad_input_is_refused_and_changes_nothing() {
     let mut fx = Fixture::new();
     let id = open_session(&mut fx.c, &[]);
     let s = "LOCK.SESSION";
-    let arity = arity(s);
-    fx.refuses(s, args![], &arity);
-    fx.refuses(s, args!["OPEN"], &arity);
-    fx.refuses(s, args!["KEEPALIVE"], &arity);
-    fx.refuses(s, args!["CLOSE"], &arity);
-    fx.refuses(s, args!["CLOSE", &id, "x"], &arity);
-    fx.refuses(s, args!["ATTACH", &id, "x"], &arity);
-    fx.refuses(s, args!["INFO", &id, "x"], &arity);
-    fx.refuses(s, args!["KEEPALIVE", &id, "1000", "x"], &arity);
+    // Each subcommand is a command of its own (`lock.session|open`, ...): the server checks
+    // its arity and words the error with its full name.
+    let arity_of = |sub: &str| arity(&format!("{s}|{sub}"));
+    fx.refuses(s, args![], &arity(s));
+    fx.refuses(s, args!["OPEN"], &arity_of("open"));
+    fx.refuses(s, args!["KEEPALIVE"], &arity_of("keepalive"));
+    fx.refuses(s, args!["CLOSE"], &arity_of("close"));
+    fx.refuses(s, args!["CLOSE", &id, "x"], &arity_of("close"));
+    fx.refuses(s, args!["ATTACH", &id, "x"], &arity_of("attach"));
+    fx.refuses(s, args!["INFO", &id, "x"], &arity_of("info"));
+    fx.refuses(
+        s,
+        args!["KEEPALIVE", &id, "1000", "x"],
+        &arity_of("keepalive"),
+    );
     for ttl in ["0", "-1", "x", "", "1.5", "+5"] {
         fx.refuses(s, args!["OPEN", ttl], NOT_POSITIVE);
         fx.refuses(s, args!["KEEPALIVE", &id, ttl], NOT_POSITIVE);
@@ -340,22 +346,21 @@ fn session_bad_input_is_refused_and_changes_nothing() {
         args!["OPEN", "1000", "\u{4E00}"],
         "ERR syntax error: unexpected argument '\\xe4\\xb8\\x80'",
     );
-    let unknown = "ERR unknown LOCK.SESSION subcommand '{}' (OPEN, KEEPALIVE, CLOSE, ATTACH, INFO)";
+    // An unknown subcommand is refused by the server itself, in its own words.
     for sub in ["NOPE", "OPENX", "", "\u{e9}"] {
-        let shown = sub.bytes().map(|b| match b {
-            0x20..=0x7e => (b as char).to_string(),
-            _ => format!("\\x{b:02x}"),
-        });
         fx.refuses(
             s,
             args![sub, "1000"],
-            &unknown.replace("{}", &shown.collect::<String>()),
+            &format!("ERR unknown subcommand '{sub}'. Try LOCK.SESSION HELP."),
         );
     }
-    // The internal forms, from a client. Today's message names LOCK.LOAD (error::internal_only
-    // is shared by LOCK.LOAD and LOCK.SESSION's internal forms).
-    let internal =
-        "ERR LOCK.LOAD is internal: only the replication link and AOF loading may call it";
+    // The internal forms, from a client: each refusal names the form.
+    let internal = |form: &str| {
+        format!(
+            "ERR LOCK.SESSION {form} is internal: only the replication link and AOF loading may \
+             call it"
+        )
+    };
     fx.refuses(
         s,
         args![
@@ -368,11 +373,15 @@ fn session_bad_input_is_refused_and_changes_nothing() {
             "0",
             "default"
         ],
-        internal,
+        &internal("RESTORE"),
     );
-    fx.refuses(s, args!["RENEW", "7", "1000", "99999999999999"], internal);
-    fx.refuses(s, args!["ENDED", "7", "1", "LOST"], internal);
-    fx.refuses(s, args!["RESTORE", UNKNOWN_ID], &arity);
+    fx.refuses(
+        s,
+        args!["RENEW", "7", "1000", "99999999999999"],
+        &internal("RENEW"),
+    );
+    fx.refuses(s, args!["ENDED", "7", "1", "LOST"], &internal("ENDED"));
+    fx.refuses(s, args!["RESTORE", UNKNOWN_ID], &arity_of("restore"));
     // ATTACH needs a BOUND session, and never from a script (checked in `scripts`).
     fx.refuses(
         s,
