@@ -4,10 +4,9 @@
 //! nothing; a session belongs to the user that opened it. Afterwards nothing is held, queued,
 //! blocked or open.
 //!
-//! `TODAY:` marks replies that work in progress is expected to change: a session id is the
-//! key of `LOCK.SESSION KEEPALIVE/INFO/CLOSE`, so a user whose key patterns do not match the
-//! id's `{tag}` cannot keep alive, look at or close its own session; and `LOCK.WATCH` hands a
-//! user the channel of a key even when it may not subscribe to that channel.
+//! A session id is no key: the user keeps alive, reads and closes its own session whatever
+//! its key patterns. `LOCK.WATCH` hands a user the channel of a key even when it may not
+//! subscribe to that channel: the channel patterns of SECURITY.md are what keep it out.
 
 use super::newer_commands::open_session;
 use super::scripts::{assert_error, assert_quiet, bulk, int, ints, load_library, run, Via};

@@ -2,10 +2,6 @@
 //! `FUNCTION LOAD`, Redis 7.0+), and as an ACL user with narrow key and channel patterns, each
 //! reply and error asserted exactly; afterwards the server is alive, its log is clean, and
 //! nothing is held, queued, blocked or open that should not be.
-//!
-//! Replies that other work in progress is expected to change are today's, each marked
-//! `TODAY:` with what is expected to change (LOCK.WATCH from a script, session ids under key
-//! patterns, the name in the internal forms' error).
 
 use super::*;
 
