@@ -110,14 +110,7 @@ class AsyncLock(_Base):
         dog, self._dog = self._dog, None
         if dog is None or dog is asyncio.current_task():
             return
-        dog.cancel()
-        try:
-            await dog
-        except asyncio.CancelledError:
-            # The watchdog's own cancellation, or ours: if ours, let it propagate.
-            task = asyncio.current_task()
-            if task is not None and getattr(task, "cancelling", lambda: 0)():
-                raise
+        await _wire.astop(dog)
 
     async def _watch(self):
         """Renew every period until cancelled or the lock is gone; report a loss once.
