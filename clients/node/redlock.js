@@ -148,7 +148,8 @@ class Redlock extends EventEmitter {
     const perClient = async (member, i) => {
       let reply;
       try {
-        reply = await member.adapter.call(macquire, resources[0]);
+        // Not sent again after a MOVED/ASK: the round may release before this reply comes.
+        reply = await member.adapter.call(macquire, resources[0], { redirects: false });
       } catch (error) {
         throw asLocked(error, resources.length);
       }
