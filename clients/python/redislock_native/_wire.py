@@ -101,6 +101,28 @@ def read_timeout(conn, wait_s):
     return wait_s + margin
 
 
+def route(client, key):
+    """Keyword arguments for ``client.execute_command`` that send a command about ``key``
+    straight to the node that serves it: for a redis-py cluster client (sync or asyncio),
+    ``target_nodes`` = the master of the key's slot (from its hash tag) in the client's slot
+    table; nothing for any other client.
+
+    redis-py would find the node by itself, but for a command with a key count (LOCK.MACQUIRE,
+    LOCK.MRELEASE) only by asking a node ``COMMAND GETKEYS`` first, a round trip per command.
+    With ``target_nodes`` redis-py also never sends the command again after a connection error
+    or a timeout (it may have run: a second LOCK.ACQUIRE could come after the caller's own
+    release); it still follows MOVED and ASK, which mean the command did not run, within the
+    call. An asyncio cluster client not yet initialized has no slot table: redis-py routes it."""
+    find = getattr(client, "get_node_from_key", None)
+    if find is None:
+        return {}
+    try:
+        node = find(key)
+    except Exception:  # noqa: BLE001 - no slot table yet: redis-py routes it
+        return {}
+    return {} if node is None else {"target_nodes": node}
+
+
 def node_client(client, key):
     """The client whose connection pool a timed or blocking call borrows from: the client
     itself, or for a sync ``RedisCluster`` its client of the node that serves ``key``."""

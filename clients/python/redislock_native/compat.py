@@ -131,6 +131,10 @@ class _Common:
             return None
         return sleep
 
+    def _run(self, *args):
+        """``args`` through the user's client, to the node of the key in a cluster."""
+        return self.redis.execute_command(*args, **_wire.route(self.redis, self.name))
+
     def _native(self, cls, owner):
         if self.timeout:
             return cls(self.redis, self.name, self.timeout, owner=owner)
@@ -173,8 +177,8 @@ class _Common:
         adds it to what is left."""
         ms = int(additional_time * 1000)
         if replace_ttl:
-            return lambda: self.redis.execute_command("LOCK.EXTEND", self.name, held.owner, ms)
-        return lambda: self.redis.eval(_EXTEND_ADD_LUA, 1, self.name, held.owner, ms)
+            return lambda: held._run("LOCK.EXTEND", self.name, held.owner, ms)
+        return lambda: held._run("EVAL", _EXTEND_ADD_LUA, 1, self.name, held.owner, ms)
 
     def _not_owned(self, what):
         return _wire.lock_error(LockNotOwnedError, f"Cannot {what} a lock that's no longer owned", self.name)
@@ -234,14 +238,14 @@ class RedisPyLock(_Common):
     def locked(self):
         """True if anyone holds the lock (or the key holds something else, as in redis-py)."""
         try:
-            return self.redis.execute_command("LOCK.FENCE", self.name) is not None
+            return self._run("LOCK.FENCE", self.name) is not None
         except ResponseError as e:
             return self._pause_on_foreign_key(e, False, None, 0) is None
 
     def owned(self):
         """True if this thread's hold is the live one."""
         token = self.fencing_token
-        return token is not None and self.redis.execute_command("LOCK.FENCE", self.name, token) == 1
+        return token is not None and self._run("LOCK.FENCE", self.name, token) == 1
 
     def release(self):
         """Release; LockError if not acquired here, LockNotOwnedError if it was lost."""
@@ -304,13 +308,13 @@ class AsyncRedisPyLock(_Common):
 
     async def locked(self):
         try:
-            return await self.redis.execute_command("LOCK.FENCE", self.name) is not None
+            return await self._run("LOCK.FENCE", self.name) is not None
         except ResponseError as e:
             return self._pause_on_foreign_key(e, False, None, 0) is None
 
     async def owned(self):
         token = self.fencing_token
-        return token is not None and await self.redis.execute_command("LOCK.FENCE", self.name, token) == 1
+        return token is not None and await self._run("LOCK.FENCE", self.name, token) == 1
 
     async def release(self):
         held = self._held("release")
