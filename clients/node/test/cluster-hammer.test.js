@@ -120,3 +120,58 @@ for (const kind of KINDS) {
     assert.deepEqual(left, [], `${left.length} of ${keys.length} keys still held (${JSON.stringify(counts)})`);
   });
 }
+
+/** The cluster's own client of each master, and its node id. */
+async function mastersWithIds(client) {
+  const out = [];
+  for (const node of client.nodes('master')) {
+    out.push({ node, address: `${node.options.host}:${node.options.port}`, id: await node.call('CLUSTER', 'MYID') });
+  }
+  return out;
+}
+
+test('ioredis Cluster: ASK and MOVED are followed by Lock, and a Redlock round takes a MOVED as a vote against', async (t) => {
+  const { client } = await clusterClient(t, 'ioredis');
+  const key = `{moving-${process.pid}}:lock`;
+  const slot = slotOf(key);
+  const masters = await mastersWithIds(client);
+  const source = masters.find((m) => m.address === client.slots[slot][0]);
+  const target = masters.find((m) => m !== source);
+
+  // The slot migrating: the key is not on the source, which answers ASK; the Lock follows it
+  // (ASKING, then the command, on the target's connection).
+  await target.node.call('CLUSTER', 'SETSLOT', slot, 'IMPORTING', source.id);
+  await source.node.call('CLUSTER', 'SETSLOT', slot, 'MIGRATING', target.id);
+  const lock = new Lock(client, key, 30000);
+  assert.equal(await lock.acquire({ timeout: 0 }), true);
+  target.node.call('ASKING');
+  assert.equal(await target.node.call('LOCK.FENCE', key), lock.token);
+  assert.equal(await lock.release(), true);
+
+  // The slot moved to the target; the client's slot table still names the source (as it would
+  // until its next refresh): the source answers MOVED and the Lock follows it.
+  for (const m of [target, source, ...masters.filter((x) => x !== source && x !== target)]) {
+    await m.node.call('CLUSTER', 'SETSLOT', slot, 'NODE', target.id);
+  }
+  client.slots[slot] = [source.address];
+  assert.equal(await lock.acquire({ timeout: 0 }), true);
+  assert.equal(client.slots[slot][0], target.address); // refreshed
+  assert.equal(await target.node.call('LOCK.FENCE', key), lock.token);
+  assert.equal(await lock.release(), true);
+
+  // A Redlock round (three cluster clients of this cluster) does not send its LOCK.MACQUIRE
+  // again after a MOVED: a vote against, and the next try goes to the right master.
+  const others = [client, (await clusterClient(t, 'ioredis')).client, (await clusterClient(t, 'ioredis')).client];
+  for (const c of others) c.slots[slot] = [source.address];
+  const redlock = new Redlock(others, { retryCount: 0 });
+  const refused = await redlock.acquire([key], 30000).then(() => null, (e) => e);
+  assert.ok(refused instanceof Redlock.ExecutionError, String(refused));
+  const votes = [...(await refused.attempts[0]).votesAgainst.values()];
+  assert.ok(votes.length >= 2 && votes.every((v) => /^MOVED /.test(v.message)), votes.join());
+  assert.equal(await target.node.call('EXISTS', key), 0);
+  const held = await redlock.acquire([key], 30000);
+  // (A member whose vote came after the quorum has no token.)
+  assert.equal(await target.node.call('LOCK.FENCE', key), held.tokens.find((x) => x !== null)[0]);
+  await held.release().catch(() => {}); // one of the three releases it (see above)
+  assert.equal(await target.node.call('EXISTS', key), 0);
+});
