@@ -255,7 +255,7 @@ class IORedisClusterAdapter {
       } catch (error) {
         const redirect = redirectOf(error);
         if (redirect === null) throw error;
-        if (redirect.kind === 'MOVED' || !redirects) await this._refreshSlots();
+        if (redirect.kind === 'MOVED') await this._refreshSlots();
         if (!redirects || followed >= MAX_REDIRECTS) throw error;
         if (redirect.kind === 'MOVED') {
           node = this.node(key);

@@ -110,9 +110,9 @@ def route(client, key):
     redis-py would find the node by itself, but for a command with a key count (LOCK.MACQUIRE,
     LOCK.MRELEASE) only by asking a node ``COMMAND GETKEYS`` first, a round trip per command.
     With ``target_nodes`` redis-py also never sends the command again after a connection error
-    or a timeout (it may have run: a second LOCK.ACQUIRE could come after the caller's own
-    release); it still follows MOVED and ASK, which mean the command did not run, within the
-    call. An asyncio cluster client not yet initialized has no slot table: redis-py routes it."""
+    or a timeout, when it may have run: the error reaches the lock, whose cleanup gives back a
+    grant whose reply was lost. It still follows MOVED and ASK (the command did not run)
+    within the call. An asyncio cluster client not yet initialized has no slot table: redis-py routes it."""
     find = getattr(client, "get_node_from_key", None)
     if find is None:
         return {}
