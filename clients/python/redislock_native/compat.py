@@ -118,13 +118,19 @@ class _Common:
         return None if stop_at is None else max(0.0, stop_at - time.monotonic())
 
     @staticmethod
+    def _held_by_another_type(error):
+        """True for ``WRONGTYPE``: the key holds another type (a string, a hash...), which
+        redis-py's Lock counts as held by someone. Any other error is raised."""
+        if str(error).startswith("WRONGTYPE"):
+            return True
+        raise error
+
+    @staticmethod
     def _pause_on_foreign_key(error, blocking, stop_at, sleep):
-        """The key holds another type (``WRONGTYPE``): to redis-py's Lock that is a key someone
-        holds. Seconds to sleep before trying again, or None to give up (acquire answers False)
-        as redis-py does: not blocking, or the next try would come after ``blocking_timeout``.
-        Any other error is raised."""
-        if not str(error).startswith("WRONGTYPE"):
-            raise error
+        """After an acquire found the key holding another type: seconds to sleep before trying
+        again, or None to give up (acquire answers False) as redis-py does: not blocking, or
+        the next try would come after ``blocking_timeout``. Any other error is raised."""
+        _Common._held_by_another_type(error)
         if not blocking:
             return None
         if stop_at is not None and time.monotonic() + sleep > stop_at:
@@ -240,7 +246,7 @@ class RedisPyLock(_Common):
         try:
             return self._run("LOCK.FENCE", self.name) is not None
         except ResponseError as e:
-            return self._pause_on_foreign_key(e, False, None, 0) is None
+            return self._held_by_another_type(e)
 
     def owned(self):
         """True if this thread's hold is the live one."""
@@ -310,7 +316,7 @@ class AsyncRedisPyLock(_Common):
         try:
             return await self._run("LOCK.FENCE", self.name) is not None
         except ResponseError as e:
-            return self._pause_on_foreign_key(e, False, None, 0) is None
+            return self._held_by_another_type(e)
 
     async def owned(self):
         token = self.fencing_token
