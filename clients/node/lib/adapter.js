@@ -248,6 +248,7 @@ class IORedisClusterAdapter {
 
   async callOnKey(key, args, { redirects = true } = {}) {
     const [command, ...rest] = strings(args);
+    if (this.client.status !== 'ready') await this._ready();
     let node = this.node(key);
     for (let followed = 0; ; followed++) {
       try {
@@ -267,6 +268,28 @@ class IORedisClusterAdapter {
         }
       }
     }
+  }
+
+  /**
+   * Until the cluster client is ready (its slot table loaded), as cluster.call() would queue the
+   * command: connects a lazyConnect client, rejects if the client ends first.
+   */
+  async _ready() {
+    const cluster = this.client;
+    if (cluster.status === 'wait') await cluster.connect();
+    if (cluster.status === 'ready') return;
+    await new Promise((resolve, reject) => {
+      const done = (error) => {
+        cluster.off('ready', onReady);
+        cluster.off('end', onEnd);
+        if (error) reject(error);
+        else resolve();
+      };
+      const onReady = () => done();
+      const onEnd = () => done(new Error('redislock: the cluster client ended before it was ready'));
+      cluster.on('ready', onReady);
+      cluster.on('end', onEnd);
+    });
   }
 
   /** The cluster's slot table read again from the cluster (once for concurrent callers). */

@@ -175,3 +175,15 @@ test('ioredis Cluster: ASK and MOVED are followed by Lock, and a Redlock round t
   await held.release().catch(() => {}); // one of the three releases it (see above)
   assert.equal(await target.node.call('EXISTS', key), 0);
 });
+
+test('ioredis Cluster: a Lock used before the cluster client is ready waits for it, as cluster.call() queues', async (t) => {
+  const roots = cluster.nodes.map((n) => ({ host: '127.0.0.1', port: n.port }));
+  for (const lazyConnect of [false, true]) {
+    const client = new IORedis.Cluster(roots, { lazyConnect });
+    t.after(() => client.disconnect());
+    assert.notEqual(client.status, 'ready');
+    const lock = new Lock(client, `early:${lazyConnect}:${process.pid}`, 30000);
+    assert.equal(await lock.acquire({ timeout: 0 }), true);
+    assert.equal(await lock.release(), true);
+  }
+});
