@@ -41,9 +41,12 @@ deps: ## Install what a fresh Debian machine lacks (redis-server, redis-sentinel
 PY_DEPS := $(CURDIR)/target/pydeps
 PY_DEPS_5 := $(CURDIR)/target/pydeps-redis5
 PIP := python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore
+# What target/pydeps holds; its .ok marker records the line, so a checkout installed from an
+# older line (before pytest-timeout) installs again.
+PY_PINS := redis==8.1.0 pytest==9.2.0 pytest-timeout==2.4.0
 
 test-deps: deps $(CLOCKSHIFT) ## What the tests need beyond the build: redis-py and pytest, the clock-shift library; the Node package's dependencies (npm ci) if node is installed
-	@[ -f $(PY_DEPS)/.ok ] || { $(PIP) --target $(PY_DEPS) redis==8.1.0 pytest==9.2.0 && touch $(PY_DEPS)/.ok; }
+	@[ "$$(cat $(PY_DEPS)/.ok 2>/dev/null)" = "$(PY_PINS)" ] || { $(PIP) --upgrade --target $(PY_DEPS) $(PY_PINS) && echo "$(PY_PINS)" > $(PY_DEPS)/.ok; }
 	@[ -f $(PY_DEPS_5)/.ok ] || { $(PIP) --target $(PY_DEPS_5) redis==5.0.8 && touch $(PY_DEPS_5)/.ok; }
 	@if command -v node >/dev/null && command -v npm >/dev/null; then \
 		[ -d clients/node/node_modules ] || (cd clients/node && npm ci --no-audit --no-fund --loglevel=error); \

@@ -21,7 +21,8 @@
 //   retryDelay +- retryJitter ms, up to retryCount times.
 //
 // Differences from node-redlock, all visible only through the module: the lock keys hold the
-// module's type (GET on them answers WRONGTYPE), `scripts` (the third constructor argument) is
+// module's type (GET on them answers WRONGTYPE; a resource whose key holds anything else counts
+// as locked, as in node-redlock), `scripts` (the third constructor argument) is
 // accepted and ignored, a release or extend that a master refused outright (not held there) is
 // not retried, `using`'s extension loop stops when the routine ends, and an extension that finds
 // the lock expired rejects instead of throwing out of a timer.
@@ -94,6 +95,17 @@ function checkDuration(duration) {
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
+const lockedError = (n) => new ResourceLockedError(`The operation was applied to: 0 of the ${n} requested resources.`);
+
+/**
+ * A `WRONGTYPE` reply: a resource's key holds something other than a lock (a string, a hash...).
+ * node-redlock's script counts any existing key as held, so that is a ResourceLockedError vote
+ * here too; any other error is returned as it is.
+ */
+function asLocked(error, n) {
+  return isReplyError(error) && /^WRONGTYPE\b/.test(error.message) ? lockedError(n) : error;
+}
+
 class Redlock extends EventEmitter {
   constructor(clients, settings = {}, _scripts = {}) {
     super();
@@ -134,10 +146,14 @@ class Redlock extends EventEmitter {
 
     const tokens = new Array(this._members.length).fill(null);
     const perClient = async (member, i) => {
-      const reply = await member.adapter.call(macquire, resources[0]);
-      if (reply === null) {
-        throw new ResourceLockedError(`The operation was applied to: 0 of the ${resources.length} requested resources.`);
+      let reply;
+      try {
+        // Not sent again after a MOVED/ASK: the round may release before this reply comes.
+        reply = await member.adapter.call(macquire, resources[0], { redirects: false });
+      } catch (error) {
+        throw asLocked(error, resources.length);
       }
+      if (reply === null) throw lockedError(resources.length);
       tokens[i] = reply.map(wire.toToken);
     };
     const attempts = [];
@@ -163,30 +179,38 @@ class Redlock extends EventEmitter {
     return Math.max(0, settings.retryDelay + Math.floor((Math.random() * 2 - 1) * settings.retryJitter));
   }
 
-  /** One server: one LOCK.MACQUIRE, then the retry window as one BLOCK in the server's queue. */
+  /**
+   * One server: one LOCK.MACQUIRE, then the retry window as one BLOCK in the server's queue.
+   * While a resource's key holds something other than a lock (no queue there), the window is
+   * spent as node-redlock spends it: a ResourceLockedError vote, then another try after
+   * retryDelay +- retryJitter, up to retryCount times.
+   */
   async _acquireOne(resources, duration, settings, value, macquire, mrelease) {
     const { client, adapter } = this._members[0];
-    const blockMs = settings.retryCount === -1 ? 0 : settings.retryCount * settings.retryDelay;
+    const windowMs = settings.retryCount === -1 ? 0 : settings.retryCount * settings.retryDelay;
     const attempts = [];
     const maxAttempts = settings.retryCount === -1 ? Infinity : settings.retryCount + 1;
+    const first = Date.now();
     for (;;) {
       const stats = { membershipSize: 1, quorumSize: 1, votesFor: new Set(), votesAgainst: new Map() };
       if (maxAttempts !== Infinity) attempts.push(Promise.resolve(stats));
       const start = Date.now();
+      // What is left of the window (0 with retryCount -1: no limit).
+      const blockMs = windowMs === 0 ? 0 : Math.max(1, windowMs - (start - first));
       try {
         let reply = await adapter.call(macquire, resources[0]);
         let granted = start;
         if (reply === null && settings.retryCount !== 0) {
           // The round trip just measured stands for the delay between the grant and its reply.
           const rtt = Date.now() - start;
-          reply = await wire.blockingCall(adapter, resources[0], [...macquire, 'BLOCK', Math.max(0, blockMs)], {
+          reply = await wire.blockingCall(adapter, resources[0], [...macquire, 'BLOCK', blockMs], {
             waitMs: blockMs === 0 ? null : blockMs,
             cleanup: () => adapter.call(mrelease, resources[0]),
           });
           granted = Date.now() - rtt;
         }
         if (reply === null) {
-          const error = new ResourceLockedError(`The operation was applied to: 0 of the ${resources.length} requested resources.`);
+          const error = lockedError(resources.length);
           stats.votesAgainst.set(client, error);
           this.emit('error', error);
           throw new ExecutionError(QUORUM_FAILED, attempts);
@@ -194,11 +218,13 @@ class Redlock extends EventEmitter {
         stats.votesFor.add(client);
         const tokens = [reply.map(wire.toToken)];
         return new Lock(this, resources, value, attempts, granted + duration - this._drift(settings, duration), tokens);
-      } catch (error) {
-        if (error instanceof ExecutionError) throw error;
+      } catch (caught) {
+        if (caught instanceof ExecutionError) throw caught;
+        const error = asLocked(caught, resources.length);
         stats.votesAgainst.set(client, error);
         this.emit('error', error);
-        if (isReplyError(error) || attempts.length >= maxAttempts) throw new ExecutionError(QUORUM_FAILED, attempts);
+        const final = isReplyError(error) || attempts.length >= maxAttempts;
+        if (final) throw new ExecutionError(QUORUM_FAILED, attempts);
         await sleep(this._retryPause(settings));
       }
     }
@@ -266,7 +292,9 @@ class Redlock extends EventEmitter {
     lock.expiration = 0;
     const { resources, value } = lock;
     return this._execute(async ({ adapter }) => {
-      const n = await adapter.call(['LOCK.MRELEASE', resources.length, ...resources, value], resources[0]);
+      const n = await adapter
+        .call(['LOCK.MRELEASE', resources.length, ...resources, value], resources[0])
+        .catch((error) => Promise.reject(asLocked(error, resources.length)));
       if (n !== resources.length) {
         throw new ResourceLockedError(`The operation was applied to: ${n} of the ${resources.length} requested resources.`);
       }
@@ -282,7 +310,9 @@ class Redlock extends EventEmitter {
     const settings = this._settings(overrides);
     const { resources, value } = existing;
     const { attempts, start } = await this._execute(async ({ adapter }) => {
-      const n = await adapter.call(['EVAL', wire.EXTEND_ALL_LUA, resources.length, ...resources, value, duration], resources[0]);
+      const n = await adapter
+        .call(['EVAL', wire.EXTEND_ALL_LUA, resources.length, ...resources, value, duration], resources[0])
+        .catch((error) => Promise.reject(asLocked(error, resources.length)));
       if (n !== resources.length) {
         throw new ResourceLockedError(`The operation was applied to: ${n} of the ${resources.length} requested resources.`);
       }

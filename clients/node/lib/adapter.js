@@ -190,15 +190,45 @@ function ioredisWaiter(node) {
   };
 }
 
+/** How many MOVED / ASK redirects one command follows before its error is returned. */
+const MAX_REDIRECTS = 5;
+
+/** `MOVED slot host:port` / `ASK slot host:port` as `{ kind, address }`, or null. */
+function redirectOf(error) {
+  if (!isReplyError(error)) return null;
+  const m = /^(MOVED|ASK) \d+ (\S+)$/.exec(error.message);
+  return m ? { kind: m[1], address: m[2] } : null;
+}
+
+/**
+ * An ioredis Cluster. ioredis routes a command by the keys its command table names; the
+ * module's commands are not in that table, so `cluster.call()` would send them to a random
+ * master and follow the MOVED from there. Two commands of one caller could then reach the key's
+ * master out of order: a Redlock round's LOCK.MRELEASE before its own redirected LOCK.MACQUIRE,
+ * leaving the grant held with no owner for its whole ttl (issue 28). So every command with a
+ * key goes straight to the master of that key's slot (the cluster's slot table), on that
+ * master's one connection, where the commands of one caller stay in the order sent.
+ */
 class IORedisClusterAdapter {
   constructor(cluster) {
     this.client = cluster;
     this.kind = IOREDIS_CLUSTER;
   }
 
-  call(args) {
-    const [command, ...rest] = strings(args);
-    return this.client.call(command, ...rest);
+  /**
+   * `args` on the master of `key` (through the cluster as usual when there is no key). A MOVED
+   * or ASK reply means the command did not run: the slot table is refreshed and the command sent
+   * again to the node named, unless `{ redirects: false }`, for a command whose caller may send
+   * the command that undoes it before this one's reply (a Redlock round's LOCK.MACQUIRE): sent
+   * again later, it could run after its own release. The MOVED error is then returned (a vote
+   * against) and the slot table refreshed for the next try.
+   */
+  call(args, key, options) {
+    if (key === undefined) {
+      const [command, ...rest] = strings(args);
+      return this.client.call(command, ...rest);
+    }
+    return this.callOnKey(key, args, options);
   }
 
   /** The master that owns `key`'s slot, from the cluster's own slot table. */
@@ -216,9 +246,63 @@ class IORedisClusterAdapter {
     );
   }
 
-  callOnKey(key, args) {
+  async callOnKey(key, args, { redirects = true } = {}) {
     const [command, ...rest] = strings(args);
-    return this.node(key).call(command, ...rest);
+    if (this.client.status !== 'ready') await this._ready();
+    let node = this.node(key);
+    for (let followed = 0; ; followed++) {
+      try {
+        return await node.call(command, ...rest);
+      } catch (error) {
+        const redirect = redirectOf(error);
+        if (redirect === null) throw error;
+        if (redirect.kind === 'MOVED') await this._refreshSlots();
+        if (!redirects || followed >= MAX_REDIRECTS) throw error;
+        if (redirect.kind === 'MOVED') {
+          node = this.node(key);
+        } else {
+          // ASK: this one command, on the node importing the slot, after ASKING on the same
+          // connection (sent together, in this order).
+          node = this._nodeAt(redirect.address);
+          node.call('ASKING').catch(ignore);
+        }
+      }
+    }
+  }
+
+  /**
+   * Until the cluster client is ready (its slot table loaded), as cluster.call() would queue the
+   * command: connects a lazyConnect client, rejects if the client ends first.
+   */
+  async _ready() {
+    const cluster = this.client;
+    if (cluster.status === 'wait') await cluster.connect();
+    if (cluster.status === 'ready') return;
+    await new Promise((resolve, reject) => {
+      const done = (error) => {
+        cluster.off('ready', onReady);
+        cluster.off('end', onEnd);
+        if (error) reject(error);
+        else resolve();
+      };
+      const onReady = () => done();
+      const onEnd = () => done(new Error('redislock: the cluster client ended before it was ready'));
+      cluster.on('ready', onReady);
+      cluster.on('end', onEnd);
+    });
+  }
+
+  /** The cluster's slot table read again from the cluster (once for concurrent callers). */
+  _refreshSlots() {
+    return new Promise((resolve) => this.client.refreshSlotsCache(() => resolve()));
+  }
+
+  /** The cluster's client of the master at `address` (host:port). */
+  _nodeAt(address) {
+    for (const node of this.client.nodes('master')) {
+      if (`${node.options.host}:${node.options.port}` === address) return node;
+    }
+    throw new Error(`redislock: the cluster client has no connection to ${address}`);
   }
 
   /** A connection to the one master of `key`, not a whole cluster connection. */

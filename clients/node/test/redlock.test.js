@@ -110,3 +110,65 @@ test('three servers: quorum, one master stopped, using with auto-extension resol
   assert.equal((await calls()) - before, extended);
   for (const c of clients) assert.equal(await c.exists(key), 0);
 });
+
+// node-redlock's own suite: a resource whose key holds something else (a string) counts as locked,
+// a ResourceLockedError vote "applied to: 0 of the 1 requested resources" in every attempt, and
+// the other key is left as it was. Here the module answered WRONGTYPE (a ReplyError vote).
+const applied0 = 'The operation was applied to: 0 of the 1 requested resources.';
+
+async function assertLockedVotes(promise, attempts) {
+  const e = await promise.then(
+    () => assert.fail('acquired'),
+    (error) => error
+  );
+  assert.ok(e instanceof ExecutionError, String(e));
+  assert.equal(e.attempts.length, attempts);
+  for (const stats of await Promise.all(e.attempts)) {
+    assert.ok(stats.votesAgainst.size > 0);
+    for (const vote of stats.votesAgainst.values()) {
+      assert.ok(vote instanceof ResourceLockedError, String(vote));
+      assert.equal(vote.message, applied0);
+    }
+  }
+}
+
+for (const kind of KINDS) {
+  test(`${kind}: a key holding another type counts as locked, as in node-redlock`, async (t) => {
+    const a = await connect(kind, servers[0].port);
+    t.after(() => close(a));
+    const key = fresh('string');
+    await send(a, 'SET', key, 'other');
+    const redlock = new Redlock([a], { retryCount: 2, retryDelay: 50, retryJitter: 10 });
+    const events = [];
+    redlock.on('error', (e) => events.push(e));
+    await assertLockedVotes(redlock.acquire([key], 1000), 3);
+    assert.equal(events.length, 3);
+    assert.ok(events.every((e) => e instanceof ResourceLockedError));
+    assert.equal(await send(a, 'GET', key), 'other');
+    // No retries: one attempt, one vote.
+    await assertLockedVotes(new Redlock([a], { retryCount: 0 }).acquire([key], 1000), 1);
+
+    // Deleted while the drop-in tries again: the next try takes it.
+    const patient = new Redlock([a], { retryCount: 100, retryDelay: 20, retryJitter: 0 });
+    const seen = new Promise((resolve) => patient.once('error', resolve));
+    const later = patient.acquire([key], 1000);
+    await seen;
+    await send(a, 'DEL', key);
+    const lock = await later;
+    assert.equal(await send(a, 'LOCK.FENCE', key), lock.tokens[0][0]);
+    await lock.release();
+  });
+}
+
+test('three servers: a key holding another type on two of them votes ResourceLockedError there', async (t) => {
+  const clients = await Promise.all(servers.map((s) => connect('ioredis', s.port)));
+  t.after(() => clients.forEach((c) => c.disconnect()));
+  const key = fresh('strings');
+  await clients[1].set(key, 'other1');
+  await clients[2].set(key, 'other2');
+  const redlock = new Redlock(clients, { retryCount: 2, retryDelay: 50, retryJitter: 10 });
+  await assertLockedVotes(redlock.acquire([key], 5000), 3);
+  assert.equal(await clients[0].exists(key), 0);
+  assert.equal(await clients[1].get(key), 'other1');
+  assert.equal(await clients[2].get(key), 'other2');
+});

@@ -45,6 +45,9 @@ from redis.exceptions import ConnectionError, LockError, ResponseError, TimeoutE
 # consumed by the interrupted read.
 _UNBLOCKED_REPLY_TIMEOUT = 5.0
 
+# How often ``astop`` cancels a task again that went on after a cancellation.
+_RECANCEL_S = 0.05
+
 # Reads that must not time out (a wait without limit). The asyncio connection's
 # read_response treats None as "use the socket timeout", so a finite large value is
 # passed instead: about 30 years.
@@ -96,6 +99,28 @@ def read_timeout(conn, wait_s):
     if wait_s is None or margin is None:
         return None
     return wait_s + margin
+
+
+def route(client, key):
+    """Keyword arguments for ``client.execute_command`` that send a command about ``key``
+    straight to the node that serves it: for a redis-py cluster client (sync or asyncio),
+    ``target_nodes`` = the master of the key's slot (from its hash tag) in the client's slot
+    table; nothing for any other client.
+
+    redis-py would find the node by itself, but for a command with a key count (LOCK.MACQUIRE,
+    LOCK.MRELEASE) only by asking a node ``COMMAND GETKEYS`` first, a round trip per command.
+    With ``target_nodes`` redis-py also never sends the command again after a connection error
+    or a timeout, when it may have run: the error reaches the lock, whose cleanup gives back a
+    grant whose reply was lost. It still follows MOVED and ASK (the command did not run)
+    within the call. An asyncio cluster client not yet initialized has no slot table: redis-py routes it."""
+    find = getattr(client, "get_node_from_key", None)
+    if find is None:
+        return {}
+    try:
+        node = find(key)
+    except Exception:  # noqa: BLE001 - no slot table yet: redis-py routes it
+        return {}
+    return {} if node is None else {"target_nodes": node}
 
 
 def node_client(client, key):
@@ -273,15 +298,52 @@ async def _aget(pool):
     return await pool.get_connection()
 
 
+async def within(awaitable, timeout):
+    """``await awaitable`` within ``timeout`` seconds, else TimeoutError (redis-py's).
+
+    Not ``asyncio.wait_for``: before Python 3.12 it swallows a cancellation of its caller that
+    arrives in the instant the awaited call completes (it returns the result instead; CPython
+    gh-86296). A keepalive task cancelled by ``close()`` just as a reply came in then went on
+    sending keepalives, and ``close()`` waited for it for ever (issue 28's hang of
+    test_async_one_keepalive_task_keeps_holds). Here a cancellation always propagates; the
+    awaited call is cancelled with it, and its reply, if it had one, is dropped (every caller
+    then closes the connection or gives a possible grant back)."""
+    task = asyncio.ensure_future(awaitable)
+    try:
+        done, _ = await asyncio.wait({task}, timeout=timeout)
+    except BaseException:
+        task.cancel()
+        raise
+    if not done:
+        task.cancel()
+        await asyncio.wait({task})
+        raise TimeoutError(f"no reply within {timeout:.3f} s")
+    return task.result()
+
+
+async def astop(task):
+    """Cancel ``task`` (a keepalive or watchdog loop) and return once it has ended.
+
+    One ``cancel()`` is not enough: ``asyncio.wait_for`` before Python 3.12 swallows a
+    cancellation that lands in the instant the call it wraps completes, and redis-py wraps its
+    writes in it (``send_packed_command``). The loop then runs on, and an ``await task`` waits
+    for ever (issue 28: a session's close() hung so while its task kept the session alive). So
+    the task is cancelled again until it is done; a swallowed cancellation leaves it running
+    only to its next await. A cancellation of the caller propagates (the task is cancelled
+    all the same)."""
+    while not task.done():
+        task.cancel()
+        await asyncio.wait({task}, timeout=_RECANCEL_S)
+    if not task.cancelled():
+        task.result()  # the task's own exception, if it ended with one
+
+
 async def _aread(conn, timeout):
     """One reply within ``timeout`` seconds (None: no limit); on a timeout, TimeoutError."""
     read = conn.read_response(timeout=_FOREVER, disconnect_on_error=False)
     if timeout is None:
         return await read
-    try:
-        return await asyncio.wait_for(read, timeout)
-    except asyncio.TimeoutError:
-        raise TimeoutError(f"no reply within {timeout:.3f} s") from None
+    return await within(read, timeout)
 
 
 async def acall_timed(client, args, timeout):

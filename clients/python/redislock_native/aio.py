@@ -44,7 +44,7 @@ class AsyncLock(_Base):
                 raise self._not_durable(acked, held_before, await _wire.asucceeds(cleanup))
         elif wait == 0:
             try:
-                reply = await self.client.execute_command(*args)
+                reply = await self._run(*args)
             except (ConnectionError, TimeoutError):
                 await _wire._aquietly(cleanup)
                 raise
@@ -64,28 +64,28 @@ class AsyncLock(_Base):
         """Give the lock back; True if this owner held it, False if it was already lost."""
         await self._stop_watchdog()
         self._let_go()
-        return await self.client.execute_command(*self._release_args()) == 1
+        return await self._run(*self._release_args()) == 1
 
     async def _release_quietly(self):
-        await self.client.execute_command(*self._release_args())
+        await self._run(*self._release_args())
 
     async def extend(self, ttl=None):
         """Set the deadline to now + ``ttl`` seconds (default: the lock's ttl); False if lost."""
         sent_at = time.monotonic()
-        if await self.client.execute_command(*self._extend_args(ttl)) != 1:
+        if await self._run(*self._extend_args(ttl)) != 1:
             return False
         self._renewed_at(sent_at)
         return True
 
     async def locked(self):
         """True if anyone holds the lock."""
-        return await self.client.execute_command("LOCK.FENCE", self.name) is not None
+        return await self._run("LOCK.FENCE", self.name) is not None
 
     async def owned(self):
         """True if this object's hold is the live one."""
         if self._token is None:
             return False
-        return await self.client.execute_command("LOCK.FENCE", self.name, self._token) == 1
+        return await self._run("LOCK.FENCE", self.name, self._token) == 1
 
     async def fenced(self, command, key, *args):
         """Run ``command key *args`` only while this hold is live; else StaleTokenError."""
@@ -110,14 +110,7 @@ class AsyncLock(_Base):
         dog, self._dog = self._dog, None
         if dog is None or dog is asyncio.current_task():
             return
-        dog.cancel()
-        try:
-            await dog
-        except asyncio.CancelledError:
-            # The watchdog's own cancellation, or ours: if ours, let it propagate.
-            task = asyncio.current_task()
-            if task is not None and getattr(task, "cancelling", lambda: 0)():
-                raise
+        await _wire.astop(dog)
 
     async def _watch(self):
         """Renew every period until cancelled or the lock is gone; report a loss once.

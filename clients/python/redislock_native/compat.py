@@ -16,7 +16,10 @@ Where it differs from redis-py's Lock:
   daemon thread, or an asyncio task) until it is released: held as long as the
   process lives, and freed within 60 s after it dies, where redis-py's would stay
   locked forever. ``extend`` and ``reacquire`` refuse it, as in redis-py.
-- ``sleep`` is accepted and ignored: nothing polls.
+- ``sleep`` is used only while the key holds something other than a lock (a string, a
+  hash...): that key counts as held, as in redis-py, and a blocking ``acquire`` tries again
+  every ``sleep`` seconds until ``blocking_timeout``, where it would otherwise wait in the
+  server's queue (which only a lock key has).
 - ``extend(t)`` without ``replace_ttl`` adds ``t`` to the remaining time in one
   script (``PTTL`` + ``LOCK.EXTEND``).
 - A key overwritten by another command (``SET``, ``DEL`` + anything) is a lock no longer
@@ -27,8 +30,10 @@ Where it differs from redis-py's Lock:
   ``lua_*`` scripts of redis-py's class do not exist.
 """
 
+import asyncio
 import logging
 import threading
+import time
 import uuid
 from types import SimpleNamespace
 
@@ -101,6 +106,41 @@ class _Common:
             blocking_timeout = self.blocking_timeout
         return owner, blocking, blocking_timeout
 
+    def _options_with_sleep(self, sleep, blocking, blocking_timeout):
+        """``sleep`` (the lock's own if not given) and the monotonic time to stop trying at
+        (None: no limit), as redis-py's acquire computes them."""
+        sleep = self.sleep if sleep is None else sleep
+        stop_at = None if blocking_timeout is None else time.monotonic() + blocking_timeout
+        return sleep, stop_at
+
+    @staticmethod
+    def _left(stop_at):
+        return None if stop_at is None else max(0.0, stop_at - time.monotonic())
+
+    @staticmethod
+    def _held_by_another_type(error):
+        """True for ``WRONGTYPE``: the key holds another type (a string, a hash...), which
+        redis-py's Lock counts as held by someone. Any other error is raised."""
+        if str(error).startswith("WRONGTYPE"):
+            return True
+        raise error
+
+    @staticmethod
+    def _pause_on_foreign_key(error, blocking, stop_at, sleep):
+        """After an acquire found the key holding another type: seconds to sleep before trying
+        again, or None to give up (acquire answers False) as redis-py does: not blocking, or
+        the next try would come after ``blocking_timeout``. Any other error is raised."""
+        _Common._held_by_another_type(error)
+        if not blocking:
+            return None
+        if stop_at is not None and time.monotonic() + sleep > stop_at:
+            return None
+        return sleep
+
+    def _run(self, *args):
+        """``args`` through the user's client, to the node of the key in a cluster."""
+        return self.redis.execute_command(*args, **_wire.route(self.redis, self.name))
+
     def _native(self, cls, owner):
         if self.timeout:
             return cls(self.redis, self.name, self.timeout, owner=owner)
@@ -143,8 +183,8 @@ class _Common:
         adds it to what is left."""
         ms = int(additional_time * 1000)
         if replace_ttl:
-            return lambda: self.redis.execute_command("LOCK.EXTEND", self.name, held.owner, ms)
-        return lambda: self.redis.eval(_EXTEND_ADD_LUA, 1, self.name, held.owner, ms)
+            return lambda: held._run("LOCK.EXTEND", self.name, held.owner, ms)
+        return lambda: held._run("EVAL", _EXTEND_ADD_LUA, 1, self.name, held.owner, ms)
 
     def _not_owned(self, what):
         return _wire.lock_error(LockNotOwnedError, f"Cannot {what} a lock that's no longer owned", self.name)
@@ -179,11 +219,22 @@ class RedisPyLock(_Common):
 
     def acquire(self, sleep=None, blocking=None, blocking_timeout=None, token=None):
         """Take the lock; True if granted. ``blocking_timeout``: seconds to wait in the
-        server's queue (None: no limit). ``token``: the owner string (default: a UUID)."""
+        server's queue (None: no limit). ``token``: the owner string (default: a UUID). A key
+        that holds something other than a lock counts as held (False, or tried again every
+        ``sleep`` seconds while blocking), as in redis-py."""
         owner, blocking, blocking_timeout = self._acquire_options(token, blocking, blocking_timeout)
-        held = self._native(Lock, owner)
-        if not held.acquire(blocking=blocking, timeout=blocking_timeout):
-            return False
+        sleep, stop_at = self._options_with_sleep(sleep, blocking, blocking_timeout)
+        while True:
+            held = self._native(Lock, owner)
+            try:
+                if not held.acquire(blocking=blocking, timeout=self._left(stop_at)):
+                    return False
+                break
+            except ResponseError as e:
+                pause = self._pause_on_foreign_key(e, blocking, stop_at, sleep)
+                if pause is None:
+                    return False
+                time.sleep(pause)
         previous = getattr(self.local, "held", None)
         if previous is not None:
             previous._stop_watchdog()
@@ -191,13 +242,16 @@ class RedisPyLock(_Common):
         return True
 
     def locked(self):
-        """True if anyone holds the lock."""
-        return self.redis.execute_command("LOCK.FENCE", self.name) is not None
+        """True if anyone holds the lock (or the key holds something else, as in redis-py)."""
+        try:
+            return self._run("LOCK.FENCE", self.name) is not None
+        except ResponseError as e:
+            return self._held_by_another_type(e)
 
     def owned(self):
         """True if this thread's hold is the live one."""
         token = self.fencing_token
-        return token is not None and self.redis.execute_command("LOCK.FENCE", self.name, token) == 1
+        return token is not None and self._run("LOCK.FENCE", self.name, token) == 1
 
     def release(self):
         """Release; LockError if not acquired here, LockNotOwnedError if it was lost."""
@@ -240,9 +294,18 @@ class AsyncRedisPyLock(_Common):
         """Take the lock; True if granted (as ``RedisPyLock.acquire``; redis-py's asyncio
         Lock has no ``sleep`` argument here)."""
         owner, blocking, blocking_timeout = self._acquire_options(token, blocking, blocking_timeout)
-        held = self._native(AsyncLock, owner)
-        if not await held.acquire(blocking=blocking, timeout=blocking_timeout):
-            return False
+        sleep, stop_at = self._options_with_sleep(None, blocking, blocking_timeout)
+        while True:
+            held = self._native(AsyncLock, owner)
+            try:
+                if not await held.acquire(blocking=blocking, timeout=self._left(stop_at)):
+                    return False
+                break
+            except ResponseError as e:
+                pause = self._pause_on_foreign_key(e, blocking, stop_at, sleep)
+                if pause is None:
+                    return False
+                await asyncio.sleep(pause)
         previous = getattr(self.local, "held", None)
         if previous is not None:
             await previous._stop_watchdog()
@@ -250,11 +313,14 @@ class AsyncRedisPyLock(_Common):
         return True
 
     async def locked(self):
-        return await self.redis.execute_command("LOCK.FENCE", self.name) is not None
+        try:
+            return await self._run("LOCK.FENCE", self.name) is not None
+        except ResponseError as e:
+            return self._held_by_another_type(e)
 
     async def owned(self):
         token = self.fencing_token
-        return token is not None and await self.redis.execute_command("LOCK.FENCE", self.name, token) == 1
+        return token is not None and await self._run("LOCK.FENCE", self.name, token) == 1
 
     async def release(self):
         held = self._held("release")

@@ -195,6 +195,11 @@ class _Base:
     def _pooled(self):
         return _wire.node_client(self.client, self.name)
 
+    def _run(self, *args):
+        """``args`` through the user's client, straight to the node of this lock's key in a
+        cluster (``_wire.route``); a coroutine for an asyncio client."""
+        return self.client.execute_command(*args, **_wire.route(self.client, self.name))
+
     def _let_go(self):
         """Before a release: not held any more, and not the session's or the feed's to report."""
         self._unwatch_feed()
@@ -310,7 +315,7 @@ class Lock(_Base):
                 raise self._not_durable(acked, held_before, _wire.succeeds(cleanup))
         elif wait == 0:
             try:
-                reply = self.client.execute_command(*args)
+                reply = self._run(*args)
             except (ConnectionError, TimeoutError):
                 _wire._quietly(cleanup)
                 raise
@@ -333,29 +338,29 @@ class Lock(_Base):
         """
         self._stop_watchdog()
         self._let_go()
-        return self.client.execute_command(*self._release_args()) == 1
+        return self._run(*self._release_args()) == 1
 
     def _release_quietly(self):
-        self.client.execute_command(*self._release_args())
+        self._run(*self._release_args())
 
     def extend(self, ttl=None):
         """Set the deadline to now + ``ttl`` seconds (default: the lock's ttl, which a given
         ``ttl`` replaces, also for the watchdog). True if held; False if lost: acquire again."""
         sent_at = time.monotonic()
-        if self.client.execute_command(*self._extend_args(ttl)) != 1:
+        if self._run(*self._extend_args(ttl)) != 1:
             return False
         self._renewed_at(sent_at)
         return True
 
     def locked(self):
         """True if anyone holds the lock (``LOCK.FENCE key``; works on replicas too)."""
-        return self.client.execute_command("LOCK.FENCE", self.name) is not None
+        return self._run("LOCK.FENCE", self.name) is not None
 
     def owned(self):
         """True if this object's hold is the live one (``LOCK.FENCE key token``)."""
         if self._token is None:
             return False
-        return self.client.execute_command("LOCK.FENCE", self.name, self._token) == 1
+        return self._run("LOCK.FENCE", self.name, self._token) == 1
 
     def fenced(self, command, key, *args):
         """Run ``command key *args`` only while this hold is live; else StaleTokenError.

@@ -104,20 +104,20 @@ class MultiLock(_Multi, Lock):
     def release(self):
         self._stop_watchdog()
         self._let_go()
-        return self.client.execute_command(*self._release_args()) == len(self.names)
+        return self._run(*self._release_args()) == len(self.names)
 
     def extend(self, ttl=None):
         sent_at = time.monotonic()
-        if self.client.execute_command(*self._extend_args(ttl)) != len(self.names):
+        if self._run(*self._extend_args(ttl)) != len(self.names):
             return False
         self._renewed_at(sent_at)
         return True
 
     def owned(self):
-        return self.tokens is not None and self.client.execute_command(*self._owned_args()) == 1
+        return self.tokens is not None and self._run(*self._owned_args()) == 1
 
     def locked(self):
-        return self.client.execute_command(*self._locked_args()) == 1
+        return self._run(*self._locked_args()) == 1
 
     def fenced(self, *args):
         raise NotImplementedError("fence each key with its own token: fenced_call(client, key, token, ...)")
@@ -133,20 +133,20 @@ class AsyncMultiLock(_Multi, AsyncLock):
     async def release(self):
         await self._stop_watchdog()
         self._let_go()
-        return await self.client.execute_command(*self._release_args()) == len(self.names)
+        return await self._run(*self._release_args()) == len(self.names)
 
     async def extend(self, ttl=None):
         sent_at = time.monotonic()
-        if await self.client.execute_command(*self._extend_args(ttl)) != len(self.names):
+        if await self._run(*self._extend_args(ttl)) != len(self.names):
             return False
         self._renewed_at(sent_at)
         return True
 
     async def owned(self):
-        return self.tokens is not None and await self.client.execute_command(*self._owned_args()) == 1
+        return self.tokens is not None and await self._run(*self._owned_args()) == 1
 
     async def locked(self):
-        return await self.client.execute_command(*self._locked_args()) == 1
+        return await self._run(*self._locked_args()) == 1
 
     async def fenced(self, *args):
         raise NotImplementedError("fence each key with its own token: afenced_call(client, key, token, ...)")

@@ -482,13 +482,7 @@ class AsyncSession(_SessionBase):
         task, self._task = self._task, None
         if task is None or task is asyncio.current_task():
             return
-        task.cancel()
-        try:
-            await task
-        except asyncio.CancelledError:
-            current = asyncio.current_task()
-            if current is not None and getattr(current, "cancelling", lambda: 0)():
-                raise
+        await _wire.astop(task)
 
     async def _keep(self):
         reason = await (self._keep_bound() if self.bound else self._keep_unbound())
@@ -508,10 +502,7 @@ class AsyncSession(_SessionBase):
 
     async def _keepalive(self):
         if self._cluster:
-            try:
-                return await asyncio.wait_for(self._command(*self._keepalive_args()), self._period())
-            except asyncio.TimeoutError:
-                raise TimeoutError(f"no reply within {self._period():.3f} s") from None
+            return await _wire.within(self._command(*self._keepalive_args()), self._period())
         return await _wire.acall_timed(self.client, self._keepalive_args(), self._period())
 
     async def _keep_unbound(self):

@@ -223,3 +223,56 @@ def command_calls(client, command):
     """``INFO commandstats`` calls of ``command`` (e.g. "lock.acquire"); 0 if never called."""
     stats = client.info("commandstats")
     return stats.get(f"cmdstat_{command}", {}).get("calls", 0)
+
+
+# --- a hung asyncio test shows where its tasks wait -----------------------------------------
+#
+# pytest-timeout's "thread" method (pyproject.toml) prints every thread's stack, but an asyncio
+# test that hangs shows only its event loop waiting in select(). One second before that timeout,
+# this prints each running loop's tasks with the chain of coroutines each one is suspended in
+# (read from another thread: a best-effort snapshot, enough to name the await that never ends).
+
+_task_dumps = {}
+
+
+def _coroutine_chain(coro):
+    lines = []
+    while coro is not None:
+        frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
+        if frame is not None:
+            lines.append(f"    {frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}")
+        coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
+    return lines
+
+
+def _dump_asyncio_tasks(nodeid):
+    import asyncio
+    import gc
+    import sys
+
+    out = [f"\n+++ asyncio tasks of {nodeid} (pytest-timeout ends it in 1 s) +++"]
+    for loop in [o for o in gc.get_objects() if isinstance(o, asyncio.AbstractEventLoop) and o.is_running()]:
+        for task in list(asyncio.all_tasks(loop)):
+            out.append(f"  {task!r}")
+            out.extend(_coroutine_chain(task.get_coro()))
+    sys.stderr.write("\n".join(out) + "\n")
+    sys.stderr.flush()
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-timeout: nothing without it
+def pytest_timeout_set_timer(item, settings):
+    import threading
+
+    if settings.timeout and settings.timeout > 1:
+        timer = threading.Timer(settings.timeout - 1, _dump_asyncio_tasks, args=(item.nodeid,))
+        timer.daemon = True
+        timer.start()
+        _task_dumps[item.nodeid] = timer
+    # None: pytest-timeout sets its own timer as well.
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_timeout_cancel_timer(item):
+    timer = _task_dumps.pop(item.nodeid, None)
+    if timer is not None:
+        timer.cancel()

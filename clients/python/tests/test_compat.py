@@ -192,3 +192,53 @@ def test_async_key_overwritten_by_set_is_not_owned_as_redis_py(server, r, key):
         await ar.aclose()
 
     asyncio.run(main())
+
+
+# redis-py's own tests with a key that holds something else (test_lock.py v8.1.0,
+# test_context_manager_raises_when_locked_not_acquired, sync and asyncio): such a key counts as
+# held, so acquire answers False and the context manager raises LockError, not WRONGTYPE.
+def test_key_of_another_type_counts_as_held_as_redis_py(r, key):
+    r.set(key, "bar")
+    with pytest.raises(LockError, match="^Unable to acquire lock within the time specified$"):
+        with r.lock(key, blocking_timeout=0.1, lock_class=RedisPyLock):
+            pass
+    lock = r.lock(key, timeout=10, lock_class=RedisPyLock)
+    assert lock.acquire(blocking=False) is False
+    assert lock.locked() is True
+    assert lock.owned() is False
+    # Blocking: tried again every `sleep` s until blocking_timeout, as redis-py polls.
+    start = time.monotonic()
+    assert lock.acquire(sleep=0.05, blocking_timeout=0.4) is False
+    assert 0.3 < time.monotonic() - start < 5
+    assert r.get(key) == b"bar"  # untouched
+
+    # The key deleted while a blocking acquire polls: that acquire gets the lock.
+    lock = r.lock(key, timeout=10, thread_local=False, lock_class=RedisPyLock)
+    result = []
+    before = command_calls(r, "lock.acquire")
+    t = threading.Thread(target=lambda: result.append(lock.acquire(sleep=0.05, blocking_timeout=20)))
+    t.start()
+    wait_until("a second try", lambda: command_calls(r, "lock.acquire") >= before + 2)
+    r.delete(key)
+    t.join(30)
+    assert result == [True] and lock.owned()
+    lock.release()
+
+
+def test_async_key_of_another_type_counts_as_held_as_redis_py(server, r, key):
+    async def main():
+        ar = server.aclient()
+        await ar.set(key, "bar")
+        with pytest.raises(LockError, match="^Unable to acquire lock within the time specified$"):
+            async with ar.lock(key, blocking_timeout=0.1, lock_class=AsyncRedisPyLock):
+                pass
+        lock = ar.lock(key, timeout=10, sleep=0.05, lock_class=AsyncRedisPyLock)
+        assert await lock.acquire(blocking=False) is False
+        assert await lock.locked() is True
+        start = time.monotonic()
+        assert await lock.acquire(blocking_timeout=0.4) is False
+        assert 0.3 < time.monotonic() - start < 5
+        assert await ar.get(key) == b"bar"
+        await ar.aclose()
+
+    asyncio.run(main())

@@ -18,6 +18,7 @@ from redis.exceptions import LockError, ResponseError
 from redis.retry import Retry
 
 from conftest import await_until, command_calls, wait_until, wait_waiters, waiters
+from redislock_native import _wire
 from redislock_native import (
     AsyncLock,
     AsyncMultiLock,
@@ -397,6 +398,63 @@ def test_async_one_keepalive_task_keeps_holds(server, r, key):
             assert command_calls(r, "lock.extend") == 0
             assert (await s.info())["holds"] == 10
         assert all(r.exists(lock.name) == 0 for lock in locks)
+        await ar.aclose()
+
+    run(main())
+
+
+def swallow_one_cancellation(monkeypatch, command):
+    """Make the first ``_wire.acall_timed`` of ``command`` (``LOCK.SESSION KEEPALIVE``,
+    ``LOCK.EXTEND``) drop the cancellation that lands in it and go on, as ``asyncio.wait_for``
+    before Python 3.12 drops one that arrives in the instant its call completes (redis-py
+    wraps its writes in it). The returned event is set once that call is waiting."""
+    real = _wire.acall_timed
+    inside = asyncio.Event()
+    swallowed = []
+
+    async def acall_timed(client, args, timeout):
+        if " ".join(map(str, args)).startswith(command) and not swallowed:
+            inside.set()
+            try:
+                await asyncio.sleep(3600)  # close() or release() cancels it here
+            except asyncio.CancelledError:
+                swallowed.append(True)  # dropped: the task goes on as if the reply had come
+        return await real(client, args, timeout)
+
+    monkeypatch.setattr(_wire, "acall_timed", acall_timed)
+    return inside, swallowed
+
+
+def test_async_close_returns_when_a_cancellation_was_swallowed(server, r, monkeypatch):
+    """Issue 28's hang of test_async_one_keepalive_task_keeps_holds: close() cancelled the
+    keepalive task once and awaited it; a swallowed cancellation left the task keeping the
+    session alive and close() waiting for ever. Now the task is cancelled until it ends."""
+
+    async def main():
+        inside, swallowed = swallow_one_cancellation(monkeypatch, "LOCK.SESSION KEEPALIVE")
+        ar = server.aclient()
+        s = await AsyncSession(ar, 0.3).open()
+        await asyncio.wait_for(inside.wait(), 10)
+        assert await asyncio.wait_for(s.close(), 5) == 0
+        assert swallowed == [True] and not s.lost
+        assert r.execute_command("LOCK.SESSION", "INFO", s.id) is None
+        await ar.aclose()
+
+    run(main())
+
+
+def test_async_watchdog_release_returns_when_a_cancellation_was_swallowed(server, r, key, monkeypatch):
+    """The same for a lock's watchdog task, which release() stops before LOCK.RELEASE."""
+
+    async def main():
+        inside, swallowed = swallow_one_cancellation(monkeypatch, "LOCK.EXTEND")
+        ar = server.aclient()
+        lock = AsyncLock(ar, key, 0.6, watchdog=True, feed=False)
+        assert await lock.acquire()
+        await asyncio.wait_for(inside.wait(), 10)
+        assert await asyncio.wait_for(lock.release(), 5) is True
+        assert swallowed == [True]
+        assert r.exists(key) == 0
         await ar.aclose()
 
     run(main())
