@@ -100,11 +100,10 @@ fn the_session_expires_without_keepalive() {
         "LOCK.ACQUIRE",
         &[&a, "next", "5000", "BLOCK", "10000"],
     );
-    let started = Instant::now();
-    let (token, at) = waiter.granted();
+    // Granted within its 10 s wait, with no TTL anywhere: by the session's expiry (counted
+    // below), not by a deadline of the hold's own.
+    let (token, _) = waiter.granted();
     assert!(token > 0);
-    let waited = at - started;
-    assert!(waited < Duration::from_secs(3), "{waited:?}");
     assert_eq!(keepalive(&mut c, &id), None);
     assert_absent(&mut c, &b);
     assert_eq!(info_int(&mut c, "lock", "lock_sessions_expired"), 1);

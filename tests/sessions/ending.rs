@@ -42,19 +42,13 @@ fn a_killed_holder_process_hands_everything_over_at_once() {
         let refs: Vec<&str> = args.iter().map(String::as_str).collect();
         waiters.push(Waiter::start(&server, &mut c, "LOCK.ACQUIRE", &refs));
     }
-    let killed = Instant::now();
     holder.kill9();
+    // Each granted within its 20 s wait, where every ttl is 30 s: by the session's end with
+    // its connection (`lock_sessions_disconnected` below), not by a ttl.
     let mut replies: Vec<(i64, Instant)> = vec![];
     let a2 = waiters.remove(1);
     for waiter in waiters {
         replies.push(waiter.granted());
-    }
-    for (_, at) in &replies {
-        let after = *at - killed;
-        assert!(
-            after < Duration::from_secs(2),
-            "granted {after:?} after the kill"
-        );
     }
     // a2 queued behind a1: still waiting, and first in line.
     assert_eq!(
@@ -72,7 +66,7 @@ fn a_killed_holder_process_hands_everything_over_at_once() {
 #[test]
 fn client_kill_and_idle_timeout_end_a_bound_session() {
     let (server, mut c) = start();
-    for how in ["CLIENT KILL", "timeout"] {
+    for (ended, how) in [(1, "CLIENT KILL"), (2, "timeout")] {
         let key = new_key();
         let mut holder = server.conn();
         let id = open(&mut holder, 30_000, &["BOUND"]);
@@ -83,7 +77,6 @@ fn client_kill_and_idle_timeout_end_a_bound_session() {
             "LOCK.ACQUIRE",
             &[&key, "next", "30000", "BLOCK", "20000"],
         );
-        let started = Instant::now();
         if how == "CLIENT KILL" {
             let victim = client_id(&mut holder);
             let killed: i64 = redis::cmd("CLIENT")
@@ -95,14 +88,16 @@ fn client_kill_and_idle_timeout_end_a_bound_session() {
             // The holder goes idle; the server closes it after `timeout` seconds.
             config_set(&mut c, "timeout", "1").unwrap();
         }
-        let (_, at) = waiter.granted();
-        assert!(
-            at - started < Duration::from_secs(5),
-            "{how}: {:?}",
-            at - started
-        );
+        // Granted within its 20 s wait, where the ttls are 30 s: the connection's end ended
+        // the session.
+        waiter.granted();
         // The idle timeout closes this connection too, when it sat idle long enough.
         c = server.conn();
+        assert_eq!(
+            info_int(&mut c, "lock", "lock_sessions_disconnected"),
+            ended,
+            "{how}"
+        );
         assert_eq!(keepalive(&mut c, &id), None, "{how}");
         config_set(&mut c, "timeout", "0").unwrap();
         drop(holder);

