@@ -31,8 +31,10 @@ fn thousands_of_waiters_are_served_in_order_and_their_memory_comes_back() {
         stream
             .set_read_timeout(Some(Duration::from_secs(10)))
             .unwrap();
+        // A ttl far longer than the test: on a loaded machine the walk down 2,000 waiters
+        // takes seconds, and a grant that expired before its release would pass the lock on.
         let cmd = format!(
-            "*6\r\n$12\r\nLOCK.ACQUIRE\r\n${}\r\n{key}\r\n${}\r\nw{i}\r\n$4\r\n1000\r\n$5\r\nBLOCK\r\n$1\r\n0\r\n",
+            "*6\r\n$12\r\nLOCK.ACQUIRE\r\n${}\r\n{key}\r\n${}\r\nw{i}\r\n$6\r\n600000\r\n$5\r\nBLOCK\r\n$1\r\n0\r\n",
             key.len(),
             format!("w{i}").len()
         );

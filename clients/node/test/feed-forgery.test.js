@@ -7,12 +7,11 @@
 
 const test = require('node:test');
 const assert = require('node:assert/strict');
-const { serverForFile, freshKeys, until, waiters } = require('./harness');
-const { KINDS, connect, connectPair, send, close } = require('./clients');
+const { ownServer, freshKeys, until, waiters } = require('./harness');
+const { KINDS, connect, send, close } = require('./clients');
 const { Election } = require('..');
 const { parseInfo } = require('../lib/feed');
 
-const server = serverForFile();
 const fresh = freshKeys('forgery-');
 
 /** INFO commandstats calls of `command` (0 if never called). */
@@ -31,7 +30,8 @@ async function channelOf(client, key) {
 
 for (const kind of KINDS) {
   test(`${kind}: forged messages depose nobody, real changes still arrive`, async (t) => {
-    const [a, b] = await connectPair(t, kind, server.port);
+    // It adds an ACL user and counts LOCK.INFO calls server-wide: a server of its own.
+    const { server, a, b } = await ownServer(t, kind);
     await send(b, 'ACL', 'SETUSER', 'forger', 'on', '>pw', 'resetkeys', 'resetchannels', '&*', '-@all', '+spublish');
     const forger = await connect('ioredis', server.port, { username: 'forger', password: 'pw' });
     t.after(() => close(forger));

@@ -7,7 +7,7 @@
 
 const test = require('node:test');
 const assert = require('node:assert/strict');
-const { startServer, serverForFile, freshKeys, sleep, until, waiters, clientId } = require('./harness');
+const { startServer, serverForFile, ownServer, freshKeys, sleep, until, waiters, clientId } = require('./harness');
 const { KINDS, connect, connectPair, send, close } = require('./clients');
 const { Lock, Session, Semaphore, ReadWriteLock, MultiLock } = require('..');
 const { feedFor, IDLE_CLOSE_MS } = require('../lib/feed');
@@ -48,14 +48,17 @@ for (const kind of KINDS) {
       assert.equal(reason, 'feed: deleted');
       assert.equal(lock.lostReason, 'feed: deleted');
       assert.equal(lock.signal.aborted, true);
-      assert.ok(at - deleted < 1000, `${at - deleted} ms`);
+      // The reason says the feed told it (no watchdog, a 30 s ttl); how soon is make bench's.
+      t.diagnostic(`loss reported ${(at - deleted).toFixed(1)} ms after the DEL`);
       assert.equal(await lock.release(), false);
       assert.equal(lost.calls.length, 1);
     });
 
     for (const how of ['FLUSHDB', 'FLUSHALL']) {
-      await t.test(`${how} is reported as flushed`, async () => {
-        const c = await connect(kind, server.port, dbOption(kind, 3));
+      await t.test(`${how} is reported as flushed`, async (st) => {
+        // A flush empties the whole server (or database): on a server of its own.
+        const own = (await ownServer(st, kind)).server;
+        const c = await connect(kind, own.port, dbOption(kind, 3));
         const lost = losses();
         const lock = new Lock(c, fresh('flushed'), 30000, { onLost: lost });
         assert.equal(await lock.acquire(), true);

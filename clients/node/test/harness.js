@@ -78,6 +78,26 @@ function serverForFile(args = []) {
   return server;
 }
 
+/**
+ * A server of the test's own, with a pair of clients of `kind` (connected through
+ * `./clients`), for a test that changes server-wide state (configs, ACL users, flushes) or
+ * asserts on it (command stats, `INFO lock` counters): the file's shared server stays as the
+ * other tests expect it. The clients close, then the server stops, when the test ends.
+ */
+async function ownServer(t, kind, args = []) {
+  const { connectPair } = require('./clients');
+  const server = await startServer(args);
+  let pair;
+  try {
+    pair = await connectPair(t, kind, server.port);
+  } catch (e) {
+    await server.stop();
+    throw e;
+  }
+  t.after(() => server.stop()); // after the clients' own `after` (hooks run in order)
+  return { server, a: pair[0], b: pair[1] };
+}
+
 /** `fresh(what)`: a key name no other test of the file (nor another run of it) uses. */
 function freshKeys(prefix) {
   let n = 0;
@@ -121,4 +141,4 @@ async function clientId(client, name) {
   return line === undefined ? null : /id=(\d+)/.exec(line)[1];
 }
 
-module.exports = { startServer, startCluster, serverForFile, freshKeys, sleep, until, info, waiters, clientId };
+module.exports = { startServer, startCluster, serverForFile, ownServer, freshKeys, sleep, until, info, waiters, clientId };
