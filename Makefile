@@ -140,7 +140,7 @@ test-servers: test-deps servers ## Every suite (module, Rust, Python, Node) on R
 	@tests/suites.sh $(matrix_suites)
 
 matrix_suite = $(1) --version && TORTURE_SECS=$${TORTURE_SECS:-1} PYTHONPATH=$(PY_DEPS) REDIS_SERVER=$(1) \
-	REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) $(CARGO) test --tests -- $(RUST_SKIPS)
+	REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) $(CARGO) test --workspace --tests -- $(RUST_SKIPS)
 # Per server: the module's and the Rust client's tests, the Python package's (redis-py 8.1) and
 # the Node package's, so every client runs on every server of the matrix.
 matrix_server = $(1) '$(call matrix_suite,$(2))' $(1)-python '$(call python_suite,$(PY_DEPS),$(2))' \
