@@ -229,10 +229,10 @@ public final class Election {
 
     /** MULTI, LOCK.WATCH, LOCK.INFO, EXEC: {channel, seq, info}, one moment. */
     private synchronized Object[] stateRead() {
-      LockClient.on(watchConn, new CommandArguments(Cmd.MULTI));
-      LockClient.on(watchConn, new CommandArguments(Cmd.WATCH).key(name));
-      LockClient.on(watchConn, new CommandArguments(Cmd.INFO).key(name));
-      List<?> exec = (List<?>) LockClient.on(watchConn, new CommandArguments(Cmd.EXEC));
+      LockClient.on(watchConn, client.args(Cmd.MULTI));
+      LockClient.on(watchConn, client.args(Cmd.WATCH).key(name));
+      LockClient.on(watchConn, client.args(Cmd.INFO).key(name));
+      List<?> exec = (List<?>) LockClient.on(watchConn, client.args(Cmd.EXEC));
       List<?> watch = (List<?>) exec.get(0);
       return new Object[] {watch.get(0), watch.get(1), LockInfo.parse(exec.get(1))};
     }

@@ -31,7 +31,7 @@ public final class Fence {
     if (token <= 0) {
       throw new StaleTokenException("no token: the lock " + lockKey + " is not held");
     }
-    CommandArguments a = new CommandArguments(Cmd.EVAL).add(FENCED_CALL_LUA).add(2).key(lockKey).key(key).add(token).add(command);
+    CommandArguments a = client.args(Cmd.EVAL).add(FENCED_CALL_LUA).add(2).key(lockKey).key(key).add(token).add(command);
     for (Object arg : args) {
       a.add(arg);
     }

@@ -163,7 +163,7 @@ public class Lock implements java.util.concurrent.locks.Lock {
   void modeArgs(CommandArguments args) {}
 
   CommandArguments acquireArgs(long blockMs) {
-    CommandArguments args = new CommandArguments(Cmd.ACQUIRE).key(name).add(owner).add(ttlMs);
+    CommandArguments args = client.args(Cmd.ACQUIRE).key(name).add(owner).add(ttlMs);
     modeArgs(args);
     sessionArgs(args);
     if (options.lockDelay != null) {
@@ -182,11 +182,11 @@ public class Lock implements java.util.concurrent.locks.Lock {
   }
 
   CommandArguments releaseArgs() {
-    return new CommandArguments(Cmd.RELEASE).key(name).add(owner);
+    return client.args(Cmd.RELEASE).key(name).add(owner);
   }
 
   CommandArguments extendArgs() {
-    return new CommandArguments(Cmd.EXTEND).key(name).add(owner).add(ttlMs);
+    return client.args(Cmd.EXTEND).key(name).add(owner).add(ttlMs);
   }
 
   boolean renewed(Object reply) {
@@ -283,7 +283,7 @@ public class Lock implements java.util.concurrent.locks.Lock {
     Object reply = client.blockingCall(key, conn -> {
       Object r = LockClient.blocking(conn, args);
       if (r != null) {
-        acked[0] = (Long) LockClient.on(conn, new CommandArguments(Cmd.WAIT).add(options.durable).add(options.durableTimeout.toMillis()));
+        acked[0] = (Long) LockClient.on(conn, client.args(Cmd.WAIT).add(options.durable).add(options.durableTimeout.toMillis()));
       }
       return r;
     }, conn -> before != 0 ? null : LockClient.on(conn, releaseArgs()));
@@ -513,13 +513,13 @@ public class Lock implements java.util.concurrent.locks.Lock {
 
   /** True if anyone holds the lock (LOCK.FENCE key). */
   public boolean isLocked() {
-    return client.call(name, new CommandArguments(Cmd.FENCE).key(name)) != null;
+    return client.call(name, client.args(Cmd.FENCE).key(name)) != null;
   }
 
   /** True if this handle's hold is the live one (LOCK.FENCE key token). */
   public boolean isOwned() {
     long t = token;
-    return t != 0 && Long.valueOf(1).equals(client.call(name, new CommandArguments(Cmd.FENCE).key(name).add(t)));
+    return t != 0 && Long.valueOf(1).equals(client.call(name, client.args(Cmd.FENCE).key(name).add(t)));
   }
 
   /**

@@ -18,6 +18,7 @@ import java.util.concurrent.ThreadFactory;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.function.Function;
 import redis.clients.jedis.BuilderFactory;
+import redis.clients.jedis.ClusterCommandArguments;
 import redis.clients.jedis.CommandArguments;
 import redis.clients.jedis.CommandObject;
 import redis.clients.jedis.Connection;
@@ -151,10 +152,15 @@ public final class LockClient implements AutoCloseable {
 
   /** LOCK.INFO: who holds {@code name}, or null when nobody does. */
   public LockInfo info(String name) {
-    return LockInfo.parse(call(name, new CommandArguments(Cmd.INFO).key(name)));
+    return LockInfo.parse(call(name, args(Cmd.INFO).key(name)));
   }
 
   // --- plumbing for the recipes ---
+
+  /** A command's arguments, of the kind the Jedis client routes (by slot in a cluster). */
+  CommandArguments args(Cmd cmd) {
+    return cluster ? new ClusterCommandArguments(cmd) : new CommandArguments(cmd);
+  }
 
   /** Run a command through the Jedis client (routed by its keys); the reply decoded. */
   Object call(String routeKey, CommandArguments args) {

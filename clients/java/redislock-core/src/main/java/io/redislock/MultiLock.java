@@ -61,7 +61,7 @@ public class MultiLock extends Lock {
 
   @Override
   CommandArguments acquireArgs(long blockMs) {
-    CommandArguments args = new CommandArguments(Cmd.MACQUIRE).add(names.size());
+    CommandArguments args = client.args(Cmd.MACQUIRE).add(names.size());
     for (String n : names) {
       args.key(n);
     }
@@ -75,7 +75,7 @@ public class MultiLock extends Lock {
 
   @Override
   CommandArguments releaseArgs() {
-    CommandArguments args = new CommandArguments(Cmd.MRELEASE).add(names.size());
+    CommandArguments args = client.args(Cmd.MRELEASE).add(names.size());
     for (String n : names) {
       args.key(n);
     }
@@ -84,7 +84,7 @@ public class MultiLock extends Lock {
 
   @Override
   CommandArguments extendArgs() {
-    CommandArguments args = new CommandArguments(Cmd.EVAL).add(EXTEND_ALL_LUA).add(names.size());
+    CommandArguments args = client.args(Cmd.EVAL).add(EXTEND_ALL_LUA).add(names.size());
     for (String n : names) {
       args.key(n);
     }

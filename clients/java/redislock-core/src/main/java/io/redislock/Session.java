@@ -122,7 +122,7 @@ public final class Session implements AutoCloseable {
   }
 
   private CommandArguments openArgs() {
-    CommandArguments args = new CommandArguments(Cmd.SESSION).add("OPEN").add(ttlMs);
+    CommandArguments args = client.args(Cmd.SESSION).add("OPEN").add(ttlMs);
     if (options.bound) {
       args.add("BOUND");
     }
@@ -181,7 +181,7 @@ public final class Session implements AutoCloseable {
 
   private void keepalive() {
     try {
-      Object remaining = client.call(routeKey(), new CommandArguments(Cmd.SESSION).add("KEEPALIVE").key(id));
+      Object remaining = client.call(routeKey(), client.args(Cmd.SESSION).add("KEEPALIVE").key(id));
       if (remaining == null) {
         lose("ended");
       }
@@ -206,7 +206,7 @@ public final class Session implements AutoCloseable {
 
   /** LOCK.SESSION INFO as a map (ttl, bound, lockdelay, holds), or null. */
   public Map<String, Object> info() {
-    Object reply = client.call(routeKey(), new CommandArguments(Cmd.SESSION).add("INFO").key(usableIdOrOpen()));
+    Object reply = client.call(routeKey(), client.args(Cmd.SESSION).add("INFO").key(usableIdOrOpen()));
     return reply == null ? null : LockInfo.fields(reply);
   }
 
@@ -238,7 +238,7 @@ public final class Session implements AutoCloseable {
       if (lostReason != null) {
         return null;
       }
-      return (Long) client.call(routeKey(), new CommandArguments(Cmd.SESSION).add("CLOSE").key(id));
+      return (Long) client.call(routeKey(), client.args(Cmd.SESSION).add("CLOSE").key(id));
     } finally {
       if (conn != null) {
         conn.close();
