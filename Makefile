@@ -12,7 +12,7 @@ APT_PACKAGES := redis-server redis-sentinel libclang-dev clang gcc iptables ipro
 CLOCKSHIFT := target/clockshift/libclockshift.so
 
 
-.PHONY: help deps test-deps clockshift build run test test-python test-node test-java servers test-servers test-valkey torture bench bench-instructions cluster cluster-stop bench-cluster lint fmt clean
+.PHONY: help deps test-deps clockshift build run test test-python test-node test-java servers test-servers test-valkey torture bench bench-java bench-instructions cluster cluster-stop bench-cluster lint fmt clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -171,6 +171,19 @@ bench: build servers ## Benchmarks vs the classic pattern and real lock librarie
 		REDIS_SERVER=$(REDIS_SERVER) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_RELEASE) QUICK=$(QUICK) ONLY=$(ONLY) \
 			$(CARGO) bench --bench inventory; \
 	fi
+	@if [ -n "$(JAVA_OK)" ] && { [ -z "$(ONLY)" ] || [[ ",$(ONLY)," == *,java,* ]]; }; then \
+		$(MAKE) --no-print-directory bench-java QUICK=$(QUICK); \
+	else echo "the Java benchmark (make bench-java) is skipped: ONLY=$(ONLY), or no mvn and JDK 17+"; fi
+
+# The Java client's Lock against Redisson's RLock (benches/java, a Maven project outside
+# clients/java's build: Redisson comes from Maven Central only here).
+bench-java: build ## Java: this client's Lock vs Redisson's RLock, handoffs/s and p50/p99 at 8 and 32 threads, and a holder killed with SIGKILL; writes benches/results/java-handoffs.md (QUICK=1: 1 s runs into target/bench/)
+	@[ -n "$(JAVA_OK)" ] || { echo "mvn or a JDK 17+ not found: cannot run the Java benchmark"; exit 1; }
+	$(CARGO) build -p redis-lock-harness
+	cd clients/java && mvn -q -B install -DskipTests
+	cd benches/java && mvn -q -B compile dependency:build-classpath -Dmdep.outputFile=target/cp.txt
+	REDIS_SERVER=$(REDIS_SERVER) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_RELEASE) QUICK=$(QUICK) \
+		java -Dredislock.workspace=$(CURDIR) -cp benches/java/target/classes:$$(cat benches/java/target/cp.txt) io.redislock.bench.JavaLockBench
 
 bench-instructions: build servers ## Server instructions per operation under callgrind (Redis 7.0 and 8.2, bare/AOF/AOF+replica); writes benches/results/instructions.md and instructions_handoff.md/.json (contended handoffs vs BLPOP, the semaphore vs the sorted set) (QUICK=1: smoke run into target/)
 	@command -v valgrind >/dev/null || { echo "valgrind is missing: sudo apt-get install -y valgrind"; exit 1; }

@@ -17,6 +17,7 @@ import java.util.concurrent.ScheduledThreadPoolExecutor;
 import java.util.concurrent.ThreadFactory;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.function.Function;
+import org.apache.commons.pool2.impl.GenericObjectPoolConfig;
 import redis.clients.jedis.BuilderFactory;
 import redis.clients.jedis.ClusterCommandArguments;
 import redis.clients.jedis.CommandArguments;
@@ -78,6 +79,15 @@ public final class LockClient implements AutoCloseable {
   /** A client of one server, with Jedis's settings (auth, TLS, timeouts...). */
   public static LockClient connect(HostAndPort server, JedisClientConfig config) {
     UnifiedJedis jedis = new UnifiedJedis(new PooledConnectionProvider(server, config));
+    return new LockClient(jedis, config, key -> server, false);
+  }
+
+  /**
+   * A client of one server whose Jedis pool (for the single tries, releases and renewals; waits
+   * have connections of their own) is sized by {@code pool} (Jedis's default: 8 connections).
+   */
+  public static LockClient connect(HostAndPort server, JedisClientConfig config, GenericObjectPoolConfig<Connection> pool) {
+    UnifiedJedis jedis = new UnifiedJedis(new PooledConnectionProvider(server, config, pool));
     return new LockClient(jedis, config, key -> server, false);
   }
 
