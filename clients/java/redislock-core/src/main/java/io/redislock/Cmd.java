@@ -20,6 +20,7 @@ final class Cmd implements ProtocolCommand {
   static final Cmd MRELEASE = new Cmd("LOCK.MRELEASE");
   static final Cmd SESSION = new Cmd("LOCK.SESSION");
   static final Cmd WATCH = new Cmd("LOCK.WATCH");
+  static final Cmd UNWATCH = new Cmd("LOCK.UNWATCH");
   static final Cmd EVAL = new Cmd("EVAL");
   static final Cmd CLIENT = new Cmd("CLIENT");
   static final Cmd MULTI = new Cmd("MULTI");

@@ -33,8 +33,8 @@ import redis.clients.jedis.Connection;
  *
  * <p><b>Lifetime</b>: a hold lasts {@code ttl} from its grant. {@link #extend()} moves the
  * deadline; the watchdog ({@link Options#watchdog}) extends every third of the ttl; a loss (an
- * extend answered 0 or failed, the deadline passed, the session was lost) is reported once to
- * {@link Options#onLost}.
+ * extend answered 0 or failed, the deadline passed, the session was lost, or the change feed
+ * showed the hold gone, confirmed by LOCK.INFO) is reported once to {@link Options#onLost}.
  *
  * <p>{@link #newCondition()} is not supported: a condition would need the lock's waiters and
  * signals on the server, which the module does not have.
@@ -50,6 +50,7 @@ public class Lock implements java.util.concurrent.locks.Lock {
     Duration lockDelay;
     int durable;
     Duration durableTimeout = Duration.ofSeconds(1);
+    boolean feed = true;
 
     /** The owner string (default: host:pid:random UUID). Keep it unique per holder. */
     public Options owner(String owner) {
@@ -86,6 +87,16 @@ public class Lock implements java.util.concurrent.locks.Lock {
       return this;
     }
 
+    /**
+     * With {@link #onLost}: watch the key through the client's change feed while held (default
+     * true), so a loss (a DEL, a flush, another owner's grant) is reported at once, confirmed by
+     * LOCK.INFO, rather than at the next renewal or the deadline.
+     */
+    public Options feed(boolean on) {
+      this.feed = on;
+      return this;
+    }
+
     /** After a grant, WAIT until {@code replicas} acknowledged it (or DurabilityException). */
     public Options durable(int replicas, Duration timeout) {
       this.durable = replicas;
@@ -103,6 +114,7 @@ public class Lock implements java.util.concurrent.locks.Lock {
       o.lockDelay = lockDelay;
       o.durable = durable;
       o.durableTimeout = durableTimeout;
+      o.feed = feed;
       return o;
     }
   }
@@ -123,6 +135,8 @@ public class Lock implements java.util.concurrent.locks.Lock {
   private final Object state = new Object();
   private ScheduledFuture<?> watchdogTask;
   private ScheduledFuture<?> deadlineTask;
+  /** The feed watching this hold (with onLost), or null. */
+  private volatile Feed feed;
 
   Lock(LockClient client, String name, Duration ttl, Options options) {
     this.client = Objects.requireNonNull(client, "client");
@@ -207,6 +221,11 @@ public class Lock implements java.util.concurrent.locks.Lock {
     token = 0;
   }
 
+  /** The token this hold has on {@code key} (one per key for a MultiLock). */
+  long tokenFor(String key) {
+    return token;
+  }
+
   // --- accessors ---
 
   /** The lock's key. */
@@ -239,7 +258,10 @@ public class Lock implements java.util.concurrent.locks.Lock {
     return lostReason != null;
   }
 
-  /** "not held", "expired", "extend failed: ...", "session lost: ..."; null while not lost. */
+  /**
+   * "not held", "expired", "extend failed: ...", "session lost: ...", "feed: EVENT" or
+   * "feed: not held (LOCK.INFO)"; null while not lost.
+   */
   public String lostReason() {
     return lostReason;
   }
@@ -383,6 +405,20 @@ public class Lock implements java.util.concurrent.locks.Lock {
     }
     if (options.session != null && options.session.hold(this)) {
       lose("session lost: " + options.session.lostReason());
+      return;
+    }
+    if (options.onLost != null && options.feed) {
+      Feed f = client.feedFor(keys().get(0));
+      feed = f;
+      f.hold(this);
+    }
+  }
+
+  private void unwatch() {
+    Feed f = feed;
+    feed = null;
+    if (f != null) {
+      f.drop(this);
     }
   }
 
@@ -439,6 +475,7 @@ public class Lock implements java.util.concurrent.locks.Lock {
       lostReason = reason;
     }
     stopTimers();
+    unwatch();
     if (options.session != null) {
       options.session.forget(this);
     }
@@ -455,6 +492,7 @@ public class Lock implements java.util.concurrent.locks.Lock {
   /** Its session was closed: the server released the hold cleanly; nothing to report. */
   void sessionClosed() {
     stopTimers();
+    unwatch();
     forget();
   }
 
@@ -463,6 +501,7 @@ public class Lock implements java.util.concurrent.locks.Lock {
   /** Give the lock back; true if this handle held it, false if it was lost already. */
   public boolean release() {
     stopTimers();
+    unwatch();
     if (options.session != null) {
       options.session.forget(this);
     }

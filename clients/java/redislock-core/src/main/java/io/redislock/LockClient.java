@@ -59,6 +59,7 @@ public final class LockClient implements AutoCloseable {
   private final ScheduledExecutorService scheduler;
   private final ExecutorService waiters;
   private final Map<HostAndPort, ConcurrentLinkedDeque<WaitConnection>> idle = new ConcurrentHashMap<>();
+  private final Map<HostAndPort, Feed> feeds = new ConcurrentHashMap<>();
 
   private LockClient(UnifiedJedis jedis, JedisClientConfig config, Function<String, HostAndPort> nodeFor, boolean cluster) {
     this.jedis = jedis;
@@ -196,6 +197,11 @@ public final class LockClient implements AutoCloseable {
     return conn;
   }
 
+  /** The change feed of the node serving {@code key} (made on first use, again if it broke). */
+  Feed feedFor(String key) {
+    return feeds.compute(nodeFor(key), (node, f) -> f == null || f.isClosed() ? new Feed(this, key) : f);
+  }
+
   /** A wait connection: one that carries only blocking commands, with its client id. */
   static final class WaitConnection {
     final Connection conn;
@@ -309,6 +315,9 @@ public final class LockClient implements AutoCloseable {
 
   @Override
   public void close() {
+    for (Feed f : feeds.values()) {
+      f.close();
+    }
     scheduler.shutdownNow();
     waiters.shutdownNow();
     for (ConcurrentLinkedDeque<WaitConnection> pool : idle.values()) {

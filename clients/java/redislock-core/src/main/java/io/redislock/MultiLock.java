@@ -114,6 +114,13 @@ public class MultiLock extends Lock {
   }
 
   @Override
+  long tokenFor(String key) {
+    List<Long> t = tokens;
+    int i = names.indexOf(key);
+    return t == null || i < 0 ? 0 : t.get(i);
+  }
+
+  @Override
   void forget() {
     token = 0;
     tokens = null;

@@ -89,7 +89,9 @@ class ElectionTest {
     Election e = client.election(name, Election.options().ttl(Duration.ofMillis(600)));
     Leadership a = e.campaign("node-a", Duration.ofSeconds(1), (l, x) -> lost.complete(x)).orElseThrow();
     redis.del(name);
-    assertEquals("not held", lost.get(10, TimeUnit.SECONDS).reason());
+    // two reporters race: the change feed (at once) and the watchdog's next LOCK.EXTEND
+    String reason = lost.get(10, TimeUnit.SECONDS).reason();
+    assertTrue(reason.equals("feed: deleted") || reason.equals("not held"), reason);
     assertTrue(a.isLost());
   }
 }

@@ -253,7 +253,7 @@ class LockTest {
     String k = key("watchdog");
     CompletableFuture<LockLostException> lost = new CompletableFuture<>();
     Lock a = client.lock(k, Duration.ofMillis(600),
-        Lock.options().watchdog(true).onLost((lock, e) -> lost.complete(e)));
+        Lock.options().watchdog(true).feed(false).onLost((lock, e) -> lost.complete(e)));
     assertTrue(a.tryLock());
     long t = a.token();
     Thread.sleep(1500); // time passing is the point: 2.5 ttls without a loss
@@ -268,11 +268,45 @@ class LockTest {
   void aHoldWithoutWatchdogIsReportedExpiredAtItsDeadline() throws Exception {
     String k = key("deadline");
     CompletableFuture<LockLostException> lost = new CompletableFuture<>();
-    Lock a = client.lock(k, Duration.ofMillis(200), Lock.options().onLost((lock, e) -> lost.complete(e)));
+    Lock a = client.lock(k, Duration.ofMillis(200), Lock.options().feed(false).onLost((lock, e) -> lost.complete(e)));
     assertTrue(a.tryLock());
     assertEquals("expired", lost.get(10, TimeUnit.SECONDS).reason());
     LockLostException e = assertThrows(LockLostException.class, a::unlock);
     assertEquals("expired", e.reason());
+  }
+
+  /** No watchdog, a deadline a minute away: only the change feed can report this loss in time. */
+  @Test
+  void theFeedReportsALossAtOnceAndAForgedMessageIsNone() throws Exception {
+    String k = key("feed");
+    java.util.List<LockLostException> reports = Collections.synchronizedList(new ArrayList<>());
+    CompletableFuture<LockLostException> lost = new CompletableFuture<>();
+    Lock a = client.lock(k, Duration.ofSeconds(60), Lock.options().onLost((lock, e) -> {
+      reports.add(e);
+      lost.complete(e);
+    }));
+    assertTrue(a.tryLock());
+    // a forged message: the feed reads LOCK.INFO, which still lists the token, and reports nothing
+    java.util.List<?> watch = (java.util.List<?>) redis.sendCommand(() -> "LOCK.WATCH".getBytes(), k);
+    String channel = new String((byte[]) watch.get(0), java.nio.charset.StandardCharsets.UTF_8);
+    long reads = lockInfoCalls();
+    redis.sendCommand(() -> "SPUBLISH".getBytes(), channel, "1 released 0 0 ");
+    waitUntil("the feed read the state after the forged message", Duration.ofSeconds(10), () -> lockInfoCalls() > reads);
+    assertFalse(lost.isDone(), "a forged message is no loss");
+    redis.del(k);
+    assertEquals("feed: deleted", lost.get(10, TimeUnit.SECONDS).reason(), "the real event, not the forged one");
+    assertTrue(a.isLost());
+    assertEquals(1, reports.size());
+  }
+
+  /** How many LOCK.INFO calls the server has run (INFO commandstats). */
+  static long lockInfoCalls() {
+    for (String line : redis.info("commandstats").split("\r?\n")) {
+      if (line.startsWith("cmdstat_lock.info:calls=")) {
+        return Long.parseLong(line.substring("cmdstat_lock.info:calls=".length()).split(",")[0]);
+      }
+    }
+    return 0;
   }
 
   @Test

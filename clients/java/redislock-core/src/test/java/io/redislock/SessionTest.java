@@ -64,7 +64,7 @@ class SessionTest {
     CompletableFuture<LockLostException> lockLost = new CompletableFuture<>();
     Session s = client.session(Duration.ofSeconds(30), Session.options().bound(true).onLost(sessionLost::complete)).open();
     String k = key("bound");
-    Lock a = client.lock(k, Duration.ZERO, Lock.options().session(s).onLost((l, e) -> lockLost.complete(e)));
+    Lock a = client.lock(k, Duration.ZERO, Lock.options().session(s).feed(false).onLost((l, e) -> lockLost.complete(e)));
     assertTrue(a.tryLock());
     Map<String, Object> info = s.info();
     long boundId = (Long) info.get("bound");
