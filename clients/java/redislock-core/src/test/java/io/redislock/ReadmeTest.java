@@ -42,20 +42,43 @@ class ReadmeTest {
     return out;
   }
 
-  /** Compile {@code source} (its public class) and run it in a JVM of its own; its output. */
-  static String run(String source) throws Exception {
-    Matcher cls = Pattern.compile("public class (\\w+)").matcher(source);
-    assertTrue(cls.find());
+  static final String CP = System.getProperty("surefire.test.class.path", System.getProperty("java.class.path"));
+  static Path compiled;
+
+  /** Every program of both READMEs, compiled in one javac run (6379 replaced by the test port). */
+  static synchronized Path compiled() throws Exception {
+    if (compiled != null) {
+      return compiled;
+    }
     Path dir = Files.createTempDirectory("readme");
-    Path file = dir.resolve(cls.group(1) + ".java");
-    Files.writeString(file, source.replace("6379", String.valueOf(server.address().getPort())));
-    String cp = System.getProperty("surefire.test.class.path", System.getProperty("java.class.path"));
+    List<String> args = new ArrayList<>(List.of("-cp", CP, "-d", dir.toString()));
+    List<String> all = new ArrayList<>(programs("README.md"));
+    all.addAll(programs("clients/java/README.md"));
+    for (String source : all) {
+      Path file = dir.resolve(className(source) + ".java");
+      Files.writeString(file, source.replace("6379", String.valueOf(server.address().getPort())));
+      args.add(file.toString());
+    }
     JavaCompiler javac = ToolProvider.getSystemJavaCompiler();
     ByteArrayOutputStream errors = new ByteArrayOutputStream();
-    int rc = javac.run(null, null, errors, "-cp", cp, "-d", dir.toString(), file.toString());
+    int rc = javac.run(null, null, errors, args.toArray(new String[0]));
     assertEquals(0, rc, errors.toString(StandardCharsets.UTF_8));
+    compiled = dir;
+    return dir;
+  }
+
+  static String className(String source) {
+    Matcher cls = Pattern.compile("public class (\\w+)").matcher(source);
+    assertTrue(cls.find());
+    return cls.group(1);
+  }
+
+  /** Run the program {@code source} (compiled above) in a JVM of its own; its output. */
+  static String run(String source) throws Exception {
+    Path dir = compiled();
+    String cp = CP;
     String javaBin = Paths.get(System.getProperty("java.home"), "bin", "java").toString();
-    Process p = new ProcessBuilder(javaBin, "-cp", dir + java.io.File.pathSeparator + cp, cls.group(1)).redirectErrorStream(true).start();
+    Process p = new ProcessBuilder(javaBin, "-cp", dir + java.io.File.pathSeparator + cp, className(source)).redirectErrorStream(true).start();
     String out = new String(p.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
     assertTrue(p.waitFor(30, TimeUnit.SECONDS));
     assertEquals(0, p.exitValue(), out);
