@@ -410,7 +410,13 @@ public class Lock implements java.util.concurrent.locks.Lock {
     if (options.onLost != null && options.feed) {
       Feed f = client.feedFor(keys().get(0));
       feed = f;
-      f.hold(this);
+      try {
+        f.hold(this);
+      } catch (RuntimeException e) {
+        // The grant stands: a feed that cannot watch leaves the report to the watchdog and the
+        // deadline, as with feed(false), rather than failing an acquire that succeeded.
+        feed = null;
+      }
     }
   }
 
