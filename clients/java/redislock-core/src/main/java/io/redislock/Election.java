@@ -1,0 +1,281 @@
+package io.redislock;
+
+import java.time.Duration;
+import java.util.List;
+import java.util.Objects;
+import java.util.Optional;
+import java.util.concurrent.BlockingQueue;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.LinkedBlockingQueue;
+import java.util.concurrent.TimeUnit;
+import java.util.function.BiConsumer;
+import redis.clients.jedis.CommandArguments;
+import redis.clients.jedis.Connection;
+import redis.clients.jedis.JedisShardedPubSub;
+
+/**
+ * Leader election on one lock key, as the Python, Node and Rust clients' {@code Election}.
+ *
+ * <p>A candidate {@link #campaign campaigns} with {@code LOCK.ACQUIRE name value ttl BLOCK ...}:
+ * it waits in the key's FIFO queue, one command, and leads once granted. The owner is the
+ * candidate's <em>value</em> (an address, an id: keep values unique); the <em>term</em> is the
+ * grant's fencing token, larger for every new leader, so a deposed leader's fenced writes are
+ * refused. A leadership is a {@link Lock} with a watchdog, or with {@link Options#session} a
+ * hold of the session (a bound session ends the moment the leader's process dies).
+ *
+ * <p>{@link #leader()} reads LOCK.INFO. {@link #observe()} follows the key's change feed; every
+ * message is only a claim (anyone allowed to SPUBLISH can forge one), so each makes the observer
+ * read the state ({@code MULTI, LOCK.WATCH, LOCK.INFO, EXEC}) and report what LOCK.INFO shows,
+ * and only when that differs from what it reported last.
+ */
+public final class Election {
+  /** A leadership's hold time without a session (renewed by its watchdog every third). */
+  public static final Duration DEFAULT_TTL = Duration.ofSeconds(10);
+
+  /** Settings: {@code Election.options().session(s)}. */
+  public static final class Options {
+    Duration ttl;
+    Session session;
+    Duration watchdogPeriod;
+
+    /** How long a leadership lasts unless renewed (default 10 s; with a session, 0: none). */
+    public Options ttl(Duration ttl) {
+      this.ttl = ttl;
+      return this;
+    }
+
+    /** Hold leaderships in this session (bound: takeover within ms of the leader's death). */
+    public Options session(Session session) {
+      this.session = session;
+      return this;
+    }
+
+    public Options watchdogPeriod(Duration period) {
+      this.watchdogPeriod = period;
+      return this;
+    }
+  }
+
+  public static Options options() {
+    return new Options();
+  }
+
+  /** Who leads: the value it campaigned with and its term (the grant's fencing token). */
+  public record Leader(String value, long term) {}
+
+  /** One change seen by an observer: the leader (null: nobody), resync for a state read. */
+  public record Change(Leader leader, boolean resync, long seq) {}
+
+  private final LockClient client;
+  private final String name;
+  private final Options options;
+  private volatile Leadership last;
+
+  Election(LockClient client, String name, Options options) {
+    this.client = client;
+    this.name = Objects.requireNonNull(name, "name");
+    this.options = options;
+  }
+
+  public String name() {
+    return name;
+  }
+
+  /**
+   * Wait in the queue until this candidate leads (null timeout: no limit); its Leadership, or
+   * empty if the timeout passed first. {@code onLost} (may be null) is told once when the
+   * leadership is found gone.
+   */
+  public Optional<Leadership> campaign(String value, Duration timeout, BiConsumer<Leadership, LockLostException> onLost)
+      throws InterruptedException {
+    Leadership[] self = new Leadership[1];
+    Lock.Options o = Lock.options().owner(value).onLost((lock, error) -> {
+      if (onLost != null) {
+        onLost.accept(self[0], error);
+      }
+    });
+    Duration ttl;
+    if (options.session != null) {
+      o.session(options.session);
+      ttl = options.ttl != null ? options.ttl : Duration.ZERO;
+    } else {
+      o.watchdog(true).watchdogPeriod(options.watchdogPeriod);
+      ttl = options.ttl != null ? options.ttl : DEFAULT_TTL;
+    }
+    Lock lock = new Lock(client, name, ttl, o);
+    self[0] = new Leadership(lock);
+    if (!lock.acquire(timeout)) {
+      return Optional.empty();
+    }
+    self[0].term = lock.token();
+    last = self[0];
+    return Optional.of(self[0]);
+  }
+
+  /** Step down from the last leadership this object won; false if it was not live. */
+  public boolean resign() {
+    Leadership l = last;
+    last = null;
+    return l != null && l.resign();
+  }
+
+  /** Who leads now (LOCK.INFO). */
+  public Optional<Leader> leader() {
+    return Optional.ofNullable(leaderOf(client.info(name)));
+  }
+
+  static Leader leaderOf(LockInfo info) {
+    if (info == null || info.holders().isEmpty()) {
+      return null;
+    }
+    LockInfo.Holder h = info.holders().get(0);
+    return new Leader(h.owner(), h.token());
+  }
+
+  /**
+   * An Observation of the leadership changes; the first is the state when it started
+   * ({@code resync} true). Close it when done.
+   */
+  public Observation observe() throws InterruptedException {
+    return new Observation();
+  }
+
+  /** A won leadership. */
+  public static final class Leadership {
+    private final Lock lock;
+    private volatile long term;
+
+    Leadership(Lock lock) {
+      this.lock = lock;
+    }
+
+    /** What this leader published (its owner string). */
+    public String value() {
+      return lock.owner();
+    }
+
+    /** The term: the grant's fencing token. */
+    public long term() {
+      return term;
+    }
+
+    public boolean isLost() {
+      return lock.isLost();
+    }
+
+    public String lostReason() {
+      return lock.lostReason();
+    }
+
+    /** The underlying lock (its token is the term). */
+    public Lock lock() {
+      return lock;
+    }
+
+    /** {@code command key args...}, only while this term is live; else StaleTokenException. */
+    public Object fenced(String command, String key, Object... args) {
+      return Fence.call(lock.client, lock.name(), term, command, key, args);
+    }
+
+    /** Step down (LOCK.RELEASE): the next candidate leads. True if this leadership was live. */
+    public boolean resign() {
+      return lock.release();
+    }
+  }
+
+  /** The changes of one election, in order: {@link #next(Duration)}. */
+  public final class Observation implements AutoCloseable {
+    private final Connection watchConn;
+    private final Connection subConn;
+    private final BlockingQueue<Change> changes = new LinkedBlockingQueue<>();
+    private final JedisShardedPubSub pubsub;
+    private Leader reported;
+    private boolean first = true;
+    private volatile boolean closed;
+
+    Observation() throws InterruptedException {
+      watchConn = client.dedicated(name);
+      subConn = client.dedicated(name);
+      String channel = (String) stateRead()[0];
+      CountDownLatch subscribed = new CountDownLatch(1);
+      pubsub = new JedisShardedPubSub() {
+        @Override
+        public void onSSubscribe(String ch, int count) {
+          subscribed.countDown();
+        }
+
+        @Override
+        public void onSMessage(String ch, String message) {
+          refresh();
+        }
+      };
+      Thread t = new Thread(() -> {
+        try {
+          pubsub.proceed(subConn, channel);
+        } catch (RuntimeException e) {
+          if (!closed) {
+            changes.add(new Change(null, true, -1)); // the feed broke: see LOCK.INFO yourself
+          }
+        }
+      }, "redislock-observe");
+      t.setDaemon(true);
+      t.start();
+      if (!subscribed.await(10, TimeUnit.SECONDS)) {
+        close();
+        throw new LockException("SSUBSCRIBE " + channel + " got no answer within 10 s");
+      }
+      refresh(); // the state once subscribed: nothing can fall between the read and the feed
+    }
+
+    /** MULTI, LOCK.WATCH, LOCK.INFO, EXEC: {channel, seq, info}, one moment. */
+    private synchronized Object[] stateRead() {
+      LockClient.on(watchConn, client.args(Cmd.MULTI));
+      LockClient.on(watchConn, client.args(Cmd.WATCH).key(name));
+      LockClient.on(watchConn, client.args(Cmd.INFO).key(name));
+      List<?> exec = (List<?>) LockClient.on(watchConn, client.args(Cmd.EXEC));
+      List<?> watch = (List<?>) exec.get(0);
+      return new Object[] {watch.get(0), watch.get(1), LockInfo.parse(exec.get(1))};
+    }
+
+    /** A message arrived (or we start): read the state, report it if it changed. */
+    private synchronized void refresh() {
+      if (closed) {
+        return;
+      }
+      Object[] s;
+      try {
+        s = stateRead();
+      } catch (RuntimeException e) {
+        if (!closed) {
+          changes.add(new Change(null, true, -1));
+        }
+        return;
+      }
+      Leader now = leaderOf((LockInfo) s[2]);
+      if (first || !Objects.equals(now, reported)) {
+        changes.add(new Change(now, first, (Long) s[1]));
+        reported = now;
+        first = false;
+      }
+    }
+
+    /** The next change, or empty if none came within {@code timeout}. */
+    public Optional<Change> next(Duration timeout) throws InterruptedException {
+      return Optional.ofNullable(changes.poll(timeout.toNanos(), TimeUnit.NANOSECONDS));
+    }
+
+    @Override
+    public void close() {
+      closed = true;
+      try {
+        if (pubsub.isSubscribed()) {
+          pubsub.sunsubscribe();
+        }
+      } catch (RuntimeException ignored) {
+        // closing anyway
+      }
+      subConn.close();
+      watchConn.close();
+    }
+  }
+}

@@ -1,0 +1,225 @@
+package io.redislock;
+
+import java.util.HashMap;
+import java.util.HashSet;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
+import redis.clients.jedis.CommandArguments;
+import redis.clients.jedis.Connection;
+import redis.clients.jedis.JedisShardedPubSub;
+
+/**
+ * The change feed of one node, for the holds whose loss must be reported at once (a lock made
+ * with {@code onLost}): one connection for {@code LOCK.WATCH} and the state reads, one for
+ * {@code SSUBSCRIBE}, shared by every such hold of the client on that node.
+ *
+ * <p>A message is only a claim: each one makes the feed read {@code MULTI, LOCK.WATCH, LOCK.INFO,
+ * EXEC} for its key, and a hold is reported lost only when LOCK.INFO no longer lists its token
+ * (with the message's event as the reason, {@code "feed: <event>"}).
+ */
+final class Feed {
+  private static final Set<String> ENDINGS = Set.of("released", "expired", "lost", "deleted", "flushed", "swapped", "demoted", "handoff", "acquired");
+
+  private final LockClient client;
+  private final String routeKey;
+  private Connection watchConn;
+  private Connection subConn;
+  private JedisShardedPubSub pubsub;
+  private volatile boolean closed;
+  /** key -> the holds watched there. */
+  private final Map<String, Set<Lock>> holds = new HashMap<>();
+  /** channel -> key, and back. */
+  private final Map<String, String> keyOf = new HashMap<>();
+  private final Map<String, String> channelOf = new HashMap<>();
+
+  Feed(LockClient client, String routeKey) {
+    this.client = client;
+    this.routeKey = routeKey;
+  }
+
+  /** Watch {@code lock}'s keys; report it lost at once if LOCK.INFO shows it gone already. */
+  synchronized void hold(Lock lock) {
+    if (closed) {
+      return;
+    }
+    for (String key : lock.keys()) {
+      Object[] state = stateRead(key);
+      String channel = (String) state[0];
+      holds.computeIfAbsent(key, k -> new HashSet<>()).add(lock);
+      if (!keyOf.containsKey(channel)) {
+        keyOf.put(channel, key);
+        channelOf.put(key, channel);
+        subscribe(channel);
+      }
+      if (!listed((LockInfo) state[1], lock.tokenFor(key))) {
+        lose(lock, "feed: not held (LOCK.INFO)");
+        return;
+      }
+    }
+  }
+
+  /** Stop watching {@code lock}; a key nobody here holds any more is unwatched. */
+  synchronized void drop(Lock lock) {
+    if (closed) {
+      return;
+    }
+    for (String key : lock.keys()) {
+      Set<Lock> set = holds.get(key);
+      if (set == null || !set.remove(lock) || !set.isEmpty()) {
+        continue;
+      }
+      holds.remove(key);
+      String channel = channelOf.remove(key);
+      keyOf.remove(channel);
+      try {
+        pubsub.sunsubscribe(channel);
+        LockClient.on(watchConn, client.args(Cmd.UNWATCH).key(key));
+      } catch (RuntimeException ignored) {
+        // the connection is gone: so is the watch
+      }
+    }
+  }
+
+  private void subscribe(String channel) {
+    if (pubsub != null) {
+      pubsub.ssubscribe(channel);
+      return;
+    }
+    subConn = client.dedicated(routeKey);
+    CountDownLatch subscribed = new CountDownLatch(1);
+    pubsub = new JedisShardedPubSub() {
+      @Override
+      public void onSSubscribe(String ch, int count) {
+        subscribed.countDown();
+      }
+
+      @Override
+      public void onSMessage(String ch, String message) {
+        message(ch, message);
+      }
+    };
+    Thread t = new Thread(() -> {
+      try {
+        pubsub.proceed(subConn, channel);
+      } catch (RuntimeException e) {
+        broken("feed connection lost: " + e.getMessage());
+      }
+    }, "redislock-feed");
+    t.setDaemon(true);
+    t.start();
+    try {
+      if (!subscribed.await(10, TimeUnit.SECONDS)) {
+        throw new LockException("SSUBSCRIBE " + channel + " got no answer within 10 s");
+      }
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      throw new LockException("interrupted while subscribing to " + channel);
+    }
+  }
+
+  /** MULTI, LOCK.WATCH, LOCK.INFO, EXEC on the watch connection: {channel, info, seq}. */
+  private Object[] stateRead(String key) {
+    if (watchConn == null) {
+      watchConn = client.dedicated(routeKey);
+    }
+    LockClient.on(watchConn, client.args(Cmd.MULTI));
+    LockClient.on(watchConn, client.args(Cmd.WATCH).key(key));
+    LockClient.on(watchConn, client.args(Cmd.INFO).key(key));
+    List<?> exec = (List<?>) LockClient.on(watchConn, client.args(Cmd.EXEC));
+    List<?> watch = (List<?>) exec.get(0);
+    return new Object[] {watch.get(0), LockInfo.parse(exec.get(1)), watch.get(1)};
+  }
+
+  private static boolean listed(LockInfo info, long token) {
+    if (info == null) {
+      return false;
+    }
+    for (LockInfo.Holder h : info.holders()) {
+      if (h.token() == token) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  /** A message (a claim): read the key's state and report the holds LOCK.INFO no longer lists. */
+  private void message(String channel, String message) {
+    List<Lock> gone = new java.util.ArrayList<>();
+    String reason;
+    synchronized (this) {
+      String key = keyOf.get(channel);
+      if (key == null || closed) {
+        return;
+      }
+      String[] words = message.split(" ", 5);
+      String event = words.length > 1 && ENDINGS.contains(words[1]) ? words[1] : null;
+      Object[] state;
+      try {
+        state = stateRead(key);
+      } catch (RuntimeException e) {
+        reasonAll("feed connection lost: " + e.getMessage());
+        return;
+      }
+      LockInfo info = (LockInfo) state[1];
+      // The message's words are used only when it is the key's latest change (its seq is the
+      // state's): anyone may SPUBLISH, so an older or forged message names no reason.
+      boolean latest = words[0].equals(String.valueOf(state[2]));
+      reason = event != null && latest ? "feed: " + event : "feed: not held (LOCK.INFO)";
+      for (Lock lock : holds.getOrDefault(key, Set.of())) {
+        if (!listed(info, lock.tokenFor(key))) {
+          gone.add(lock);
+        }
+      }
+    }
+    for (Lock lock : gone) {
+      lose(lock, reason);
+    }
+  }
+
+  private void reasonAll(String reason) {
+    Set<Lock> all = new HashSet<>();
+    holds.values().forEach(all::addAll);
+    for (Lock lock : all) {
+      client.scheduler().execute(() -> lock.lose(reason));
+    }
+  }
+
+  /** The subscription broke: every hold watched here is reported (fail-safe, as the watchdog). */
+  private synchronized void broken(String reason) {
+    if (closed) {
+      return;
+    }
+    closed = true;
+    reasonAll(reason);
+    close();
+  }
+
+  /** Report on a timer thread: the loss callback must not run inside the feed's lock. */
+  private void lose(Lock lock, String reason) {
+    client.scheduler().execute(() -> lock.lose(reason));
+  }
+
+  boolean isClosed() {
+    return closed;
+  }
+
+  synchronized void close() {
+    closed = true;
+    try {
+      if (pubsub != null && pubsub.isSubscribed()) {
+        pubsub.sunsubscribe();
+      }
+    } catch (RuntimeException ignored) {
+      // closing anyway
+    }
+    if (subConn != null) {
+      subConn.close();
+    }
+    if (watchConn != null) {
+      watchConn.close();
+    }
+  }
+}

@@ -1,0 +1,588 @@
+package io.redislock;
+
+import java.lang.management.ManagementFactory;
+import java.time.Duration;
+import java.util.List;
+import java.util.Objects;
+import java.util.UUID;
+import java.util.concurrent.Callable;
+import java.util.concurrent.ScheduledFuture;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.locks.Condition;
+import java.util.function.BiConsumer;
+import redis.clients.jedis.CommandArguments;
+import redis.clients.jedis.Connection;
+
+/**
+ * An exclusive lock held on the server ({@code LOCK.ACQUIRE}), as a
+ * {@link java.util.concurrent.locks.Lock}.
+ *
+ * <p><b>Ownership is the handle's, not the thread's.</b> The hold belongs to this object: its
+ * {@link #owner()} string (unique per handle) and the fencing {@link #token()} of the grant. Any
+ * thread may unlock it, so it works from virtual threads, executors and reactive code; two
+ * threads sharing one handle share one hold. Use one handle per holder. Not reentrant: a second
+ * acquire on a handle that holds the lock is the server's idempotent retry (same token, deadline
+ * moved), and one {@code unlock()} releases it.
+ *
+ * <p><b>Waiting</b> ({@link #tryLock(long, TimeUnit)}, {@link #lockInterruptibly()},
+ * {@link #lock()}): one try first through the Jedis client, then one
+ * {@code LOCK.ACQUIRE ... BLOCK ms} on a connection of its own: the server's FIFO queue does the
+ * waiting, no polling, no pub/sub, and no socket timeout cuts and re-sends the wait. An interrupt
+ * closes that connection; the server drops a disconnected waiter, and a grant that raced the
+ * interrupt is released, so nothing is left held.
+ *
+ * <p><b>Lifetime</b>: a hold lasts {@code ttl} from its grant. {@link #extend()} moves the
+ * deadline; the watchdog ({@link Options#watchdog}) extends every third of the ttl; a loss (an
+ * extend answered 0 or failed, the deadline passed, the session was lost, or the change feed
+ * showed the hold gone, confirmed by LOCK.INFO) is reported once to {@link Options#onLost}.
+ *
+ * <p>{@link #newCondition()} is not supported: a condition would need the lock's waiters and
+ * signals on the server, which the module does not have.
+ */
+public class Lock implements java.util.concurrent.locks.Lock {
+  /** Settings of a lock handle; {@code Lock.options().watchdog(true)...}. */
+  public static final class Options {
+    String owner;
+    boolean watchdog;
+    Duration watchdogPeriod;
+    BiConsumer<Lock, LockLostException> onLost;
+    Session session;
+    Duration lockDelay;
+    int durable;
+    Duration durableTimeout = Duration.ofSeconds(1);
+    boolean feed = true;
+
+    /** The owner string (default: host:pid:random UUID). Keep it unique per holder. */
+    public Options owner(String owner) {
+      this.owner = owner;
+      return this;
+    }
+
+    /** Renew the hold every third of the ttl (or {@link #watchdogPeriod}) while held. */
+    public Options watchdog(boolean on) {
+      this.watchdog = on;
+      return this;
+    }
+
+    public Options watchdogPeriod(Duration period) {
+      this.watchdogPeriod = period;
+      return this;
+    }
+
+    /** Called once when a hold is found lost, on a timer thread; keep it short. */
+    public Options onLost(BiConsumer<Lock, LockLostException> onLost) {
+      this.onLost = onLost;
+      return this;
+    }
+
+    /** Hold the lock in {@code session} ({@code SESSION id}): it ends when the session does. */
+    public Options session(Session session) {
+      this.session = session;
+      return this;
+    }
+
+    /** LOCKDELAY: after the hold expires, nobody gets the lock for this long (0 to 60 s). */
+    public Options lockDelay(Duration delay) {
+      this.lockDelay = delay;
+      return this;
+    }
+
+    /**
+     * With {@link #onLost}: watch the key through the client's change feed while held (default
+     * true), so a loss (a DEL, a flush, another owner's grant) is reported at once, confirmed by
+     * LOCK.INFO, rather than at the next renewal or the deadline.
+     */
+    public Options feed(boolean on) {
+      this.feed = on;
+      return this;
+    }
+
+    /** After a grant, WAIT until {@code replicas} acknowledged it (or DurabilityException). */
+    public Options durable(int replicas, Duration timeout) {
+      this.durable = replicas;
+      this.durableTimeout = timeout;
+      return this;
+    }
+
+    Options copy() {
+      Options o = new Options();
+      o.owner = owner;
+      o.watchdog = watchdog;
+      o.watchdogPeriod = watchdogPeriod;
+      o.onLost = onLost;
+      o.session = session;
+      o.lockDelay = lockDelay;
+      o.durable = durable;
+      o.durableTimeout = durableTimeout;
+      o.feed = feed;
+      return o;
+    }
+  }
+
+  public static Options options() {
+    return new Options();
+  }
+
+  final LockClient client;
+  final String name;
+  final String owner;
+  final Options options;
+  /** The hold time in ms that acquire, extend and the watchdog ask for. */
+  volatile long ttlMs;
+  /** The current hold's token; 0 when not held. */
+  volatile long token;
+  private volatile String lostReason;
+  private final Object state = new Object();
+  private ScheduledFuture<?> watchdogTask;
+  private ScheduledFuture<?> deadlineTask;
+  /** The feed watching this hold (with onLost), or null. */
+  private volatile Feed feed;
+
+  Lock(LockClient client, String name, Duration ttl, Options options) {
+    this.client = Objects.requireNonNull(client, "client");
+    this.name = Objects.requireNonNull(name, "name");
+    this.options = options.copy();
+    this.owner = options.owner != null ? options.owner : newOwner();
+    if (owner.isEmpty()) {
+      throw new IllegalArgumentException("owner must not be empty");
+    }
+    boolean inSession = options.session != null;
+    this.ttlMs = ttl.toMillis();
+    if (ttlMs < 0 || (ttlMs == 0 && !inSession)) {
+      throw new IllegalArgumentException("ttl must be a positive number of milliseconds (0 only in a session), got " + ttl);
+    }
+    if (inSession && options.watchdog) {
+      throw new IllegalArgumentException("a lock in a session runs no watchdog: the session's keepalive covers it");
+    }
+    if (inSession && options.lockDelay != null) {
+      throw new IllegalArgumentException("a lock in a session has its session's lockDelay");
+    }
+    if (options.watchdogPeriod != null && options.watchdogPeriod.toMillis() >= ttlMs) {
+      throw new IllegalArgumentException("watchdogPeriod must be shorter than the ttl");
+    }
+  }
+
+  static String newOwner() {
+    return ManagementFactory.getRuntimeMXBean().getName() + ":" + UUID.randomUUID();
+  }
+
+  // --- what the other kinds change ---
+
+  /** The keys the lock lives on (the first routes the command in a cluster). */
+  List<String> keys() {
+    return List.of(name);
+  }
+
+  /** SHARED [LIMIT n] for the shared kinds. */
+  void modeArgs(CommandArguments args) {}
+
+  CommandArguments acquireArgs(long blockMs) {
+    CommandArguments args = client.args(Cmd.ACQUIRE).key(name).add(owner).add(ttlMs);
+    modeArgs(args);
+    sessionArgs(args);
+    if (options.lockDelay != null) {
+      args.add("LOCKDELAY").add(options.lockDelay.toMillis());
+    }
+    if (blockMs >= 0) {
+      args.add("BLOCK").add(blockMs);
+    }
+    return args;
+  }
+
+  void sessionArgs(CommandArguments args) {
+    if (options.session != null) {
+      args.add("SESSION").add(options.session.usableId());
+    }
+  }
+
+  CommandArguments releaseArgs() {
+    return client.args(Cmd.RELEASE).key(name).add(owner);
+  }
+
+  CommandArguments extendArgs() {
+    return client.args(Cmd.EXTEND).key(name).add(owner).add(ttlMs);
+  }
+
+  boolean renewed(Object reply) {
+    return Long.valueOf(1).equals(reply);
+  }
+
+  boolean released(Object reply) {
+    return Long.valueOf(1).equals(reply);
+  }
+
+  /** Record a grant's reply; the token. */
+  long granted(Object reply) {
+    token = (Long) reply;
+    return token;
+  }
+
+  void forget() {
+    token = 0;
+  }
+
+  /** The token this hold has on {@code key} (one per key for a MultiLock). */
+  long tokenFor(String key) {
+    return token;
+  }
+
+  // --- accessors ---
+
+  /** The lock's key. */
+  public String name() {
+    return name;
+  }
+
+  /** Who holds it through this handle (the owner string sent to the server). */
+  public String owner() {
+    return owner;
+  }
+
+  /** The fencing token of the current hold; 0 when not held (tokens are >= 1). */
+  public long token() {
+    return token;
+  }
+
+  /** True while this handle has a grant it has not released or found lost (no round trip). */
+  public boolean isHeld() {
+    return token != 0 && lostReason == null;
+  }
+
+  /** The hold time acquire, extend and the watchdog ask for. */
+  public Duration ttl() {
+    return Duration.ofMillis(ttlMs);
+  }
+
+  /** True once the current hold was found lost. */
+  public boolean isLost() {
+    return lostReason != null;
+  }
+
+  /**
+   * "not held", "expired", "extend failed: ...", "session lost: ...", "feed: EVENT" or
+   * "feed: not held (LOCK.INFO)"; null while not lost.
+   */
+  public String lostReason() {
+    return lostReason;
+  }
+
+  // --- acquire ---
+
+  /**
+   * Take the lock; true if granted, false if {@code timeout} passed first ({@code null}: no limit;
+   * {@link Duration#ZERO}: one try). An interrupt ends the wait with InterruptedException and
+   * leaves no grant behind.
+   */
+  public boolean acquire(Duration timeout) throws InterruptedException {
+    if (Thread.interrupted()) {
+      throw new InterruptedException();
+    }
+    long waitMs = timeout == null ? -1 : Math.max(0, timeout.toMillis());
+    long before = token;
+    Object reply;
+    String key = keys().get(0);
+    if (options.durable > 0) {
+      return acquireDurable(key, waitMs, before);
+    }
+    reply = client.call(key, acquireArgs(-1)); // one try: most acquires are granted at once
+    if (reply == null && waitMs != 0) {
+      // Then one LOCK.ACQUIRE ... BLOCK on a connection of its own. The try above answered nil,
+      // so this handle holds nothing there: the cleanup may release what a racing grant gave.
+      CommandArguments blockArgs = acquireArgs(waitMs < 0 ? 0 : waitMs);
+      reply = client.blockingCall(key, conn -> LockClient.blocking(conn, blockArgs), conn -> LockClient.on(conn, releaseArgs()));
+    }
+    if (reply == null) {
+      return false;
+    }
+    granted(reply);
+    held();
+    return true;
+  }
+
+  private boolean acquireDurable(String key, long waitMs, long before) throws InterruptedException {
+    CommandArguments args = acquireArgs(waitMs < 0 ? 0 : waitMs);
+    long[] acked = {-1};
+    Object reply = client.blockingCall(key, conn -> {
+      Object r = LockClient.blocking(conn, args);
+      if (r != null) {
+        acked[0] = (Long) LockClient.on(conn, client.args(Cmd.WAIT).add(options.durable).add(options.durableTimeout.toMillis()));
+      }
+      return r;
+    }, conn -> before != 0 ? null : LockClient.on(conn, releaseArgs()));
+    if (reply == null) {
+      return false;
+    }
+    long t = granted(reply);
+    if (acked[0] < options.durable) {
+      String what = name + ": " + acked[0] + " of " + options.durable + " replicas acknowledged the grant within "
+          + options.durableTimeout.toMillis() + " ms";
+      if (before != 0 && t == before) {
+        held();
+        throw new DurabilityException(what + "; the hold this lock already had is kept", acked[0], options.durable, false, true);
+      }
+      forget();
+      client.call(key, releaseArgs());
+      throw new DurabilityException(what + "; the grant was released", acked[0], options.durable, true, false);
+    }
+    held();
+    return true;
+  }
+
+  /** One try: true if granted now. */
+  @Override
+  public boolean tryLock() {
+    try {
+      return acquire(Duration.ZERO);
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      return false;
+    }
+  }
+
+  /** Wait up to {@code time} in the server's queue (one BLOCK command); false if it passed. */
+  @Override
+  public boolean tryLock(long time, TimeUnit unit) throws InterruptedException {
+    return acquire(Duration.ofNanos(unit.toNanos(Math.max(0, time))));
+  }
+
+  /** Wait without limit; an interrupt ends the wait and leaves no grant behind. */
+  @Override
+  public void lockInterruptibly() throws InterruptedException {
+    acquire(null);
+  }
+
+  /**
+   * Wait without limit, not interruptible (as {@code java.util.concurrent.locks.Lock#lock}): an
+   * interrupt during the wait ends that wait cleanly, the wait starts again, and the interrupt
+   * status is set again on return.
+   */
+  @Override
+  public void lock() {
+    boolean interrupted = false;
+    while (true) {
+      try {
+        acquire(null);
+        break;
+      } catch (InterruptedException e) {
+        interrupted = true;
+      }
+    }
+    if (interrupted) {
+      Thread.currentThread().interrupt();
+    }
+  }
+
+  /**
+   * Acquire (waiting up to {@code timeout}, null: no limit), run {@code body}, release on every
+   * exit path. LockBusyException if the wait ran out.
+   */
+  public <T> T using(Duration timeout, Callable<T> body) throws Exception {
+    if (!acquire(timeout)) {
+      throw new LockBusyException("could not acquire " + name + " within " + timeout);
+    }
+    try {
+      return body.call();
+    } finally {
+      try {
+        release();
+      } catch (RuntimeException ignored) {
+        // the body's result or error is what the caller wants to see
+      }
+    }
+  }
+
+  /** A grant arrived: the deadline, the watchdog, the session's record. */
+  void held() {
+    synchronized (state) {
+      lostReason = null;
+      if (ttlMs > 0) {
+        armDeadline(System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(ttlMs));
+      }
+      if (options.watchdog && watchdogTask == null) {
+        long period = options.watchdogPeriod != null ? options.watchdogPeriod.toMillis() : Math.max(1, ttlMs / 3);
+        watchdogTask = client.scheduler().scheduleWithFixedDelay(this::renew, period, period, TimeUnit.MILLISECONDS);
+      }
+    }
+    if (options.session != null && options.session.hold(this)) {
+      lose("session lost: " + options.session.lostReason());
+      return;
+    }
+    if (options.onLost != null && options.feed) {
+      Feed f = client.feedFor(keys().get(0));
+      feed = f;
+      try {
+        f.hold(this);
+      } catch (RuntimeException e) {
+        // The grant stands: a feed that cannot watch leaves the report to the watchdog and the
+        // deadline, as with feed(false), rather than failing an acquire that succeeded.
+        feed = null;
+      }
+    }
+  }
+
+  private void unwatch() {
+    Feed f = feed;
+    feed = null;
+    if (f != null) {
+      f.drop(this);
+    }
+  }
+
+  private void armDeadline(long atNanos) {
+    synchronized (state) {
+      if (deadlineTask != null) {
+        deadlineTask.cancel(false);
+      }
+      long delay = Math.max(0, atNanos - System.nanoTime());
+      deadlineTask = client.scheduler().schedule(() -> lose("expired"), delay, TimeUnit.NANOSECONDS);
+    }
+  }
+
+  /** The watchdog's tick: LOCK.EXTEND; a 0 or an error is a loss. */
+  private void renew() {
+    long sent = System.nanoTime();
+    boolean ok;
+    try {
+      ok = renewed(client.call(keys().get(0), extendArgs()));
+    } catch (RuntimeException e) {
+      lose("extend failed: " + e.getMessage());
+      return;
+    }
+    if (!ok) {
+      lose("not held");
+      return;
+    }
+    synchronized (state) {
+      if (watchdogTask != null && lostReason == null && token != 0) {
+        armDeadline(sent + TimeUnit.MILLISECONDS.toNanos(ttlMs));
+      }
+    }
+  }
+
+  private void stopTimers() {
+    synchronized (state) {
+      if (watchdogTask != null) {
+        watchdogTask.cancel(false);
+        watchdogTask = null;
+      }
+      if (deadlineTask != null) {
+        deadlineTask.cancel(false);
+        deadlineTask = null;
+      }
+    }
+  }
+
+  /** The hold is gone: stop renewing, report once. */
+  void lose(String reason) {
+    synchronized (state) {
+      if (token == 0 || lostReason != null) {
+        return;
+      }
+      lostReason = reason;
+    }
+    stopTimers();
+    unwatch();
+    if (options.session != null) {
+      options.session.forget(this);
+    }
+    LockLostException error = new LockLostException("lost " + name + ": " + reason, reason);
+    if (options.onLost != null) {
+      try {
+        options.onLost.accept(this, error);
+      } catch (RuntimeException ignored) {
+        // a throwing callback must not stop the timer thread
+      }
+    }
+  }
+
+  /** Its session was closed: the server released the hold cleanly; nothing to report. */
+  void sessionClosed() {
+    stopTimers();
+    unwatch();
+    forget();
+  }
+
+  // --- release, extend, queries ---
+
+  /** Give the lock back; true if this handle held it, false if it was lost already. */
+  public boolean release() {
+    stopTimers();
+    unwatch();
+    if (options.session != null) {
+      options.session.forget(this);
+    }
+    forget();
+    return released(client.call(keys().get(0), releaseArgs()));
+  }
+
+  /**
+   * Release the hold. LockNotOwnedException (an IllegalMonitorStateException) if this handle
+   * holds nothing; LockLostException if it held a grant that was lost meanwhile (the server had
+   * no hold to release).
+   */
+  @Override
+  public void unlock() {
+    if (token == 0) {
+      throw new LockNotOwnedException(name + " is not held by this handle (owner " + owner + ")");
+    }
+    String reason = lostReason;
+    if (!release()) {
+      String why = reason != null ? reason : "not held";
+      throw new LockLostException("lost " + name + " before unlock: " + why, why);
+    }
+  }
+
+  /** LOCK.EXTEND with the lock's ttl: true if still held (the deadline moved), false if lost. */
+  public boolean extend() {
+    return extend(null);
+  }
+
+  /** Set the deadline to now + {@code ttl} (which replaces the lock's ttl, also for the watchdog). */
+  public boolean extend(Duration ttl) {
+    if (ttl != null) {
+      if (ttl.toMillis() <= 0) {
+        throw new IllegalArgumentException("ttl must be positive, got " + ttl);
+      }
+      ttlMs = ttl.toMillis();
+    }
+    long sent = System.nanoTime();
+    boolean ok = renewed(client.call(keys().get(0), extendArgs()));
+    if (ok && token != 0 && lostReason == null) {
+      armDeadline(sent + TimeUnit.MILLISECONDS.toNanos(ttlMs));
+    }
+    if (!ok) {
+      lose("not held");
+    }
+    return ok;
+  }
+
+  /** True if anyone holds the lock (LOCK.FENCE key). */
+  public boolean isLocked() {
+    return client.call(name, client.args(Cmd.FENCE).key(name)) != null;
+  }
+
+  /** True if this handle's hold is the live one (LOCK.FENCE key token). */
+  public boolean isOwned() {
+    long t = token;
+    return t != 0 && Long.valueOf(1).equals(client.call(name, client.args(Cmd.FENCE).key(name).add(t)));
+  }
+
+  /**
+   * Run {@code command key args...} only while this hold is live (LOCK.FENCE and the command in
+   * one script); its reply, or StaleTokenException.
+   */
+  public Object fenced(String command, String key, Object... args) {
+    return Fence.call(client, name, token, command, key, args);
+  }
+
+  /** Not supported: the module has no condition variables. */
+  @Override
+  public Condition newCondition() {
+    throw new UnsupportedOperationException("redislock locks have no conditions: use a queue or the change feed");
+  }
+
+  @Override
+  public String toString() {
+    return getClass().getSimpleName() + "[" + name + ", owner=" + owner + ", token=" + token + "]";
+  }
+}

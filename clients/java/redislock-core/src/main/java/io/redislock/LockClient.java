@@ -1,0 +1,344 @@
+package io.redislock;
+
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Collection;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.ConcurrentLinkedDeque;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
+import java.util.concurrent.ScheduledExecutorService;
+import java.util.concurrent.ScheduledThreadPoolExecutor;
+import java.util.concurrent.ThreadFactory;
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.function.Function;
+import org.apache.commons.pool2.impl.GenericObjectPoolConfig;
+import redis.clients.jedis.BuilderFactory;
+import redis.clients.jedis.ClusterCommandArguments;
+import redis.clients.jedis.CommandArguments;
+import redis.clients.jedis.CommandObject;
+import redis.clients.jedis.Connection;
+import redis.clients.jedis.DefaultJedisClientConfig;
+import redis.clients.jedis.HostAndPort;
+import redis.clients.jedis.JedisClientConfig;
+import redis.clients.jedis.UnifiedJedis;
+import redis.clients.jedis.exceptions.JedisConnectionException;
+import redis.clients.jedis.providers.ClusterConnectionProvider;
+import redis.clients.jedis.providers.PooledConnectionProvider;
+import redis.clients.jedis.util.JedisClusterCRC16;
+
+/**
+ * The entry point: a Jedis {@link UnifiedJedis} (one server, or a Cluster) for the ordinary
+ * commands, and connections of its own for what must not share the pool: a {@code BLOCK} wait
+ * (one {@code LOCK.ACQUIRE ... BLOCK ms}, never cut by the pool's socket timeout and re-sent), a
+ * {@code BOUND} session, an election's change feed. It also runs the timers (watchdogs, session
+ * keepalives) on one small scheduler. Close it when done; it closes the Jedis client it made.
+ *
+ * <pre>{@code
+ * try (LockClient client = LockClient.connect(new HostAndPort("127.0.0.1", 6379))) {
+ *   Lock lock = client.lock("invoice:42", Duration.ofSeconds(30));
+ *   if (lock.tryLock(10, TimeUnit.SECONDS)) {   // one LOCK.ACQUIRE ... BLOCK 10000
+ *     try { ... lock.token() ... } finally { lock.unlock(); }
+ *   }
+ * }
+ * }</pre>
+ */
+public final class LockClient implements AutoCloseable {
+  /** Idle wait connections kept per node for the next wait (each costs one socket). */
+  private static final int MAX_IDLE_WAIT_CONNECTIONS = 64;
+
+  private final UnifiedJedis jedis;
+  private final JedisClientConfig config;
+  private final Function<String, HostAndPort> nodeFor;
+  private final boolean cluster;
+  private final ScheduledExecutorService scheduler;
+  private final ExecutorService waiters;
+  private final Map<HostAndPort, ConcurrentLinkedDeque<WaitConnection>> idle = new ConcurrentHashMap<>();
+  private final Map<HostAndPort, Feed> feeds = new ConcurrentHashMap<>();
+
+  private LockClient(UnifiedJedis jedis, JedisClientConfig config, Function<String, HostAndPort> nodeFor, boolean cluster) {
+    this.jedis = jedis;
+    this.config = config;
+    this.nodeFor = nodeFor;
+    this.cluster = cluster;
+    ScheduledThreadPoolExecutor s = new ScheduledThreadPoolExecutor(2, daemon("redislock-timer"));
+    s.setRemoveOnCancelPolicy(true);
+    this.scheduler = s;
+    this.waiters = Executors.newCachedThreadPool(daemon("redislock-wait"));
+  }
+
+  /** A client of one server. */
+  public static LockClient connect(HostAndPort server) {
+    return connect(server, DefaultJedisClientConfig.builder().build());
+  }
+
+  /** A client of one server, with Jedis's settings (auth, TLS, timeouts...). */
+  public static LockClient connect(HostAndPort server, JedisClientConfig config) {
+    UnifiedJedis jedis = new UnifiedJedis(new PooledConnectionProvider(server, config));
+    return new LockClient(jedis, config, key -> server, false);
+  }
+
+  /**
+   * A client of one server whose Jedis pool (for the single tries, releases and renewals; waits
+   * have connections of their own) is sized by {@code pool} (Jedis's default: 8 connections).
+   */
+  public static LockClient connect(HostAndPort server, JedisClientConfig config, GenericObjectPoolConfig<Connection> pool) {
+    UnifiedJedis jedis = new UnifiedJedis(new PooledConnectionProvider(server, config, pool));
+    return new LockClient(jedis, config, key -> server, false);
+  }
+
+  /** A client of a Redis Cluster, from any of its nodes. */
+  public static LockClient cluster(Set<HostAndPort> nodes, JedisClientConfig config) {
+    ClusterConnectionProvider provider = new ClusterConnectionProvider(nodes, config);
+    UnifiedJedis jedis = new UnifiedJedis(provider, 5, Duration.ofSeconds(10));
+    return new LockClient(jedis, config, key -> provider.getNode(JedisClusterCRC16.getSlot(key)), true);
+  }
+
+  /** The Jedis client the ordinary commands go through: use it for your own commands too. */
+  public UnifiedJedis jedis() {
+    return jedis;
+  }
+
+  /** True for a Cluster client. */
+  public boolean isCluster() {
+    return cluster;
+  }
+
+  // --- the recipes ---
+
+  /** An exclusive lock on {@code name}, held {@code ttl} from each grant. */
+  public Lock lock(String name, Duration ttl) {
+    return new Lock(this, name, ttl, Lock.options());
+  }
+
+  public Lock lock(String name, Duration ttl, Lock.Options options) {
+    return new Lock(this, name, ttl, options);
+  }
+
+  /** At most {@code permits} holders of {@code name} at once (SHARED LIMIT n). */
+  public Semaphore semaphore(String name, int permits, Duration ttl) {
+    return new Semaphore(this, name, permits, ttl, Lock.options());
+  }
+
+  public Semaphore semaphore(String name, int permits, Duration ttl, Lock.Options options) {
+    return new Semaphore(this, name, permits, ttl, options);
+  }
+
+  /** Readers share {@code name} (SHARED), a writer holds it alone. */
+  public ReadWriteLock readWriteLock(String name, Duration ttl) {
+    return new ReadWriteLock(this, name, ttl, Lock.options());
+  }
+
+  public ReadWriteLock readWriteLock(String name, Duration ttl, Lock.Options options) {
+    return new ReadWriteLock(this, name, ttl, options);
+  }
+
+  /** Exclusive locks on every key of {@code names} or none (LOCK.MACQUIRE). */
+  public MultiLock multiLock(Collection<String> names, Duration ttl) {
+    return new MultiLock(this, names, ttl, Lock.options());
+  }
+
+  public MultiLock multiLock(Collection<String> names, Duration ttl, Lock.Options options) {
+    return new MultiLock(this, names, ttl, options);
+  }
+
+  /** A session (not opened yet: {@link Session#open()}). */
+  public Session session(Duration ttl, Session.Options options) {
+    return new Session(this, ttl, options);
+  }
+
+  /** Leader election on the lock key {@code name}. */
+  public Election election(String name) {
+    return new Election(this, name, Election.options());
+  }
+
+  public Election election(String name, Election.Options options) {
+    return new Election(this, name, options);
+  }
+
+  /** LOCK.INFO: who holds {@code name}, or null when nobody does. */
+  public LockInfo info(String name) {
+    return LockInfo.parse(call(name, args(Cmd.INFO).key(name)));
+  }
+
+  // --- plumbing for the recipes ---
+
+  /** A command's arguments, of the kind the Jedis client routes (by slot in a cluster). */
+  CommandArguments args(Cmd cmd) {
+    return cluster ? new ClusterCommandArguments(cmd) : new CommandArguments(cmd);
+  }
+
+  /** Run a command through the Jedis client (routed by its keys); the reply decoded. */
+  Object call(String routeKey, CommandArguments args) {
+    return jedis.executeCommand(new CommandObject<>(args, BuilderFactory.ENCODED_OBJECT));
+  }
+
+  ScheduledExecutorService scheduler() {
+    return scheduler;
+  }
+
+  ExecutorService executor() {
+    return waiters;
+  }
+
+  HostAndPort nodeFor(String key) {
+    return nodeFor.apply(key);
+  }
+
+  /** A new connection of its own to the node serving {@code key}, never pooled. */
+  Connection dedicated(String key) {
+    Connection conn = new Connection(nodeFor(key), config);
+    conn.connect();
+    return conn;
+  }
+
+  /** The change feed of the node serving {@code key} (made on first use, again if it broke). */
+  Feed feedFor(String key) {
+    return feeds.compute(nodeFor(key), (node, f) -> f == null || f.isClosed() ? new Feed(this, key) : f);
+  }
+
+  /** A wait connection: one that carries only blocking commands, with its client id. */
+  static final class WaitConnection {
+    final Connection conn;
+    final long id;
+    final HostAndPort node;
+
+    WaitConnection(Connection conn, long id, HostAndPort node) {
+      this.conn = conn;
+      this.id = id;
+      this.node = node;
+    }
+  }
+
+  private WaitConnection takeWaitConnection(String key) {
+    HostAndPort node = nodeFor(key);
+    ConcurrentLinkedDeque<WaitConnection> pool = idle.get(node);
+    WaitConnection w = pool == null ? null : pool.pollFirst();
+    if (w != null && w.conn.isConnected() && !w.conn.isBroken()) {
+      return w;
+    }
+    if (w != null) {
+      w.conn.close();
+    }
+    Connection conn = new Connection(node, config);
+    try {
+      Object id = conn.executeCommand(new CommandObject<>(new CommandArguments(Cmd.CLIENT).add("ID"), BuilderFactory.ENCODED_OBJECT));
+      return new WaitConnection(conn, (Long) id, node);
+    } catch (RuntimeException e) {
+      conn.close();
+      throw e;
+    }
+  }
+
+  private void giveBack(WaitConnection w) {
+    ConcurrentLinkedDeque<WaitConnection> pool = idle.computeIfAbsent(w.node, n -> new ConcurrentLinkedDeque<>());
+    if (pool.size() < MAX_IDLE_WAIT_CONNECTIONS && !scheduler.isShutdown()) {
+      pool.addFirst(w);
+    } else {
+      w.conn.close();
+    }
+  }
+
+  /**
+   * Send a blocking command ({@code LOCK.ACQUIRE ... BLOCK ms}) on a wait connection and wait for
+   * its one reply, however long the server's queue takes. The calling thread waits in an
+   * interruptible {@code Future.get}; the socket is read by a helper thread (a socket read does
+   * not see {@code Thread.interrupt}).
+   *
+   * <p>On an interrupt: the wait connection is closed (the server drops a disconnected waiter,
+   * and revokes a grant whose reply it could not deliver), then, once the server shows that
+   * client gone ({@code CLIENT LIST ID}), {@code cleanup} runs there, so a grant whose reply was
+   * already on its way when the interrupt landed is given back too. Then InterruptedException.
+   */
+  Object blockingCall(String key, Function<Connection, Object> body, Function<Connection, Object> cleanup)
+      throws InterruptedException {
+    if (Thread.interrupted()) {
+      throw new InterruptedException();
+    }
+    WaitConnection w = takeWaitConnection(key);
+    Future<Object> reply = waiters.submit(() -> body.apply(w.conn));
+    try {
+      Object r = reply.get();
+      giveBack(w);
+      return r;
+    } catch (ExecutionException e) {
+      w.conn.close();
+      Throwable cause = e.getCause();
+      if (cause instanceof RuntimeException) {
+        throw (RuntimeException) cause;
+      }
+      throw new LockException("the wait failed", cause);
+    } catch (InterruptedException e) {
+      w.conn.close();
+      try {
+        reply.get(); // returns or fails at once: its socket is closed
+      } catch (ExecutionException | InterruptedException ignored) {
+        // a closed socket, or a reply that came first: the cleanup below covers both
+      }
+      afterDisconnect(w, cleanup);
+      throw e;
+    }
+  }
+
+  /** {@code args} as one blocking command on {@code conn} (no socket timeout while it waits). */
+  static Object blocking(Connection conn, CommandArguments args) {
+    return conn.executeCommand(new CommandObject<>(args.blocking(), BuilderFactory.ENCODED_OBJECT));
+  }
+
+  /** Wait (up to 5 s) until the server no longer lists client {@code w.id}, then run cleanup. */
+  private void afterDisconnect(WaitConnection w, Function<Connection, Object> cleanup) {
+    try (Connection conn = new Connection(w.node, config)) {
+      long deadline = System.nanoTime() + Duration.ofSeconds(5).toNanos();
+      while (System.nanoTime() < deadline) {
+        Object listed = conn.executeCommand(
+            new CommandObject<>(new CommandArguments(Cmd.CLIENT).add("LIST").add("ID").add(w.id), BuilderFactory.ENCODED_OBJECT));
+        if (listed == null || listed.toString().isEmpty()) {
+          break;
+        }
+        Thread.onSpinWait();
+      }
+      cleanup.apply(conn);
+    } catch (JedisConnectionException ignored) {
+      // the server is unreachable: a grant left there ends at its ttl
+    }
+  }
+
+  /** A command on a connection the caller holds; the reply decoded. */
+  static Object on(Connection conn, CommandArguments args) {
+    return conn.executeCommand(new CommandObject<>(args, BuilderFactory.ENCODED_OBJECT));
+  }
+
+  @Override
+  public void close() {
+    for (Feed f : feeds.values()) {
+      f.close();
+    }
+    scheduler.shutdownNow();
+    waiters.shutdownNow();
+    for (ConcurrentLinkedDeque<WaitConnection> pool : idle.values()) {
+      WaitConnection w;
+      while ((w = pool.pollFirst()) != null) {
+        w.conn.close();
+      }
+    }
+    jedis.close();
+  }
+
+  private static ThreadFactory daemon(String name) {
+    AtomicInteger n = new AtomicInteger();
+    return r -> {
+      Thread t = new Thread(r, name + "-" + n.incrementAndGet());
+      t.setDaemon(true);
+      return t;
+    };
+  }
+
+  static List<String> strings(Collection<String> c) {
+    return new ArrayList<>(c);
+  }
+}
