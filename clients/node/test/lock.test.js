@@ -4,7 +4,7 @@
 const test = require('node:test');
 const assert = require('node:assert/strict');
 const { startServer, serverForFile, freshKeys, until, info, waiters } = require('./harness');
-const { KINDS, connect, connectPair, send, close } = require('./clients');
+const { KINDS, ioredisOf, connect, connectPair, send, close } = require('./clients');
 const {
   Lock,
   Locks,
@@ -84,9 +84,9 @@ for (const kind of KINDS) {
     });
 
     await t.test('a wait longer than the client command timeout stays one command', async () => {
-      if (kind !== 'ioredis') return; // node-redis has no client-wide command timeout
+      if (!ioredisOf(kind)) return; // node-redis has no client-wide command timeout
       const key = fresh('timeout');
-      const short = await connect('ioredis', server.port, { commandTimeout: 300 });
+      const short = await connect(kind, server.port, { commandTimeout: 300 });
       t.after(() => short.disconnect());
       const holder = new Lock(a, key, 30000);
       await holder.acquire();
