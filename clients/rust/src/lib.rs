@@ -214,9 +214,9 @@ pub use session::{Session, SessionBuilder, SessionInfo};
 pub use watchdog::LossReason;
 
 /// The README's Rust blocks as doc tests: `cargo test --doc` compiles every one (they are
-/// whole programs, `rust,no_run`), so a renamed call or a missing import in the README fails
-/// the build of the tests. They are not run here: each connects to `REDIS_URL` (else
-/// 127.0.0.1:6379) and doc tests get no server; the programs of `examples/` run in the tests.
+/// whole programs, `rust,no_run`), so a renamed call or a missing import in the README fails.
+/// Not run here (doc tests get no server; each program connects to `REDIS_URL`, else
+/// 127.0.0.1:6379): `tests/readme.rs` runs them against a test server (`build.rs`).
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
