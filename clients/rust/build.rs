@@ -14,7 +14,9 @@ fn main() {
     println!("cargo:rerun-if-changed=README.md");
     let readme = std::fs::read_to_string("README.md").expect("README.md");
     let mut modules = String::new();
-    let mut table = String::from("/// (README line, the block's main).\npub const BLOCKS: &[(usize, fn() -> Result<(), String>)] = &[\n");
+    let mut table = String::from(
+        "/// A block's main, its error as text.\npub type Main = fn() -> Result<(), String>;\n\n/// (README line, the block's main).\npub const BLOCKS: &[(usize, Main)] = &[\n",
+    );
     let mut lines = readme.lines().enumerate();
     while let Some((n, line)) = lines.next() {
         if line.trim_end() != "```rust,no_run" {
