@@ -23,8 +23,10 @@ from test_readme import blocks, markdown_files
 
 PROMPT = "127.0.0.1:6379> "
 # Info strings a block may have; anything else is probably a typo that would hide a block from
-# the tests that run python, js, ts and rust blocks.
-KNOWN = {"python", "js", "ts", "rust", "sh", "toml", "text", "json", "lua", "mjs"}
+# the tests that run python, js, ts and rust blocks. java, go, yaml and the rest are accepted
+# but not run by any test yet.
+KNOWN = {"python", "js", "ts", "mjs", "rust", "sh", "bash", "console", "toml", "text", "json",
+         "lua", "java", "kotlin", "xml", "go", "yaml", "ini", "conf", "diff"}
 
 
 def test_every_block_says_what_it_is():
