@@ -107,7 +107,7 @@ python_suites = python-redis-py-8 '$(call python_suite,$(PY_DEPS))' python-redis
 # node_modules is missing, `npm test`.
 NODE_OK = $(shell command -v node >/dev/null && command -v npm >/dev/null && \
 	[ "$$(node -p 'process.versions.node.split(".")[0]')" -ge 20 ] && echo yes)
-test-node: deps ## Only the Node package's tests (clients/node), with ioredis 5 and node-redis 4/5
+test-node: deps ## Only the Node package's tests (clients/node), with ioredis 5 and 6 and node-redis 4/5
 	$(build_for_tests)
 	$(node_suite)
 

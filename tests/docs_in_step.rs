@@ -71,7 +71,9 @@ fn collect_tokens(v: &Value, out: &mut Vec<String>) {
         Value::Map(pairs) => pairs.iter().flat_map(|(k, v)| [k, v]).collect(),
         _ => return,
     };
-    for pair in items.windows(2) {
+    // Key-value lists are flat arrays in RESP2: keys at even places (`windows` would also
+    // read an argument named "token" followed by the key "type" as a token).
+    for pair in items.chunks_exact(2) {
         if let (Value::BulkString(k), Value::BulkString(token)) = (pair[0], pair[1]) {
             if k == b"token" {
                 out.push(String::from_utf8_lossy(token).into_owned());
@@ -207,4 +209,69 @@ fn each_synopsis_names_every_option_of_its_command() {
             );
         }
     }
+}
+
+/// The summary `COMMAND DOCS` gives a command (internal forms say "Internal: ...").
+fn summary(c: &mut redis::Connection, command: &str) -> String {
+    let reply: Value = redis::cmd("COMMAND")
+        .arg("DOCS")
+        .arg(command)
+        .query(c)
+        .unwrap();
+    let mut found = Vec::new();
+    collect_field(&reply, b"summary", &mut found);
+    found.into_iter().next().unwrap_or_default()
+}
+
+fn collect_field(v: &Value, field: &[u8], out: &mut Vec<String>) {
+    let items: Vec<&Value> = match v {
+        Value::Array(items) | Value::Set(items) => items.iter().collect(),
+        Value::Map(pairs) => pairs.iter().flat_map(|(k, v)| [k, v]).collect(),
+        _ => return,
+    };
+    // Key-value lists are flat arrays in RESP2: keys at even places (`windows` would also
+    // read an argument named "token" followed by the key "type" as a token).
+    for pair in items.chunks_exact(2) {
+        if let (Value::BulkString(k), Value::BulkString(value)) = (pair[0], pair[1]) {
+            if k == field {
+                out.push(String::from_utf8_lossy(value).into_owned());
+            }
+        }
+    }
+    items
+        .iter()
+        .for_each(|item| collect_field(item, field, out));
+}
+
+/// Every public command and subcommand (`LOCK.SESSION OPEN` for `lock.session|open`) has a
+/// synopsis line in docs/commands.md, and it names every option keyword `COMMAND DOCS` gives
+/// it: an option added to a command without its synopsis fails here, naming both.
+#[test]
+fn every_commands_synopsis_in_the_reference_names_its_options() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let reference = doc("docs/commands.md");
+    let mut checked = 0;
+    for command in commands(&mut c) {
+        if command == "lock.session" || summary(&mut c, &command).starts_with("Internal") {
+            continue; // the container (its subcommands are checked) and the replication forms
+        }
+        let spelled = command.to_uppercase().replace('|', " ");
+        let synopsis = reference
+            .lines()
+            .find(|l| l.starts_with(&format!("{spelled} ")))
+            .unwrap_or_else(|| panic!("docs/commands.md: no synopsis line for {spelled}"));
+        let missing: Vec<String> = option_tokens(&mut c, &command)
+            .into_iter()
+            .filter(|t| {
+                !synopsis.contains(&format!("[{t} ")) && !synopsis.contains(&format!("[{t}]"))
+            })
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "docs/commands.md's synopsis {synopsis:?} lacks {missing:?}"
+        );
+        checked += 1;
+    }
+    assert!(checked >= 13, "{checked} commands checked");
 }

@@ -1,6 +1,6 @@
 'use strict';
 // redislock-native: the Node client for the redis-lock module (LOCK.ACQUIRE, RELEASE, EXTEND,
-// FENCE, INFO, MACQUIRE, MRELEASE), for ioredis 5 and node-redis 4/5 clients passed in.
+// FENCE, INFO, MACQUIRE, MRELEASE), for ioredis 5/6 and node-redis 4/5 clients passed in.
 //
 // Layout: lib/adapter.js (how commands reach each kind of client; the waiter connections),
 // lib/wire.js (owners, times, tokens, the blocking wait and its cancellation, the durable check),

@@ -9,7 +9,7 @@
 // owns the key, for a cluster) with no command timeout, no reconnection and no re-sending, closed
 // when the wait ends.
 //
-// Supported: ioredis 5 (`Redis` and `Cluster`), node-redis 4 and 5 (`createClient` and
+// Supported: ioredis 5 and 6 (`Redis` and `Cluster`), node-redis 4 and 5 (`createClient` and
 // `createCluster`). Every adapter has `call(args, key)` (through the user's client; `key` routes
 // it in a node-redis cluster, which needs the first key of every command) and `callOnKey(key,
 // args)` (on the connection of the node that owns `key`).

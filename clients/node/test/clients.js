@@ -1,17 +1,27 @@
 'use strict';
-// The client libraries every test runs with: ioredis 5, node-redis 5 and node-redis 4 (installed
-// as the alias `redis4`). `connect(kind, port)` gives a connected client; `close(client)` ends it;
-// `connectPair(t, kind, port)` gives two, closed after the test `t`.
+// The client libraries every test runs with, one per major version the package's peer ranges
+// accept: ioredis 5 and 6 (6 installed as the alias `ioredis6`), node-redis 5 and 4 (4 as the
+// alias `redis4`). `connect(kind, port)` gives a connected client; `close(client)` ends it;
+// `connectPair(t, kind, port)` gives two, closed after the test `t`; `ioredisOf(kind)` is the
+// ioredis library of an ioredis kind (its `Redis` class, with `.Cluster`), else null.
 
 const IORedis = require('ioredis');
+const IORedis6 = require('ioredis6');
 const redis5 = require('redis');
 const redis4 = require('redis4');
 
-const KINDS = ['ioredis', 'node-redis@5', 'node-redis@4'];
+const KINDS = ['ioredis', 'ioredis@6', 'node-redis@5', 'node-redis@4'];
+
+function ioredisOf(kind) {
+  if (kind === 'ioredis') return IORedis;
+  if (kind === 'ioredis@6') return IORedis6;
+  return null;
+}
 
 async function connect(kind, port, options = {}) {
-  if (kind === 'ioredis') {
-    const client = new IORedis({ host: '127.0.0.1', port, lazyConnect: true, ...options });
+  const ioredis = ioredisOf(kind);
+  if (ioredis) {
+    const client = new ioredis({ host: '127.0.0.1', port, lazyConnect: true, ...options });
     await client.connect();
     return client;
   }
@@ -44,4 +54,4 @@ async function connectPair(t, kind, port) {
   return [a, b];
 }
 
-module.exports = { KINDS, connect, connectPair, send, close };
+module.exports = { KINDS, ioredisOf, connect, connectPair, send, close };

@@ -10,7 +10,7 @@ const IORedis = require('ioredis');
 const redis5 = require('redis');
 const redis4 = require('redis4');
 const { startCluster, info } = require('./harness');
-const { KINDS, send } = require('./clients');
+const { KINDS, ioredisOf, send } = require('./clients');
 const { Lock } = require('..');
 const Redlock = require('../redlock');
 const { slotOf } = require('../lib/slot');
@@ -23,8 +23,8 @@ test.after(() => cluster.stop());
 
 async function clusterClient(t, kind) {
   const roots = cluster.nodes.map((n) => ({ host: '127.0.0.1', port: n.port }));
-  if (kind === 'ioredis') {
-    const client = new IORedis.Cluster(roots);
+  if (ioredisOf(kind)) {
+    const client = new (ioredisOf(kind).Cluster)(roots);
     t.after(() => client.disconnect());
     await new Promise((resolve) => client.once('ready', resolve));
     return { client, masterOf: (key) => client.nodes('master').find((n) => `${n.options.host}:${n.options.port}` === client.slots[slotOf(key)][0]) };

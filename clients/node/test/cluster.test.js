@@ -9,7 +9,7 @@ const IORedis = require('ioredis');
 const redis5 = require('redis');
 const redis4 = require('redis4');
 const { startCluster, until, info } = require('./harness');
-const { KINDS, send } = require('./clients');
+const { KINDS, ioredisOf, send } = require('./clients');
 const { Lock, MultiLock, Session, Election } = require('..');
 const Redlock = require('../redlock');
 const { feedFor } = require('../lib/feed');
@@ -28,8 +28,8 @@ test.after(() => cluster.stop());
  */
 async function connectCluster(t, kind) {
   const roots = cluster.nodes.map((n) => ({ host: '127.0.0.1', port: n.port }));
-  if (kind === 'ioredis') {
-    const client = new IORedis.Cluster(roots);
+  if (ioredisOf(kind)) {
+    const client = new (ioredisOf(kind).Cluster)(roots);
     t.after(() => client.disconnect());
     await new Promise((resolve) => client.once('ready', resolve));
     assert.equal(adapt(client).kind, IOREDIS_CLUSTER);

@@ -8,7 +8,7 @@
 const test = require('node:test');
 const assert = require('node:assert/strict');
 const { startServer, serverForFile, ownServer, freshKeys, sleep, until, waiters, clientId } = require('./harness');
-const { KINDS, connect, connectPair, send, close } = require('./clients');
+const { KINDS, ioredisOf, connect, connectPair, send, close } = require('./clients');
 const { Lock, Session, Semaphore, ReadWriteLock, MultiLock } = require('..');
 const { feedFor, IDLE_CLOSE_MS } = require('../lib/feed');
 
@@ -29,7 +29,7 @@ function synced(lock) {
   return until('the feed to check the hold', () => lock._feedSub !== null && lock._feedSub.checked.size === lock._feedSub.tokens.size);
 }
 
-const dbOption = (kind, db) => (kind === 'ioredis' ? { db } : { database: db });
+const dbOption = (kind, db) => (ioredisOf(kind) ? { db } : { database: db });
 
 for (const kind of KINDS) {
   test(`${kind}`, async (t) => {

@@ -4,7 +4,7 @@
 const test = require('node:test');
 const assert = require('node:assert/strict');
 const { startServer, serverForFile, ownServer, freshKeys, until, info, waiters } = require('./harness');
-const { KINDS, connect, connectPair, send, close } = require('./clients');
+const { KINDS, ioredisOf, connect, connectPair, send, close } = require('./clients');
 const {
   Lock,
   Locks,
@@ -87,14 +87,14 @@ for (const kind of KINDS) {
     });
 
     await t.test('a wait longer than the client command timeout stays one command', async (st) => {
-      if (kind !== 'ioredis') {
+      if (!ioredisOf(kind)) {
         st.skip('node-redis has no client-wide command timeout');
         return;
       }
       // Counts LOCK.ACQUIRE calls server-wide: on a server of its own.
       const { server, a } = await ownServer(st, kind);
       const key = fresh('timeout');
-      const short = await connect('ioredis', server.port, { commandTimeout: 300 });
+      const short = await connect(kind, server.port, { commandTimeout: 300 });
       st.after(() => short.disconnect());
       const holder = new Lock(a, key, 30000);
       await holder.acquire();

@@ -213,6 +213,14 @@ pub use redlock::{
 pub use session::{Session, SessionBuilder, SessionInfo};
 pub use watchdog::LossReason;
 
+/// The README's Rust blocks as doc tests: `cargo test --doc` compiles every one (they are
+/// whole programs, `rust,no_run`), so a renamed call or a missing import in the README fails.
+/// Not run here (doc tests get no server; each program connects to `REDIS_URL`, else
+/// 127.0.0.1:6379): `tests/readme.rs` runs them against a test server (`build.rs`).
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,9 +1,9 @@
-// examples/redlock.ts
-import Client from "ioredis";
-import Redlock, { ResourceLockedError } from "redislock-native/redlock"; // was: from "redlock"
+// examples/redlock.js: node examples/redlock.js
+const { Redis } = require("ioredis");
+const { default: Redlock, ResourceLockedError } = require("redislock-native/redlock"); // was: require("redlock")
 
 async function main() {
-  const redis = new Client(process.env.REDIS_URL ?? "redis://127.0.0.1:6379");
+  const redis = new Redis(process.env.REDIS_URL ?? "redis://127.0.0.1:6379");
   const redlock = new Redlock([redis], { retryCount: 10, retryDelay: 200 });
   redlock.on("error", (error) => {
     if (error instanceof ResourceLockedError) return;

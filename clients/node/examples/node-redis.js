@@ -1,6 +1,6 @@
-// examples/node-redis.ts
-import { createClient } from "redis";
-import { Lock } from "redislock-native";
+// examples/node-redis.js: node examples/node-redis.js
+const { createClient } = require("redis");
+const { Lock } = require("redislock-native");
 
 async function main() {
   const client = createClient({ url: process.env.REDIS_URL ?? "redis://127.0.0.1:6379" });

@@ -1,6 +1,6 @@
-// examples/lock.ts
-import Redis from "ioredis";
-import { Lock } from "redislock-native";
+// examples/lock.js: node examples/lock.js
+const { Redis } = require("ioredis");
+const { Lock } = require("redislock-native");
 
 async function main() {
   const redis = new Redis(process.env.REDIS_URL ?? "redis://127.0.0.1:6379");

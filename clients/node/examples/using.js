@@ -1,6 +1,6 @@
-// examples/using.ts
-import Redis from "ioredis";
-import { Locks, LockLostError } from "redislock-native";
+// examples/using.js: node examples/using.js
+const { Redis } = require("ioredis");
+const { Locks, LockLostError } = require("redislock-native");
 
 async function main() {
   const redis = new Redis(process.env.REDIS_URL ?? "redis://127.0.0.1:6379");
@@ -9,7 +9,9 @@ async function main() {
   // Acquire, renew from a watchdog every ttl/3, release on every exit path (return or throw).
   const total = await locks.using("report:daily", 10_000, async (signal) => {
     // `signal` aborts if the lock is lost (a renewal answered 0 or failed).
-    signal.addEventListener("abort", () => console.log("lost:", (signal.reason as LockLostError).reason));
+    signal.addEventListener("abort", () => {
+      if (signal.reason instanceof LockLostError) console.log("lost:", signal.reason.reason);
+    });
     return 6 * 7;
   });
   console.log("total", total);

@@ -1,6 +1,6 @@
-// examples/durable.ts
-import Redis from "ioredis";
-import { Lock, DurabilityError } from "redislock-native";
+// examples/durable.js: node examples/durable.js
+const { Redis } = require("ioredis");
+const { Lock, DurabilityError } = require("redislock-native");
 
 async function main() {
   const redis = new Redis(process.env.REDIS_URL ?? "redis://127.0.0.1:6379");

@@ -1,6 +1,6 @@
-// examples/multi.ts
-import Redis from "ioredis";
-import { MultiLock } from "redislock-native";
+// examples/multi.js: node examples/multi.js
+const { Redis } = require("ioredis");
+const { MultiLock } = require("redislock-native");
 
 async function main() {
   const redis = new Redis(process.env.REDIS_URL ?? "redis://127.0.0.1:6379");

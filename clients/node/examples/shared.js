@@ -1,6 +1,6 @@
-// examples/shared.ts
-import Redis from "ioredis";
-import { Semaphore, ReadWriteLock } from "redislock-native";
+// examples/shared.js: node examples/shared.js
+const { Redis } = require("ioredis");
+const { Semaphore, ReadWriteLock } = require("redislock-native");
 
 async function main() {
   const redis = new Redis(process.env.REDIS_URL ?? "redis://127.0.0.1:6379");

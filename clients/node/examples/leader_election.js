@@ -1,14 +1,15 @@
-// examples/leader_election.ts
-import { spawn, type ChildProcess } from "node:child_process";
-import Redis from "ioredis";
-import { Election, Session } from "redislock-native";
+// examples/leader_election.js: node examples/leader_election.js
+const { spawn } = require("node:child_process");
+const { Redis } = require("ioredis");
+const { Election, Session } = require("redislock-native");
 
 const url = process.env.REDIS_URL ?? "redis://127.0.0.1:6379";
 const name = "scheduler-leader";
 
 // A candidate is a process of its own. Its bound session ends the moment the process dies (its
 // connection closes), and with it the leadership: the next candidate in the queue leads.
-async function candidate(value: string) {
+/** @param {string} value */
+async function candidate(value) {
   process.stdin.on("end", () => process.exit(0)).resume(); // gone with the example
   const redis = new Redis(url);
   const session = await new Session(redis, 30_000, { bound: true }).open();
@@ -17,10 +18,13 @@ async function candidate(value: string) {
   setInterval(() => leadership.fenced("SET", "scheduler:owner", value).catch(() => {}), 50);
 }
 
-/** How many candidates wait in the key's queue (LOCK.INFO's `waiters`). */
-async function waiting(redis: Redis): Promise<number> {
-  const info = (await redis.call("LOCK.INFO", name)) as unknown[];
-  return info[info.indexOf("waiters") + 1] as number;
+/**
+ * How many candidates wait in the key's queue (LOCK.INFO's `waiters`).
+ * @param {Redis} redis
+ */
+async function waiting(redis) {
+  const info = /** @type {unknown[]} */ (await redis.call("LOCK.INFO", name));
+  return Number(info[info.indexOf("waiters") + 1]);
 }
 
 async function main() {
@@ -30,7 +34,7 @@ async function main() {
   const first = await changes.next(); // the state when observing began
   console.log(first.leader === null ? "no leader" : `leader: ${first.leader.value}`);
 
-  const candidates = new Map<string, ChildProcess>();
+  const candidates = new Map();
   for (const value of ["candidate-1", "candidate-2", "candidate-3"]) {
     candidates.set(value, spawn(process.execPath, [__filename, "candidate", value], { stdio: ["pipe", "inherit", "inherit"] }));
   }
@@ -40,7 +44,7 @@ async function main() {
     if (leader === null) continue;
     if (killed) break; // the next one took over
     while ((await waiting(redis)) < 2) await new Promise((r) => setTimeout(r, 10)); // the others queue
-    candidates.get(leader.value)!.kill("SIGKILL"); // kill -9 the leader
+    candidates.get(leader.value).kill("SIGKILL"); // kill -9 the leader
     console.log(`killed ${leader.value}`);
     killed = true;
   }
