@@ -1,0 +1,90 @@
+package redislock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Connections of their own. go-redis gives a blocking module command the client's ReadTimeout
+// (and a cancelled context closes the connection it ran on), so a wait and a BOUND session each
+// run on a client of their own: made from the user's client's options for the node that serves
+// the key, one connection, no retries (a command is never sent twice), and for a wait no read
+// deadline: the server's BLOCK timeout and the context bound it.
+
+// nodeOptions are the options of the user's client for the node that serves key (a failover
+// client's options dial the current primary through its Sentinels).
+func nodeOptions(ctx context.Context, client redis.UniversalClient, key string) (*redis.Options, error) {
+	switch c := client.(type) {
+	case *redis.Client:
+		o := *c.Options()
+		return &o, nil
+	case *redis.ClusterClient:
+		node, err := c.MasterForKey(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		o := *node.Options()
+		return &o, nil
+	}
+	return nil, fmt.Errorf("redislock: %T is not supported (use a *redis.Client, a failover client or a *redis.ClusterClient)", client)
+}
+
+// dedicated is a one-connection client for the node that serves key. readTimeout -1: no read
+// deadline (a wait); else the context's deadline bounds each call.
+func dedicated(ctx context.Context, client redis.UniversalClient, key string, noReadDeadline bool) (*redis.Client, error) {
+	o, err := nodeOptions(ctx, client, key)
+	if err != nil {
+		return nil, err
+	}
+	o.PoolSize = 1
+	o.MinIdleConns = 0
+	o.MaxIdleConns = 1
+	o.MaxRetries = -1
+	o.ConnMaxIdleTime = -1
+	o.ConnMaxLifetime = 0
+	if noReadDeadline {
+		o.ReadTimeout = -1
+		o.ContextTimeoutEnabled = false
+	} else {
+		o.ContextTimeoutEnabled = true
+	}
+	return redis.NewClient(o), nil
+}
+
+// waitCall sends one blocking command on a connection of its own and reads its reply, however
+// long the server makes it wait; when ctx ends first the connection is closed (the server drops
+// a disconnected waiter) and the caller sees ctx.Err() set. A nil reply is (nil, nil).
+func waitCall(ctx context.Context, client redis.UniversalClient, key string, args []any) (any, error) {
+	c, err := dedicated(ctx, client, key, true)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	finished := make(chan struct{})
+	watcher := make(chan struct{})
+	go func() {
+		defer close(watcher)
+		select {
+		case <-ctx.Done():
+			_ = c.Close()
+		case <-finished:
+		}
+	}()
+	reply, err := c.Do(context.WithoutCancel(ctx), args...).Result()
+	close(finished)
+	<-watcher
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	return reply, err
+}
+
+// isReplyError: the server answered with an error (nothing changed), as opposed to an I/O error
+// after which a grant may have happened unseen.
+func isReplyError(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re)
+}

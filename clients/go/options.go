@@ -1,0 +1,90 @@
+package redislock
+
+import (
+	"context"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// DefaultTTL is a plain hold's ttl unless WithTTL says otherwise; its watchdog renews it every
+// third of it while held.
+const DefaultTTL = 30 * time.Second
+
+// Scope is where a lock's holds live: a *Session (the holds end with it; its one keepalive
+// covers them all) or a *Client (each hold has a deadline of its own, renewed by a watchdog).
+type Scope interface {
+	scope() (redis.UniversalClient, *Session)
+}
+
+// Client makes locks outside a session: each hold has its own ttl, renewed by its watchdog
+// while held, and reports a loss on Done()/Err() and WithOnLost.
+type Client struct {
+	rdb redis.UniversalClient
+}
+
+// New wraps a go-redis client (a *redis.Client, a failover client or a *redis.ClusterClient).
+func New(rdb redis.UniversalClient) *Client { return &Client{rdb: rdb} }
+
+func (c *Client) scope() (redis.UniversalClient, *Session) { return c.rdb, nil }
+
+// Info reads a lock's state (LOCK.INFO); nil when it is free.
+func (c *Client) Info(ctx context.Context, key string) (*Info, error) {
+	return Inspect(ctx, c.rdb, key)
+}
+
+// Inspect reads a lock's state (LOCK.INFO); nil when it is free.
+func Inspect(ctx context.Context, rdb redis.UniversalClient, key string) (*Info, error) {
+	reply, err := rdb.Do(ctx, "LOCK.INFO", key).Result()
+	if err == redis.Nil {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return parseInfo(reply), nil
+}
+
+// An Option configures a lock.
+type Option func(*options)
+
+type options struct {
+	owner      string
+	ttl        time.Duration
+	ttlSet     bool
+	lockDelay  time.Duration
+	watchdog   bool
+	renewEvery time.Duration
+	onLost     func(error)
+}
+
+func defaults(inSession bool) options {
+	if inSession {
+		return options{} // ttl 0: the hold lasts as long as its session
+	}
+	return options{ttl: DefaultTTL, watchdog: true}
+}
+
+// WithTTL sets the hold's ttl. Outside a session it must be positive (default DefaultTTL); in a
+// session it is 0 by default (the hold has no deadline of its own and ends with its session).
+func WithTTL(ttl time.Duration) Option {
+	return func(o *options) { o.ttl, o.ttlSet = ttl, true }
+}
+
+// WithOwner sets the owner string (default host:pid:random). Keep it unique per holder.
+func WithOwner(owner string) Option { return func(o *options) { o.owner = owner } }
+
+// WithLockDelay: after this plain hold expires, nobody is granted what it had for d more
+// (LOCKDELAY; 0 to 60 s). A session's holds take the session's (WithSessionLockDelay).
+func WithLockDelay(d time.Duration) Option { return func(o *options) { o.lockDelay = d } }
+
+// WithWatchdog turns the watchdog of a plain hold on (the default) or off. Off, the hold ends at
+// its ttl unless Extend moves it, and Done() is closed then.
+func WithWatchdog(on bool) Option { return func(o *options) { o.watchdog = on } }
+
+// WithRenewEvery sets how often the watchdog renews (default a third of the ttl).
+func WithRenewEvery(d time.Duration) Option { return func(o *options) { o.renewEvery = d } }
+
+// WithOnLost calls f (from the goroutine that found it) once when a hold is lost, with an error
+// that matches ErrLost. Done() is closed and Err() set before.
+func WithOnLost(f func(error)) Option { return func(o *options) { o.onLost = f } }
