@@ -238,14 +238,14 @@ func (h *hold) monitor(stop, stopped chan struct{}) {
 		return
 	}
 	h.mu.Lock()
-	deadline := h.deadline
+	deadline, ttl0 := h.deadline, h.opts.ttl
 	h.mu.Unlock()
 	expiry := time.NewTimer(time.Until(deadline))
 	defer expiry.Stop()
 	var tick <-chan time.Time
 	period := h.opts.renewEvery
 	if period <= 0 {
-		period = max(h.opts.ttl/3, time.Millisecond)
+		period = max(ttl0/3, time.Millisecond)
 	}
 	if h.opts.watchdog {
 		t := time.NewTicker(period)
