@@ -11,14 +11,15 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	redislock "redis-lock/clients/go"
+	"redis-lock/clients/go/internal/testserver"
 )
 
 // One Redis Cluster (3 masters) for the cluster tests: routing by key, waits on the key's
 // node, sessions on one node, multi-key locks with a hash tag, the feed on a sharded channel.
 func TestCluster(t *testing.T) {
-	ctx := testCtx(t, 90*time.Second)
-	var cl cluster
-	startHarness(t, &cl, "cluster", "--masters", "3", "--replicas", "0")
+	ctx := testserver.Ctx(t, 90*time.Second)
+	var cl testserver.Cluster
+	testserver.StartHarness(t, &cl, "cluster", "--masters", "3", "--replicas", "0")
 	var addrs []string
 	for _, n := range cl.Nodes {
 		addrs = append(addrs, fmt.Sprintf("127.0.0.1:%d", n.Port))
@@ -47,7 +48,7 @@ func TestCluster(t *testing.T) {
 			}
 			got := make(chan error, 1)
 			go func() { got <- b.Lock(ctx) }()
-			waitBlocked(t, node, 1)
+			testserver.WaitBlocked(t, node, 1)
 			if err := a.Unlock(ctx); err != nil {
 				t.Fatal(err)
 			}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	redislock "redis-lock/clients/go"
+	"redis-lock/clients/go/internal/testserver"
 )
 
 func next(t *testing.T, ch <-chan redislock.Leader) redislock.Leader {
@@ -24,8 +25,8 @@ func next(t *testing.T, ch <-chan redislock.Leader) redislock.Leader {
 }
 
 func TestElectionObserve(t *testing.T) {
-	ctx := testCtx(t, 30*time.Second)
-	rdb := newServer(t).client(t)
+	ctx := testserver.Ctx(t, 30*time.Second)
+	rdb := testserver.New(t).Client(t)
 	s1, err := redislock.NewSession(ctx, rdb)
 	if err != nil {
 		t.Fatal(err)
@@ -56,7 +57,7 @@ func TestElectionObserve(t *testing.T) {
 	}
 	won := make(chan error, 1)
 	go func() { won <- e2.Campaign(ctx, "10.0.0.2:8080") }()
-	waitBlocked(t, rdb, 1)
+	testserver.WaitBlocked(t, rdb, 1)
 
 	// A forged feed message names a leader that does not exist: not reported (LOCK.INFO is
 	// read first and shows e1 still leading, as reported).
@@ -103,8 +104,8 @@ func TestElectionObserve(t *testing.T) {
 
 // The leader's process dies (its bound session's connection closes): the next candidate leads.
 func TestElectionLeaderSessionLost(t *testing.T) {
-	ctx := testCtx(t, 30*time.Second)
-	rdb := newServer(t).client(t)
+	ctx := testserver.Ctx(t, 30*time.Second)
+	rdb := testserver.New(t).Client(t)
 	s1, err := redislock.NewSession(ctx, rdb, redislock.WithSessionTTL(600*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
@@ -121,7 +122,7 @@ func TestElectionLeaderSessionLost(t *testing.T) {
 	}
 	won := make(chan error, 1)
 	go func() { won <- e2.Campaign(ctx, "b") }()
-	waitBlocked(t, rdb, 1)
+	testserver.WaitBlocked(t, rdb, 1)
 	si, _ := s1.Info(ctx)
 	if err := rdb.Do(ctx, "CLIENT", "KILL", "ID", si.Bound).Err(); err != nil {
 		t.Fatal(err)

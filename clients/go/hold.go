@@ -23,6 +23,7 @@ type hold struct {
 	limit     int           // LIMIT n (a semaphore); 0: none
 	lockDelay time.Duration // plain holds only: LOCKDELAY
 	opts      options
+	bare      bool // Acquire: the grant is the caller's to keep; no monitor
 
 	mu       sync.Mutex
 	token    int64         // the live hold's token (the largest for a MultiLock); 0: not held
@@ -210,6 +211,9 @@ func (h *hold) granted(reply any) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.token, h.tokens = token, tokens
+	if h.bare {
+		return nil
+	}
 	if h.session == nil {
 		// A hold sent now lasts until now + ttl at the latest (a wait's grant is later still).
 		h.deadline = time.Now().Add(h.opts.ttl)

@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	redislock "redis-lock/clients/go"
+	"redis-lock/clients/go/internal/testserver"
 )
 
 // TestMain doubles as the killed-holder helper: with REDISLOCK_HELPER=holder the test binary
@@ -58,8 +59,8 @@ func fence(t *testing.T, c redis.UniversalClient, key string) int64 {
 }
 
 func TestMutexTokenTryLockUnlock(t *testing.T) {
-	ctx := testCtx(t, 20*time.Second)
-	rdb := newServer(t).client(t)
+	ctx := testserver.Ctx(t, 20*time.Second)
+	rdb := testserver.New(t).Client(t)
 	c := redislock.New(rdb)
 	a := redislock.NewMutex(c, "invoice:42", redislock.WithOwner("worker-a"))
 	b := redislock.NewMutex(c, "invoice:42", redislock.WithOwner("worker-b"))
@@ -107,8 +108,8 @@ func TestMutexTokenTryLockUnlock(t *testing.T) {
 }
 
 func TestMutexFIFO(t *testing.T) {
-	ctx := testCtx(t, 30*time.Second)
-	rdb := newServer(t).client(t)
+	ctx := testserver.Ctx(t, 30*time.Second)
+	rdb := testserver.New(t).Client(t)
 	c := redislock.New(rdb)
 	holder := redislock.NewMutex(c, "fifo")
 	if err := holder.Lock(ctx); err != nil {
@@ -128,7 +129,7 @@ func TestMutexFIFO(t *testing.T) {
 			order <- i
 			errs <- waiters[i].Unlock(ctx)
 		}(i)
-		waitBlocked(t, rdb, i+1) // queued in this order
+		testserver.WaitBlocked(t, rdb, i+1) // queued in this order
 	}
 	info, _ := c.Info(ctx, "fifo")
 	if info.Waiters != n || info.Queue[0].Owner != "w0" || info.Queue[n-1].Owner != fmt.Sprintf("w%d", n-1) {
@@ -148,10 +149,10 @@ func TestMutexFIFO(t *testing.T) {
 }
 
 func TestLockWaitLongerThanReadTimeout(t *testing.T) {
-	ctx := testCtx(t, 20*time.Second)
+	ctx := testserver.Ctx(t, 20*time.Second)
 	// A client whose ReadTimeout is far shorter than the wait: the wait must not be cut.
-	srv := newServer(t)
-	rdb := redis.NewClient(&redis.Options{Addr: srv.addr(), ReadTimeout: 100 * time.Millisecond})
+	srv := testserver.New(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ReadTimeout: 100 * time.Millisecond})
 	t.Cleanup(func() { _ = rdb.Close() })
 	c := redislock.New(rdb)
 	a := redislock.NewMutex(c, "slow", redislock.WithTTL(400*time.Millisecond), redislock.WithWatchdog(false))
@@ -181,8 +182,8 @@ func TestLockWaitLongerThanReadTimeout(t *testing.T) {
 }
 
 func TestCancelledWaitLeavesNothing(t *testing.T) {
-	ctx := testCtx(t, 20*time.Second)
-	rdb := newServer(t).client(t)
+	ctx := testserver.Ctx(t, 20*time.Second)
+	rdb := testserver.New(t).Client(t)
 	c := redislock.New(rdb)
 	a := redislock.NewMutex(c, "job", redislock.WithOwner("a"))
 	if err := a.Lock(ctx); err != nil {
@@ -192,13 +193,13 @@ func TestCancelledWaitLeavesNothing(t *testing.T) {
 	wctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- b.Lock(wctx) }()
-	waitBlocked(t, rdb, 1)
+	testserver.WaitBlocked(t, rdb, 1)
 	cancel()
 	err := <-done
 	if !errors.Is(err, context.Canceled) || !errors.Is(err, redislock.ErrNotObtained) || errors.Is(err, redislock.ErrTimeout) {
 		t.Fatalf("cancelled Lock: %v", err)
 	}
-	waitBlocked(t, rdb, 0)
+	testserver.WaitBlocked(t, rdb, 0)
 	if err := a.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -225,8 +226,8 @@ func TestCancelledWaitLeavesNothing(t *testing.T) {
 // The grant arrives as the context ends: cancel from inside the grant's wake-up, over and over;
 // whichever side wins, nothing may stay held by the cancelled waiter.
 func TestCancelRacingGrant(t *testing.T) {
-	ctx := testCtx(t, 60*time.Second)
-	rdb := newServer(t).client(t)
+	ctx := testserver.Ctx(t, 60*time.Second)
+	rdb := testserver.New(t).Client(t)
 	c := redislock.New(rdb)
 	a := redislock.NewMutex(c, "race", redislock.WithOwner("a"))
 	b := redislock.NewMutex(c, "race", redislock.WithOwner("b"))
@@ -237,7 +238,7 @@ func TestCancelRacingGrant(t *testing.T) {
 		wctx, cancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
 		go func() { done <- b.Lock(wctx) }()
-		waitBlocked(t, rdb, 1)
+		testserver.WaitBlocked(t, rdb, 1)
 		go cancel()
 		if err := a.Unlock(ctx); err != nil {
 			t.Fatal(err)
@@ -252,16 +253,16 @@ func TestCancelRacingGrant(t *testing.T) {
 		} else if !errors.Is(err, context.Canceled) {
 			t.Fatalf("round %d: %v", i, err)
 		}
-		eventually(t, 5*time.Second, "lock free", func() bool { return fence(t, rdb, "race") == 0 })
+		testserver.Eventually(t, 5*time.Second, "lock free", func() bool { return fence(t, rdb, "race") == 0 })
 	}
 }
 
 func TestKilledHolderPassesOnAtOnce(t *testing.T) {
-	ctx := testCtx(t, 60*time.Second)
-	srv := newServer(t)
-	rdb := srv.client(t)
+	ctx := testserver.Ctx(t, 60*time.Second)
+	srv := testserver.New(t)
+	rdb := srv.Client(t)
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "REDISLOCK_HELPER=holder", "REDISLOCK_ADDR="+srv.addr(), "REDISLOCK_KEY=crash")
+	cmd.Env = append(os.Environ(), "REDISLOCK_HELPER=holder", "REDISLOCK_ADDR="+srv.Addr(), "REDISLOCK_KEY=crash")
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -292,7 +293,7 @@ func TestKilledHolderPassesOnAtOnce(t *testing.T) {
 		granted <- time.Now()
 		errc <- err
 	}()
-	waitBlocked(t, rdb, 1)
+	testserver.WaitBlocked(t, rdb, 1)
 	killed := time.Now()
 	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)

@@ -45,6 +45,20 @@ func Inspect(ctx context.Context, rdb redis.UniversalClient, key string) (*Info,
 	return parseInfo(reply), nil
 }
 
+// Acquire takes key for owner with a deadline ttl from now: one try, then, with wait, one
+// LOCK.ACQUIRE ... BLOCK on a connection of its own for as long as ctx allows (a wait ctx ends
+// leaves nothing held, as Mutex.Lock). It returns the fencing token and watches nothing: the
+// caller renews (LOCK.EXTEND key owner ttl) and releases (LOCK.RELEASE key owner) itself. The
+// building block of the redsync package.
+func Acquire(ctx context.Context, rdb redis.UniversalClient, key, owner string, ttl time.Duration, wait bool) (int64, error) {
+	h := newHold(New(rdb), []string{key}, []Option{WithOwner(owner), WithTTL(ttl), WithWatchdog(false)})
+	h.bare = true
+	if err := h.acquire(ctx, wait); err != nil {
+		return 0, err
+	}
+	return h.currentToken(), nil
+}
+
 // An Option configures a lock.
 type Option func(*options)
 

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	redislock "redis-lock/clients/go"
+	"redis-lock/clients/go/internal/testserver"
 )
 
 func infoLock(t *testing.T, rdb redis.UniversalClient, field string) int64 {
@@ -30,8 +31,8 @@ func infoLock(t *testing.T, rdb redis.UniversalClient, field string) int64 {
 }
 
 func TestSessionLossEndsItsHolds(t *testing.T) {
-	ctx := testCtx(t, 20*time.Second)
-	rdb := newServer(t).client(t)
+	ctx := testserver.Ctx(t, 20*time.Second)
+	rdb := testserver.New(t).Client(t)
 	s, err := redislock.NewSession(ctx, rdb, redislock.WithSessionTTL(600*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
@@ -74,8 +75,8 @@ func TestSessionLossEndsItsHolds(t *testing.T) {
 }
 
 func TestSessionCloseReleases(t *testing.T) {
-	ctx := testCtx(t, 20*time.Second)
-	rdb := newServer(t).client(t)
+	ctx := testserver.Ctx(t, 20*time.Second)
+	rdb := testserver.New(t).Client(t)
 	s, err := redislock.NewSession(ctx, rdb, redislock.WithSessionLockDelay(5*time.Second))
 	if err != nil {
 		t.Fatal(err)
@@ -108,8 +109,8 @@ func TestSessionCloseReleases(t *testing.T) {
 }
 
 func TestWatchdogRenewsAndReportsLoss(t *testing.T) {
-	ctx := testCtx(t, 20*time.Second)
-	rdb := newServer(t).client(t)
+	ctx := testserver.Ctx(t, 20*time.Second)
+	rdb := testserver.New(t).Client(t)
 	lostc := make(chan error, 1)
 	m := redislock.NewMutex(redislock.New(rdb), "renewed", redislock.WithTTL(300*time.Millisecond),
 		redislock.WithOnLost(func(err error) { lostc <- err }))
@@ -118,7 +119,7 @@ func TestWatchdogRenewsAndReportsLoss(t *testing.T) {
 	}
 	token := m.Token()
 	// Held past several ttls: the watchdog's LOCK.EXTEND calls keep it.
-	eventually(t, 5*time.Second, "4 renewals", func() bool { return infoLock(t, rdb, "lock_extended") >= 4 })
+	testserver.Eventually(t, 5*time.Second, "4 renewals", func() bool { return infoLock(t, rdb, "lock_extended") >= 4 })
 	if fence(t, rdb, "renewed") != token {
 		t.Fatal("the renewed hold is not live")
 	}
@@ -145,8 +146,8 @@ func TestWatchdogRenewsAndReportsLoss(t *testing.T) {
 }
 
 func TestFenced(t *testing.T) {
-	ctx := testCtx(t, 20*time.Second)
-	rdb := newServer(t).client(t)
+	ctx := testserver.Ctx(t, 20*time.Second)
+	rdb := testserver.New(t).Client(t)
 	c := redislock.New(rdb)
 	a := redislock.NewMutex(c, "invoice:42", redislock.WithTTL(time.Second), redislock.WithWatchdog(false))
 	if err := a.Lock(ctx); err != nil {

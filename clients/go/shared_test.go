@@ -7,11 +7,12 @@ import (
 	"time"
 
 	redislock "redis-lock/clients/go"
+	"redis-lock/clients/go/internal/testserver"
 )
 
 func TestSemaphore(t *testing.T) {
-	ctx := testCtx(t, 20*time.Second)
-	rdb := newServer(t).client(t)
+	ctx := testserver.Ctx(t, 20*time.Second)
+	rdb := testserver.New(t).Client(t)
 	c := redislock.New(rdb)
 	a := redislock.NewSemaphore(c, "payments-api", 2, redislock.WithOwner("worker-a"))
 	b := redislock.NewSemaphore(c, "payments-api", 2, redislock.WithOwner("worker-b"))
@@ -34,7 +35,7 @@ func TestSemaphore(t *testing.T) {
 	}
 	got := make(chan error, 1)
 	go func() { got <- w.Acquire(ctx) }()
-	waitBlocked(t, rdb, 1)
+	testserver.WaitBlocked(t, rdb, 1)
 	if err := a.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -49,8 +50,8 @@ func TestSemaphore(t *testing.T) {
 }
 
 func TestRWMutex(t *testing.T) {
-	ctx := testCtx(t, 20*time.Second)
-	rdb := newServer(t).client(t)
+	ctx := testserver.Ctx(t, 20*time.Second)
+	rdb := testserver.New(t).Client(t)
 	c := redislock.New(rdb)
 	r1 := redislock.NewRWMutex(c, "report", redislock.WithOwner("r1"))
 	r2 := redislock.NewRWMutex(c, "report", redislock.WithOwner("r2"))
@@ -67,7 +68,7 @@ func TestRWMutex(t *testing.T) {
 	}
 	wrote := make(chan error, 1)
 	go func() { wrote <- w.Lock(ctx) }()
-	waitBlocked(t, rdb, 1)
+	testserver.WaitBlocked(t, rdb, 1)
 	// A reader arriving after the queued writer does not overtake it.
 	if err := r3.TryRLock(ctx); !errors.Is(err, redislock.ErrNotObtained) {
 		t.Fatalf("reader behind a queued writer: %v", err)
@@ -94,8 +95,8 @@ func TestRWMutex(t *testing.T) {
 }
 
 func TestMultiLock(t *testing.T) {
-	ctx := testCtx(t, 20*time.Second)
-	rdb := newServer(t).client(t)
+	ctx := testserver.Ctx(t, 20*time.Second)
+	rdb := testserver.New(t).Client(t)
 	c := redislock.New(rdb)
 	clerk := redislock.NewMutex(c, "sku:2", redislock.WithOwner("clerk"))
 	if err := clerk.Lock(ctx); err != nil {
@@ -110,7 +111,7 @@ func TestMultiLock(t *testing.T) {
 	}
 	got := make(chan error, 1)
 	go func() { got <- order.Lock(ctx) }()
-	waitBlocked(t, rdb, 1)
+	testserver.WaitBlocked(t, rdb, 1)
 	if err := clerk.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}

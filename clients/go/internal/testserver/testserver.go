@@ -1,9 +1,8 @@
-package redislock_test
-
-// Servers for the tests: the workspace's harness program (target/debug/harness; HARNESS
-// overrides it) starts each one on a port the OS chose, in a directory of its own, and stops it
-// when its standard input closes. REDIS_SERVER and REDIS_LOCK_MODULE choose the binaries
+// Package testserver starts the servers the tests use. The workspace's harness program
+// (target/debug/harness; HARNESS overrides it) starts each one on a port the OS chose, in a
+// directory of its own, and stops it when its standard input closes. REDIS_SERVER and REDIS_LOCK_MODULE choose the binaries
 // (harness/README.md).
+package testserver
 
 import (
 	"bufio"
@@ -22,14 +21,16 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-type server struct {
+// Server is one redis-server with the module.
+type Server struct {
 	Port int    `json:"port"`
 	Pid  int    `json:"pid"`
 	Dir  string `json:"dir"`
 }
 
-type cluster struct {
-	Nodes []server `json:"nodes"`
+// Cluster is a Redis Cluster's nodes.
+type Cluster struct {
+	Nodes []Server `json:"nodes"`
 }
 
 func harnessProgram(t testing.TB) string {
@@ -37,16 +38,16 @@ func harnessProgram(t testing.TB) string {
 		return p
 	}
 	_, file, _, _ := runtime.Caller(0)
-	p := filepath.Join(filepath.Dir(file), "..", "..", "target", "debug", "harness")
+	p := filepath.Join(filepath.Dir(file), "..", "..", "..", "..", "target", "debug", "harness")
 	if _, err := os.Stat(p); err != nil {
 		t.Fatalf("no harness program at %s (cargo build -p redis-lock-harness, or set HARNESS)", p)
 	}
 	return p
 }
 
-// startHarness runs `harness args...`, decodes its JSON line into out, and stops it at the end
+// StartHarness runs `harness args...`, decodes its JSON line into out, and stops it at the end
 // of the test (closing its stdin).
-func startHarness(t testing.TB, out any, args ...string) {
+func StartHarness(t testing.TB, out any, args ...string) {
 	t.Helper()
 	cmd := exec.Command(harnessProgram(t), args...)
 	stdin, err := cmd.StdinPipe()
@@ -74,36 +75,37 @@ func startHarness(t testing.TB, out any, args ...string) {
 	}
 }
 
-// newServer starts a redis-server with the module; extra goes after `--` (server arguments).
-func newServer(t testing.TB, extra ...string) *server {
+// New starts a redis-server with the module; extra goes after `--` (server arguments).
+func New(t testing.TB, extra ...string) *Server {
 	t.Helper()
-	s := &server{}
+	s := &Server{}
 	args := []string{"server"}
 	if len(extra) > 0 {
 		args = append(append(args, "--"), extra...)
 	}
-	startHarness(t, s, args...)
+	StartHarness(t, s, args...)
 	return s
 }
 
-func (s *server) addr() string { return fmt.Sprintf("127.0.0.1:%d", s.Port) }
+// Addr is host:port.
+func (s *Server) Addr() string { return fmt.Sprintf("127.0.0.1:%d", s.Port) }
 
-// client is a go-redis client of the server, closed at the end of the test.
-func (s *server) client(t testing.TB) *redis.Client {
-	c := redis.NewClient(&redis.Options{Addr: s.addr()})
+// Client is a go-redis client of the server, closed at the end of the test.
+func (s *Server) Client(t testing.TB) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: s.Addr()})
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }
 
-// testCtx is a context that ends with the test, or after d.
-func testCtx(t testing.TB, d time.Duration) context.Context {
+// Ctx is a context that ends with the test, or after d.
+func Ctx(t testing.TB, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx
 }
 
-// eventually polls cond every 5 ms until it holds, failing the test after d.
-func eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
+// Eventually polls cond every 5 ms until it holds, failing the test after d.
+func Eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for !cond() {
@@ -114,8 +116,8 @@ func eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
 	}
 }
 
-// blockedClients reads INFO clients' blocked_clients.
-func blockedClients(t testing.TB, c redis.UniversalClient) int {
+// BlockedClients reads INFO clients' blocked_clients.
+func BlockedClients(t testing.TB, c redis.UniversalClient) int {
 	info, err := c.Info(context.Background(), "clients").Result()
 	if err != nil {
 		t.Fatal(err)
@@ -130,8 +132,8 @@ func blockedClients(t testing.TB, c redis.UniversalClient) int {
 	return 0
 }
 
-// waitBlocked waits until n clients are blocked on the server.
-func waitBlocked(t testing.TB, c redis.UniversalClient, n int) {
+// WaitBlocked waits until n clients are blocked on the server.
+func WaitBlocked(t testing.TB, c redis.UniversalClient, n int) {
 	t.Helper()
-	eventually(t, 5*time.Second, fmt.Sprintf("%d blocked clients", n), func() bool { return blockedClients(t, c) == n })
+	Eventually(t, 5*time.Second, fmt.Sprintf("%d blocked clients", n), func() bool { return BlockedClients(t, c) == n })
 }
