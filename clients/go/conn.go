@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
 // Connections of their own. go-redis gives a blocking module command the client's ReadTimeout
@@ -39,6 +40,11 @@ func dedicated(ctx context.Context, client redis.UniversalClient, key string, no
 	if err != nil {
 		return nil, err
 	}
+	// Its own push-notification state: the processor in the copied options is the user
+	// client's (go-redis refuses to register its handlers twice), and a one-connection client
+	// that is closed by its owner has no use for maintenance notifications.
+	o.PushNotificationProcessor = nil
+	o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	o.PoolSize = 1
 	o.MinIdleConns = 0
 	o.MaxIdleConns = 1

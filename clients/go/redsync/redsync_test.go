@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -161,22 +158,8 @@ func TestReadmeExample(t *testing.T) {
 		}
 		code = strings.Replace(code, old, repl, 1)
 	}
-	_, file, _, _ := runtime.Caller(0)
-	dir, err := os.MkdirTemp(filepath.Join(filepath.Dir(file), "testdata"), "run-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(code), 0o644); err != nil {
-		t.Fatal(err)
-	}
 	ctx := testserver.Ctx(t, 90*time.Second)
-	cmd := exec.CommandContext(ctx, "go", "run", ".")
-	cmd.Dir = dir
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("go run: %v\n%s", err, out)
-	}
+	testserver.GoProgram(t, ctx, code, true)
 	// It locked and unlocked: the lock was granted once and released once.
 	rdb := srv.Client(t)
 	info, _ := rdb.Info(ctx, "lock").Result()

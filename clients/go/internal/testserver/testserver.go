@@ -137,3 +137,32 @@ func WaitBlocked(t testing.TB, c redis.UniversalClient, n int) {
 	t.Helper()
 	Eventually(t, 5*time.Second, fmt.Sprintf("%d blocked clients", n), func() bool { return BlockedClients(t, c) == n })
 }
+
+// GoProgram writes code as main.go in a new directory inside the module (so that it builds with
+// the module's go.mod; a name starting with "." keeps it out of ./...) and runs `go run .`, or
+// only `go build` when run is false. It returns the program's output, failing the test on an
+// error.
+func GoProgram(t testing.TB, ctx context.Context, code string, run bool) string {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	module := filepath.Join(filepath.Dir(file), "..", "..")
+	dir, err := os.MkdirTemp(module, ".program-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(code), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"run", "."}
+	if !run {
+		args = []string{"build", "-o", os.DevNull, "."}
+	}
+	cmd := exec.CommandContext(ctx, "go", args...)
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("go %s: %v\n%s\n--- the program:\n%s", args[0], err, out, code)
+	}
+	return string(out)
+}
