@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
@@ -40,6 +42,10 @@ func dedicated(ctx context.Context, client redis.UniversalClient, key string, no
 	if err != nil {
 		return nil, err
 	}
+	return dedicatedFrom(o, noReadDeadline), nil
+}
+
+func dedicatedFrom(o *redis.Options, noReadDeadline bool) *redis.Client {
 	// Its own push-notification state: the processor in the copied options is the user
 	// client's (go-redis refuses to register its handlers twice), and a one-connection client
 	// that is closed by its owner has no use for maintenance notifications.
@@ -57,24 +63,87 @@ func dedicated(ctx context.Context, client redis.UniversalClient, key string, no
 	} else {
 		o.ContextTimeoutEnabled = true
 	}
-	return redis.NewClient(o), nil
+	return redis.NewClient(o)
 }
 
-// waitCall sends one blocking command on a connection of its own and reads its reply, however
-// long the server makes it wait; when ctx ends first the connection is closed (the server drops
-// a disconnected waiter) and the caller sees ctx.Err() set. A nil reply is (nil, nil).
-func waitCall(ctx context.Context, client redis.UniversalClient, key string, args []any) (any, error) {
-	c, err := dedicated(ctx, client, key, true)
+// waits keeps the idle wait connections of one Client or Session, per node, so that a wait
+// after a wait does not dial again (a connection, HELLO and CLIENT SETINFO each time cost the
+// server more than the wait itself). A wait that its context ends closes its connection: only
+// connections whose wait ended with a reply come back.
+type waits struct {
+	mu     sync.Mutex
+	idle   map[string][]*redis.Client
+	closed bool
+}
+
+// maxIdleWaits is how many idle wait connections are kept per node.
+const maxIdleWaits = 64
+
+func (w *waits) get(ctx context.Context, client redis.UniversalClient, key string) (*redis.Client, string, error) {
+	o, err := nodeOptions(ctx, client, key)
+	if err != nil {
+		return nil, "", err
+	}
+	addr := o.Addr
+	if w != nil {
+		w.mu.Lock()
+		if list := w.idle[addr]; len(list) > 0 {
+			c := list[len(list)-1]
+			w.idle[addr] = list[:len(list)-1]
+			w.mu.Unlock()
+			return c, addr, nil
+		}
+		w.mu.Unlock()
+	}
+	return dedicatedFrom(o, true), addr, nil
+}
+
+func (w *waits) put(addr string, c *redis.Client) {
+	if w != nil {
+		w.mu.Lock()
+		if !w.closed && len(w.idle[addr]) < maxIdleWaits {
+			if w.idle == nil {
+				w.idle = map[string][]*redis.Client{}
+			}
+			w.idle[addr] = append(w.idle[addr], c)
+			w.mu.Unlock()
+			return
+		}
+		w.mu.Unlock()
+	}
+	_ = c.Close()
+}
+
+// close closes the idle connections; those in use close when their wait ends.
+func (w *waits) close() {
+	w.mu.Lock()
+	idle := w.idle
+	w.idle, w.closed = nil, true
+	w.mu.Unlock()
+	for _, list := range idle {
+		for _, c := range list {
+			_ = c.Close()
+		}
+	}
+}
+
+// waitCall sends one blocking command on a connection of its own (from w, or a new one) and
+// reads its reply, however long the server makes it wait; when ctx ends first the connection
+// is closed (the server drops a disconnected waiter) and the caller sees ctx.Err() set. A nil
+// reply is (nil, nil).
+func waitCall(ctx context.Context, w *waits, client redis.UniversalClient, key string, args []any) (any, error) {
+	c, addr, err := w.get(ctx, client, key)
 	if err != nil {
 		return nil, err
 	}
-	defer c.Close()
 	finished := make(chan struct{})
 	watcher := make(chan struct{})
+	var cut atomic.Bool
 	go func() {
 		defer close(watcher)
 		select {
 		case <-ctx.Done():
+			cut.Store(true)
 			_ = c.Close()
 		case <-finished:
 		}
@@ -83,7 +152,12 @@ func waitCall(ctx context.Context, client redis.UniversalClient, key string, arg
 	close(finished)
 	<-watcher
 	if errors.Is(err, redis.Nil) {
-		return nil, nil
+		reply, err = nil, nil
+	}
+	if !cut.Load() && (err == nil || isReplyError(err)) {
+		w.put(addr, c) // a reply came: the connection is in step, fit for the next wait
+	} else if !cut.Load() {
+		_ = c.Close()
 	}
 	return reply, err
 }

@@ -16,6 +16,7 @@ import (
 type hold struct {
 	client    redis.UniversalClient
 	session   *Session      // nil: a plain hold with a deadline of its own
+	waits     *waits        // its scope's idle wait connections
 	keys      []string      // one key, or a MultiLock's keys (the first routes the commands)
 	multi     bool          // LOCK.MACQUIRE / LOCK.MRELEASE
 	owner     string        // unique per hold object
@@ -36,8 +37,8 @@ type hold struct {
 }
 
 func newHold(s Scope, keys []string, opts []Option) *hold {
-	client, session := s.scope()
-	h := &hold{client: client, session: session, keys: keys, opts: defaults(session != nil)}
+	client, session, w := s.scope()
+	h := &hold{client: client, session: session, waits: w, keys: keys, opts: defaults(session != nil)}
 	for _, o := range opts {
 		o(&h.opts)
 	}
@@ -158,7 +159,7 @@ func (h *hold) acquire(ctx context.Context, wait bool) error {
 		}
 		// The try answered nil, so this object holds nothing there: a grant that raced the end
 		// of ctx is this call's own, and cleanup may release it.
-		reply, err = waitCall(ctx, h.client, h.key(), h.acquireArgs(blockMs))
+		reply, err = waitCall(ctx, h.waits, h.client, h.key(), h.acquireArgs(blockMs))
 		if ctx.Err() != nil {
 			h.cleanup(ctx)
 			return waitEnded(ctx, h.key())

@@ -311,3 +311,47 @@ func TestKilledHolderPassesOnAtOnce(t *testing.T) {
 		t.Fatalf("waiter token %d, helper's %d, live %d", m.Token(), helperToken, fence(t, rdb, "crash"))
 	}
 }
+
+// A wait after a wait reuses the first one's connection: no new connection per wait.
+func TestWaitConnectionsReused(t *testing.T) {
+	ctx := testserver.Ctx(t, 20*time.Second)
+	rdb := testserver.New(t).Client(t)
+	c := redislock.New(rdb)
+	defer c.Close()
+	holder := redislock.NewMutex(c, "reuse")
+	waiter := redislock.NewMutex(c, "reuse")
+	connections := func() int64 {
+		s, _ := rdb.Info(ctx, "stats").Result()
+		for _, line := range strings.Split(s, "\r\n") {
+			if v, ok := strings.CutPrefix(line, "total_connections_received:"); ok {
+				n, _ := strconv.ParseInt(v, 10, 64)
+				return n
+			}
+		}
+		return -1
+	}
+	var after1 int64 // connections received after the first waits
+	for i := 0; i < 8; i++ {
+		if err := holder.Lock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan error, 1)
+		go func() { got <- waiter.Lock(ctx) }()
+		testserver.WaitBlocked(t, rdb, 1)
+		if err := holder.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-got; err != nil {
+			t.Fatal(err)
+		}
+		if err := waiter.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if i == 2 { // after the go-redis pool's own connections are made
+			after1 = connections()
+		}
+	}
+	if n := connections(); n != after1 {
+		t.Fatalf("%d new connections for 5 waits after the first ones", n-after1)
+	}
+}

@@ -14,19 +14,28 @@ const DefaultTTL = 30 * time.Second
 // Scope is where a lock's holds live: a *Session (the holds end with it; its one keepalive
 // covers them all) or a *Client (each hold has a deadline of its own, renewed by a watchdog).
 type Scope interface {
-	scope() (redis.UniversalClient, *Session)
+	scope() (redis.UniversalClient, *Session, *waits)
 }
 
 // Client makes locks outside a session: each hold has its own ttl, renewed by its watchdog
 // while held, and reports a loss on Done()/Err() and WithOnLost.
 type Client struct {
-	rdb redis.UniversalClient
+	rdb   redis.UniversalClient
+	waits *waits // idle wait connections, reused by the next wait
 }
 
 // New wraps a go-redis client (a *redis.Client, a failover client or a *redis.ClusterClient).
-func New(rdb redis.UniversalClient) *Client { return &Client{rdb: rdb} }
+// Close it when done: it keeps idle wait connections for the next waits.
+func New(rdb redis.UniversalClient) *Client { return &Client{rdb: rdb, waits: &waits{}} }
 
-func (c *Client) scope() (redis.UniversalClient, *Session) { return c.rdb, nil }
+func (c *Client) scope() (redis.UniversalClient, *Session, *waits) { return c.rdb, nil, c.waits }
+
+// Close closes the idle wait connections (not the go-redis client). Locks made from it still
+// work; their waits dial again.
+func (c *Client) Close() error {
+	c.waits.close()
+	return nil
+}
 
 // Info reads a lock's state (LOCK.INFO); nil when it is free.
 func (c *Client) Info(ctx context.Context, key string) (*Info, error) {
@@ -51,7 +60,13 @@ func Inspect(ctx context.Context, rdb redis.UniversalClient, key string) (*Info,
 // caller renews (LOCK.EXTEND key owner ttl) and releases (LOCK.RELEASE key owner) itself. The
 // building block of the redsync package.
 func Acquire(ctx context.Context, rdb redis.UniversalClient, key, owner string, ttl time.Duration, wait bool) (int64, error) {
-	h := newHold(New(rdb), []string{key}, []Option{WithOwner(owner), WithTTL(ttl), WithWatchdog(false)})
+	c := &Client{rdb: rdb}
+	return c.Acquire(ctx, key, owner, ttl, wait)
+}
+
+// Acquire is the package's Acquire, its wait on one of c's wait connections.
+func (c *Client) Acquire(ctx context.Context, key, owner string, ttl time.Duration, wait bool) (int64, error) {
+	h := newHold(c, []string{key}, []Option{WithOwner(owner), WithTTL(ttl), WithWatchdog(false)})
 	h.bare = true
 	if err := h.acquire(ctx, wait); err != nil {
 		return 0, err

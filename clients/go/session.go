@@ -38,6 +38,7 @@ type Session struct {
 	closing   bool
 	keepalive chan struct{} // closed when the keepalive goroutine has returned
 	stop      chan struct{}
+	waits     *waits // idle wait connections of its locks
 }
 
 // A SessionOption configures a session.
@@ -86,7 +87,7 @@ func NewSession(ctx context.Context, client redis.UniversalClient, opts ...Sessi
 		return nil, err
 	}
 	s := &Session{client: client, node: node, ttl: o.ttl, lockDelay: o.lockDelay, bound: !o.unbound,
-		done: make(chan struct{}), stop: make(chan struct{}), keepalive: make(chan struct{})}
+		done: make(chan struct{}), stop: make(chan struct{}), keepalive: make(chan struct{}), waits: &waits{}}
 	args := []any{"LOCK.SESSION", "OPEN", ms(o.ttl)}
 	if s.bound {
 		args = append(args, "BOUND")
@@ -105,7 +106,7 @@ func NewSession(ctx context.Context, client redis.UniversalClient, opts ...Sessi
 	return s, nil
 }
 
-func (s *Session) scope() (redis.UniversalClient, *Session) { return s.client, s }
+func (s *Session) scope() (redis.UniversalClient, *Session, *waits) { return s.client, s, s.waits }
 
 func (s *Session) call(ctx context.Context, args ...any) *redis.Cmd {
 	if s.conn != nil {
@@ -115,6 +116,7 @@ func (s *Session) call(ctx context.Context, args ...any) *redis.Cmd {
 }
 
 func (s *Session) closeConns() {
+	s.waits.close()
 	if s.conn != nil {
 		_ = s.conn.Close()
 	}

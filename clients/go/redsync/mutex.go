@@ -30,7 +30,8 @@ type Mutex struct {
 	until        time.Time
 	token        int64
 
-	pools []redis.Pool
+	pools   []redis.Pool
+	lockers []*redislock.Client
 }
 
 // Name returns mutex name (i.e. the Redis key).
@@ -84,7 +85,6 @@ func (m *Mutex) lockContext(ctx context.Context, tries int) error {
 
 // lockOne: one server, one wait in its queue.
 func (m *Mutex) lockOne(ctx context.Context, tries int, value string) error {
-	client := m.pools[0].Client()
 	wait := m.budget(tries)
 	start := time.Now()
 	wctx, cancel := ctx, context.CancelFunc(func() {})
@@ -92,7 +92,7 @@ func (m *Mutex) lockOne(ctx context.Context, tries int, value string) error {
 		wctx, cancel = context.WithTimeout(ctx, wait)
 	}
 	defer cancel()
-	token, err := redislock.Acquire(wctx, client, m.name, value, m.expiry, wait > 0)
+	token, err := m.lockers[0].Acquire(wctx, m.name, value, m.expiry, wait > 0)
 	switch {
 	case err == nil:
 		m.granted(value, token, start)

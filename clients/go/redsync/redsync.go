@@ -25,6 +25,7 @@ import (
 	"math/rand"
 	"time"
 
+	redislock "redis-lock/clients/go"
 	"redis-lock/clients/go/redsync/redis"
 )
 
@@ -35,12 +36,17 @@ const (
 
 // Redsync makes mutexes on one pool (or a quorum of pools).
 type Redsync struct {
-	pools []redis.Pool
+	pools   []redis.Pool
+	lockers []*redislock.Client // one per pool: its waits reuse their connections
 }
 
 // New creates and returns a new Redsync instance from given Redis connection pools.
 func New(pools ...redis.Pool) *Redsync {
-	return &Redsync{pools: pools}
+	r := &Redsync{pools: pools}
+	for _, p := range pools {
+		r.lockers = append(r.lockers, redislock.New(p.Client()))
+	}
+	return r
 }
 
 // NewMutex returns a new distributed mutex with given name.
@@ -56,6 +62,7 @@ func (r *Redsync) NewMutex(name string, options ...Option) *Mutex {
 		driftFactor:  0.01,
 		quorum:       len(r.pools)/2 + 1,
 		pools:        r.pools,
+		lockers:      r.lockers,
 	}
 	for _, o := range options {
 		o.Apply(m)
