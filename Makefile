@@ -12,7 +12,7 @@ APT_PACKAGES := redis-server redis-sentinel libclang-dev clang gcc iptables ipro
 CLOCKSHIFT := target/clockshift/libclockshift.so
 
 
-.PHONY: help deps test-deps clockshift build run test test-python test-node test-go servers test-servers test-valkey torture bench bench-instructions cluster cluster-stop bench-cluster lint fmt clean
+.PHONY: help deps test-deps clockshift build run test test-python test-node test-go servers test-servers test-valkey torture bench bench-go bench-instructions cluster cluster-stop bench-cluster lint fmt clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -175,6 +175,13 @@ bench: build servers ## Benchmarks vs the classic pattern and real lock librarie
 		REDIS_SERVER=$(REDIS_SERVER) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_RELEASE) QUICK=$(QUICK) ONLY=$(ONLY) \
 			$(CARGO) bench --bench inventory; \
 	fi
+	@if [ -n "$(GO_OK)" ] && { [ -z "$(ONLY)" ] || [[ ",$(ONLY)," == *,go,* ]]; }; then $(MAKE) --no-print-directory bench-go; fi
+
+bench-go: build ## The Go client against go-redsync and bsm/redislock: one key, 8 and 32 goroutines, and a crashed holder (benches/go; SECS=5 per row)
+	$(CARGO) build -p redis-lock-harness
+	mkdir -p target/bench
+	set -o pipefail; cd benches/go && REDIS_SERVER=$(REDIS_SERVER) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_RELEASE) HARNESS=$(CURDIR)/target/debug/harness \
+		go run . -secs $(or $(SECS),5) | tee $(CURDIR)/target/bench/go.md
 
 bench-instructions: build servers ## Server instructions per operation under callgrind (Redis 7.0 and 8.2, bare/AOF/AOF+replica); writes benches/results/instructions.md and instructions_handoff.md/.json (contended handoffs vs BLPOP, the semaphore vs the sorted set) (QUICK=1: smoke run into target/)
 	@command -v valgrind >/dev/null || { echo "valgrind is missing: sudo apt-get install -y valgrind"; exit 1; }
