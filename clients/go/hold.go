@@ -238,6 +238,11 @@ func (h *hold) monitor(stop, stopped chan struct{}) {
 		select {
 		case <-stop:
 		case <-h.session.Done():
+			if errors.Is(h.session.Err(), ErrSessionClosed) {
+				// CLOSE released the hold cleanly: it ended, it was not lost.
+				h.end(stop, newError([]error{ErrSessionClosed}, "redislock: %q released: its session was closed", h.key()))
+				return
+			}
 			h.lose(stop, "session lost: "+h.session.reason(), h.session.Err())
 		}
 		return
@@ -305,19 +310,23 @@ func (h *hold) renewed(n int64) bool {
 
 // lose ends the hold stop belongs to, once, and reports it.
 func (h *hold) lose(stop chan struct{}, reason string, cause error) {
-	h.mu.Lock()
-	if h.stop != stop {
-		h.mu.Unlock()
-		return
-	}
 	err := lost(h.key(), reason, cause)
+	if h.end(stop, err) && h.opts.onLost != nil {
+		h.opts.onLost(err)
+	}
+}
+
+// end ends the hold stop belongs to with err (Done closed, Err set); false if it had ended.
+func (h *hold) end(stop chan struct{}, err error) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.stop != stop {
+		return false
+	}
 	h.err = err
 	h.token, h.tokens, h.stop = 0, nil, nil
 	close(h.done)
-	h.mu.Unlock()
-	if h.opts.onLost != nil {
-		h.opts.onLost(err)
-	}
+	return true
 }
 
 // release gives the hold back. ErrNotOwned if this owner held nothing live there.

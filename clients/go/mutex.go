@@ -45,7 +45,8 @@ func (m *Mutex) Token() int64 { return m.h.currentToken() }
 // Done is closed when the hold ends (released or lost); closed while not held.
 func (m *Mutex) Done() <-chan struct{} { return m.h.doneChan() }
 
-// Err is why the last hold ended: nil after Unlock (or while held), an ErrLost error after a loss.
+// Err is why the last hold ended: nil after Unlock (or while held), an ErrLost error after a
+// loss, ErrSessionClosed after its session's Close released it.
 func (m *Mutex) Err() error { return m.h.lossErr() }
 
 // IsOwner asks the server whether this hold's token is live (LOCK.FENCE key token).

@@ -102,9 +102,10 @@ func TestSessionCloseReleases(t *testing.T) {
 			t.Fatalf("%s after Close: %+v %v", k, info, err)
 		}
 	}
+	// Its holds ended cleanly: Done closed, Err says the session was closed (not a loss).
 	<-a.Done()
-	if !errors.Is(a.Err(), redislock.ErrLost) {
-		t.Fatalf("a.Err %v", a.Err())
+	if !errors.Is(a.Err(), redislock.ErrSessionClosed) || errors.Is(a.Err(), redislock.ErrLost) || a.Token() != 0 {
+		t.Fatalf("a.Err %v, token %d", a.Err(), a.Token())
 	}
 }
 
