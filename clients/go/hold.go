@@ -134,6 +134,9 @@ func (h *hold) acquire(ctx context.Context, wait bool) error {
 	h.mu.Lock()
 	heldBefore := h.token != 0
 	h.mu.Unlock()
+	if h.opts.durable > 0 {
+		return h.acquireDurable(ctx, wait, heldBefore)
+	}
 	reply, err := h.client.Do(ctx, h.acquireArgs(-1)...).Result()
 	if errors.Is(err, redis.Nil) {
 		reply, err = nil, nil

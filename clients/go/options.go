@@ -85,6 +85,9 @@ type options struct {
 	watchdog   bool
 	renewEvery time.Duration
 	onLost     func(error)
+
+	durable        int           // WAIT for this many replicas after a grant
+	durableTimeout time.Duration // how long WAIT waits
 }
 
 func defaults(inSession bool) options {

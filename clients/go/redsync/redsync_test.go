@@ -158,7 +158,7 @@ func TestReadmeExample(t *testing.T) {
 		}
 		code = strings.Replace(code, old, repl, 1)
 	}
-	ctx := testserver.Ctx(t, 90*time.Second)
+	ctx := testserver.Ctx(t, 240*time.Second) // a cold build cache compiles go-redis first
 	testserver.GoProgram(t, ctx, code, true)
 	// It locked and unlocked: the lock was granted once and released once.
 	rdb := srv.Client(t)

@@ -166,3 +166,11 @@ func GoProgram(t testing.TB, ctx context.Context, code string, run bool) string 
 	}
 	return string(out)
 }
+
+// NewReplica starts a replica of primary (with the module).
+func NewReplica(t testing.TB, primary *Server) *Server {
+	t.Helper()
+	s := &Server{}
+	StartHarness(t, s, "server", "--replica-of", fmt.Sprint(primary.Port))
+	return s
+}
