@@ -17,6 +17,7 @@ type hold struct {
 	client    redis.UniversalClient
 	session   *Session      // nil: a plain hold with a deadline of its own
 	waits     *waits        // its scope's idle wait connections
+	feed      *feed         // its scope's change feed (WithLossFeed)
 	keys      []string      // one key, or a MultiLock's keys (the first routes the commands)
 	multi     bool          // LOCK.MACQUIRE / LOCK.MRELEASE
 	owner     string        // unique per hold object
@@ -37,8 +38,8 @@ type hold struct {
 }
 
 func newHold(s Scope, keys []string, opts []Option) *hold {
-	client, session, w := s.scope()
-	h := &hold{client: client, session: session, waits: w, keys: keys, opts: defaults(session != nil)}
+	client, session, w, f := s.scope()
+	h := &hold{client: client, session: session, waits: w, feed: f, keys: keys, opts: defaults(session != nil)}
 	for _, o := range opts {
 		o(&h.opts)
 	}
@@ -230,7 +231,35 @@ func (h *hold) granted(reply any) error {
 	h.stop = make(chan struct{})
 	h.stopped = make(chan struct{})
 	go h.monitor(h.stop, h.stopped)
+	if h.feed != nil && (h.opts.lossFeed == feedOn || h.opts.lossFeed == feedDefault && h.opts.onLost != nil) {
+		go h.feed.watch(h)
+	}
 	return nil
+}
+
+// tokenFor is the live hold's token on key (0: none).
+func (h *hold) tokenFor(key string) int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.multi {
+		return h.token
+	}
+	for i, k := range h.keys {
+		if k == key && i < len(h.tokens) {
+			return h.tokens[i]
+		}
+	}
+	return 0
+}
+
+// feedLost: the feed's LOCK.INFO read no longer lists this hold's token on key.
+func (h *hold) feedLost(key string) {
+	h.mu.Lock()
+	stop := h.stop
+	h.mu.Unlock()
+	if stop != nil {
+		h.lose(stop, "feed: not held (LOCK.INFO no longer lists its token on "+key+")", nil)
+	}
 }
 
 // monitor watches a live hold until stop is closed: its session's end, or for a plain hold the
@@ -314,7 +343,13 @@ func (h *hold) renewed(n int64) bool {
 // lose ends the hold stop belongs to, once, and reports it.
 func (h *hold) lose(stop chan struct{}, reason string, cause error) {
 	err := lost(h.key(), reason, cause)
-	if h.end(stop, err) && h.opts.onLost != nil {
+	if !h.end(stop, err) {
+		return
+	}
+	if h.feed != nil {
+		h.feed.unwatch(h)
+	}
+	if h.opts.onLost != nil {
 		h.opts.onLost(err)
 	}
 }
@@ -345,6 +380,9 @@ func (h *hold) release(ctx context.Context) error {
 		h.mu.Lock()
 		close(done)
 		h.mu.Unlock()
+		if h.feed != nil {
+			h.feed.unwatch(h)
+		}
 	}
 	n, err := h.client.Do(ctx, h.releaseArgs()...).Int64()
 	if err != nil {

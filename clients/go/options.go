@@ -14,7 +14,7 @@ const DefaultTTL = 30 * time.Second
 // Scope is where a lock's holds live: a *Session (the holds end with it; its one keepalive
 // covers them all) or a *Client (each hold has a deadline of its own, renewed by a watchdog).
 type Scope interface {
-	scope() (redis.UniversalClient, *Session, *waits)
+	scope() (redis.UniversalClient, *Session, *waits, *feed)
 }
 
 // Client makes locks outside a session: each hold has its own ttl, renewed by its watchdog
@@ -22,18 +22,25 @@ type Scope interface {
 type Client struct {
 	rdb   redis.UniversalClient
 	waits *waits // idle wait connections, reused by the next wait
+	feed  *feed  // the change feed its holds' losses are reported by
 }
 
 // New wraps a go-redis client (a *redis.Client, a failover client or a *redis.ClusterClient).
 // Close it when done: it keeps idle wait connections for the next waits.
-func New(rdb redis.UniversalClient) *Client { return &Client{rdb: rdb, waits: &waits{}} }
+func New(rdb redis.UniversalClient) *Client {
+	return &Client{rdb: rdb, waits: &waits{}, feed: &feed{client: rdb}}
+}
 
-func (c *Client) scope() (redis.UniversalClient, *Session, *waits) { return c.rdb, nil, c.waits }
+func (c *Client) scope() (redis.UniversalClient, *Session, *waits, *feed) {
+	return c.rdb, nil, c.waits, c.feed
+}
 
-// Close closes the idle wait connections (not the go-redis client). Locks made from it still
-// work; their waits dial again.
+// Close closes the idle wait connections and the change feed's (not the go-redis client).
+// Locks made from it still work; their waits dial again, and their losses are found by their
+// watchdogs alone.
 func (c *Client) Close() error {
 	c.waits.close()
+	c.feed.close()
 	return nil
 }
 
@@ -86,6 +93,7 @@ type options struct {
 	renewEvery time.Duration
 	onLost     func(error)
 
+	lossFeed       int           // feedDefault, feedOn, feedOff
 	durable        int           // WAIT for this many replicas after a grant
 	durableTimeout time.Duration // how long WAIT waits
 }
@@ -116,6 +124,25 @@ func WithWatchdog(on bool) Option { return func(o *options) { o.watchdog = on } 
 
 // WithRenewEvery sets how often the watchdog renews (default a third of the ttl).
 func WithRenewEvery(d time.Duration) Option { return func(o *options) { o.renewEvery = d } }
+
+const (
+	feedDefault = iota // on with WithOnLost
+	feedOn
+	feedOff
+)
+
+// WithLossFeed: while held, watch the key's change feed, so that a loss (a DEL, an expiry, a
+// takeover) is reported at once rather than at the next renewal. A feed message only makes the
+// feed read LOCK.INFO; the hold is lost when that no longer lists its token. On by default
+// when WithOnLost is given. It costs each Client or Session two connections per node.
+func WithLossFeed(on bool) Option {
+	return func(o *options) {
+		o.lossFeed = feedOff
+		if on {
+			o.lossFeed = feedOn
+		}
+	}
+}
 
 // WithOnLost calls f (from the goroutine that found it) once when a hold is lost, with an error
 // that matches ErrLost. Done() is closed and Err() set before.

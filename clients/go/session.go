@@ -39,6 +39,7 @@ type Session struct {
 	keepalive chan struct{} // closed when the keepalive goroutine has returned
 	stop      chan struct{}
 	waits     *waits // idle wait connections of its locks
+	feed      *feed  // the change feed its holds' losses are reported by
 }
 
 // A SessionOption configures a session.
@@ -87,7 +88,7 @@ func NewSession(ctx context.Context, client redis.UniversalClient, opts ...Sessi
 		return nil, err
 	}
 	s := &Session{client: client, node: node, ttl: o.ttl, lockDelay: o.lockDelay, bound: !o.unbound,
-		done: make(chan struct{}), stop: make(chan struct{}), keepalive: make(chan struct{}), waits: &waits{}}
+		done: make(chan struct{}), stop: make(chan struct{}), keepalive: make(chan struct{}), waits: &waits{}, feed: &feed{client: client}}
 	args := []any{"LOCK.SESSION", "OPEN", ms(o.ttl)}
 	if s.bound {
 		args = append(args, "BOUND")
@@ -106,7 +107,9 @@ func NewSession(ctx context.Context, client redis.UniversalClient, opts ...Sessi
 	return s, nil
 }
 
-func (s *Session) scope() (redis.UniversalClient, *Session, *waits) { return s.client, s, s.waits }
+func (s *Session) scope() (redis.UniversalClient, *Session, *waits, *feed) {
+	return s.client, s, s.waits, s.feed
+}
 
 func (s *Session) call(ctx context.Context, args ...any) *redis.Cmd {
 	if s.conn != nil {
@@ -117,6 +120,7 @@ func (s *Session) call(ctx context.Context, args ...any) *redis.Cmd {
 
 func (s *Session) closeConns() {
 	s.waits.close()
+	s.feed.close()
 	if s.conn != nil {
 		_ = s.conn.Close()
 	}
