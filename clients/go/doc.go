@@ -18,7 +18,9 @@
 // (where fenced resources often keep them) are signed, and the module's tokens stay below 2^63.
 //
 // Layout: errors.go (sentinels), wire.go (Lua, reply parsing), conn.go (connections of their
-// own), hold.go (acquire, release, watchdog: what every lock is made of), options.go (Client,
-// Option), session.go, mutex.go (Mutex, Semaphore, RWMutex, MultiLock), election.go,
-// redsync/ (a drop-in for github.com/go-redsync/redsync/v4).
+// own, reused by the next wait), hold.go (acquire, release, watchdog: what every lock is made
+// of), options.go (Client, Option, Acquire), session.go, mutex.go (Mutex, Semaphore, RWMutex,
+// MultiLock), election.go (Election, Observe), feed.go (losses pushed by the change feed),
+// durable.go (WAIT after a grant), redsync/ (a drop-in for github.com/go-redsync/redsync/v4),
+// internal/testserver (the tests' servers, through the workspace's harness program).
 package redislock
