@@ -27,6 +27,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	redislock "redis-lock/clients/go"
+	dropin "redis-lock/clients/go/redsync"
+	dropinpool "redis-lock/clients/go/redsync/redis/goredis/v9"
 )
 
 // A locker takes and gives back the key; one per goroutine.
@@ -61,6 +63,21 @@ func (l redsyncLock) unlock(ctx context.Context) error {
 	return err
 }
 
+type dropinLock struct{ m *dropin.Mutex }
+
+func (l dropinLock) lock(ctx context.Context) error {
+	for {
+		err := l.m.LockContext(ctx)
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+	}
+}
+func (l dropinLock) unlock(ctx context.Context) error {
+	_, err := l.m.UnlockContext(ctx)
+	return err
+}
+
 type bsmLock struct {
 	c     *bsm.Client
 	key   string
@@ -82,6 +99,9 @@ func libs() []lib {
 		}},
 		{"go-redsync v4.18.1, defaults", func(rdb *redis.Client, key string) locker {
 			return redsyncLock{redsync.New(goredis.NewPool(rdb)).NewMutex(key, redsync.WithExpiry(10*time.Second))}
+		}},
+		{"the redsync drop-in (`redis-lock/clients/go/redsync`), the same code", func(rdb *redis.Client, key string) locker {
+			return dropinLock{dropin.New(dropinpool.NewPool(rdb)).NewMutex(key, dropin.WithExpiry(10*time.Second))}
 		}},
 		{"bsm/redislock v0.9.4, `LinearBackoff(100ms)`", func(rdb *redis.Client, key string) locker {
 			return &bsmLock{c: bsm.New(rdb), key: key, retry: 100 * time.Millisecond}
