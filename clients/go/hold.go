@@ -388,8 +388,8 @@ func (h *hold) release(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if n == 0 {
-		return newError([]error{ErrNotOwned}, "redislock: %q is not held by %s", h.key(), h.owner)
+	if !h.renewed(n) { // every key of a MultiLock, else some was lost meanwhile
+		return newError([]error{ErrNotOwned}, "redislock: %q is not held by %s (%d of %d keys released)", h.key(), h.owner, n, len(h.keys))
 	}
 	return nil
 }

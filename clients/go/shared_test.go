@@ -128,8 +128,12 @@ func TestMultiLock(t *testing.T) {
 	if ttl, _ := rdb.PTTL(ctx, "sku:2").Result(); ttl < 50*time.Second {
 		t.Fatalf("sku:2 PTTL %v after Extend(1m)", ttl)
 	}
-	if err := order.Unlock(ctx); err != nil {
+	// One key of the set is lost meanwhile: Unlock releases the other and says so.
+	if err := rdb.Del(ctx, "sku:1").Err(); err != nil {
 		t.Fatal(err)
+	}
+	if err := order.Unlock(ctx); !errors.Is(err, redislock.ErrNotOwned) || !strings.Contains(err.Error(), "1 of 2 keys") {
+		t.Fatalf("Unlock of a half-lost set: %v", err)
 	}
 	if fence(t, rdb, "sku:1") != 0 || fence(t, rdb, "sku:2") != 0 {
 		t.Fatal("held after Unlock")
