@@ -246,9 +246,15 @@ type SessionInfo struct {
 	Holds     int64
 }
 
-// Info reads the session's state from the server; nil if the server has no such session.
+// Info reads the session's state from the server; nil if the server has no such session. It
+// runs on the session's own connection and waits for the reply however ctx ends (up to the
+// session's ttl), since cutting a bound session's connection ends the session.
 func (s *Session) Info(ctx context.Context) (*SessionInfo, error) {
-	reply, err := s.call(ctx, "LOCK.SESSION", "INFO", s.id).Result()
+	// Not cut by ctx: on a bound session's connection a cancelled call would close the
+	// connection, and the server would end the session with it.
+	c, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.ttl)
+	defer cancel()
+	reply, err := s.call(c, "LOCK.SESSION", "INFO", s.id).Result()
 	if errors.Is(err, redis.Nil) {
 		return nil, nil
 	}

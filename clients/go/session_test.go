@@ -173,3 +173,30 @@ func TestFenced(t *testing.T) {
 		t.Fatalf("total %q", v)
 	}
 }
+
+// A context that ends during Info does not cut the bound session's connection (which would
+// end the session): the server is paused so that the reply comes after the context's deadline.
+func TestSessionInfoContextEnds(t *testing.T) {
+	ctx := testserver.Ctx(t, 20*time.Second)
+	rdb := testserver.New(t).Client(t)
+	s, err := redislock.NewSession(ctx, rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(ctx)
+	if err := rdb.Do(ctx, "CLIENT", "PAUSE", 300, "ALL").Err(); err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if si, err := s.Info(short); err != nil || si == nil || si.Bound == 0 {
+		t.Fatalf("Info across its context's deadline: %+v %v", si, err)
+	}
+	// The session and its connection are still there.
+	if si, err := s.Info(ctx); err != nil || si == nil {
+		t.Fatalf("Info after: %+v %v", si, err)
+	}
+	if n := infoLock(t, rdb, "lock_sessions_disconnected"); n != 0 {
+		t.Fatalf("%d bound sessions ended by a disconnect", n)
+	}
+}
