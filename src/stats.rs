@@ -52,6 +52,8 @@ pub static SESSIONS_CLOSED: Counter = Counter::new();
 pub static SESSIONS_EXPIRED: Counter = Counter::new();
 /// Bound sessions ended because their connection closed.
 pub static SESSIONS_DISCONNECTED: Counter = Counter::new();
+/// Sessions ended by an administrator's `LOCK.SESSION KILL`.
+pub static SESSIONS_KILLED: Counter = Counter::new();
 /// Holds that ended because their session did.
 pub static SESSION_HOLDS_RELEASED: Counter = Counter::new();
 /// Times a blocked `LOCK.MACQUIRE` set was passed by a later set whose keys were all free

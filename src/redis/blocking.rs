@@ -55,8 +55,8 @@ pub use events::{key_unlinked, orphans_loaded, subscribe};
 pub use multi::block_set;
 use queue_key::{KeyRef, KeyView};
 pub use sessions::{
-    apply_ended, close_session, expire_sessions, session_disconnected, session_hold_exists,
-    CloseReply,
+    apply_ended, close_session, expire_sessions, kill_session, session_disconnected,
+    session_hold_exists, CloseReply,
 };
 
 /// A lock key: database number and key name.

@@ -81,19 +81,29 @@ fn command_docs_describe_every_command() {
             "lock.session|ended",
             "lock.session|info",
             "lock.session|keepalive",
+            "lock.session|kill",
+            "lock.session|list",
             "lock.session|open",
             "lock.session|renew",
             "lock.session|restore"
         ]
     );
-    for sub in ["open", "keepalive", "close", "attach", "info"] {
+    for sub in [
+        "open",
+        "keepalive",
+        "close",
+        "attach",
+        "info",
+        "list",
+        "kill",
+    ] {
         let name = format!("lock.session|{sub}");
         docs.insert(name.clone(), subcommands[&name].clone());
     }
 
     // name, then per argument: (name, token, optional).
     type ArgSpec = (&'static str, Option<&'static str>, bool);
-    let expected: [(&str, &[ArgSpec]); 10] = [
+    let expected: [(&str, &[ArgSpec]); 12] = [
         (
             "lock.session|open",
             &[
@@ -109,6 +119,11 @@ fn command_docs_describe_every_command() {
         ("lock.session|close", &[("id", None, false)]),
         ("lock.session|attach", &[("id", None, false)]),
         ("lock.session|info", &[("id", None, false)]),
+        (
+            "lock.session|list",
+            &[("cursor", None, true), ("count", Some("COUNT"), true)],
+        ),
+        ("lock.session|kill", &[("serial", None, false)]),
         (
             "lock.acquire",
             &[

@@ -15,4 +15,5 @@ mod restore;
 mod scripts;
 mod secrets;
 mod sessions_acl;
+mod sessions_admin;
 mod sessions_common;
