@@ -69,7 +69,8 @@ fn commands_are_in_the_categories_the_server_supports() {
             "lock.fence",
             "lock.info",
             "lock.session|info",
-            "lock.session|list"
+            "lock.session|list",
+            "lock.waiting"
         ]
     );
     // The administrators' subcommands (issue 32), and only they.
@@ -98,7 +99,8 @@ fn commands_are_in_the_categories_the_server_supports() {
             "lock.session|list",
             "lock.session|open",
             "lock.session|renew",
-            "lock.session|restore"
+            "lock.session|restore",
+            "lock.waiting"
         ]
     );
     assert_eq!(
@@ -114,9 +116,9 @@ fn commands_are_in_the_categories_the_server_supports() {
         ]
     );
     if own {
-        // Ten commands and eight of LOCK.SESSION's subcommands (each has its own ACL bit):
+        // Eleven commands and eight of LOCK.SESSION's subcommands (each has its own ACL bit):
         // not LIST and KILL, which are for administrators.
-        assert_eq!(category(&mut con, "lock").len(), 18);
+        assert_eq!(category(&mut con, "lock").len(), 19);
     } else {
         assert_err(
             redis::cmd("ACL")

@@ -20,7 +20,7 @@ use redis_module::{raw, Context};
 pub const OWN_CATEGORY: &str = "lock";
 
 /// Each command with its built-in categories, mirroring its command flags.
-const COMMANDS: [(&CStr, &str); 20] = [
+const COMMANDS: [(&CStr, &str); 21] = [
     (c"lock.acquire", "write fast blocking"),
     (c"lock.macquire", "write slow blocking"),
     (c"lock.mrelease", "write slow"),
@@ -42,6 +42,7 @@ const COMMANDS: [(&CStr, &str); 20] = [
     (c"lock.session|restore", "write slow"),
     (c"lock.session|renew", "write slow"),
     (c"lock.session|ended", "write slow"),
+    (c"lock.waiting", "read slow"),
     (c"lock.watch", "write fast"),
     (c"lock.unwatch", "write fast"),
 ];
@@ -143,4 +144,58 @@ pub fn is_admin(ctx: &Context) -> bool {
     // SAFETY: the name came from GetCurrentUserName with this context; freed once.
     unsafe { raw::RedisModule_FreeString.unwrap()(ctx.ctx, name) };
     allowed
+}
+
+/// The calling user's read permission on keys, for commands that list key names the user did
+/// not name (`LOCK.WAITING`): a key is shown only if the user could `LOCK.INFO` it. Looked up
+/// once per command; the user is freed on drop.
+pub struct KeyReader {
+    user: *mut raw::RedisModuleUser,
+}
+
+impl KeyReader {
+    /// The caller's permissions, or `None` when the server cannot check them (then show none).
+    pub fn of_caller(ctx: &Context) -> Option<KeyReader> {
+        // SAFETY: plain reads of function pointers filled in by RedisModule_Init.
+        let (Some(user_of), Some(name_of), Some(_)) = (
+            unsafe { raw::RedisModule_GetModuleUserFromUserName },
+            unsafe { raw::RedisModule_GetCurrentUserName },
+            unsafe { raw::RedisModule_ACLCheckKeyPermissions },
+        ) else {
+            return None;
+        };
+        // SAFETY: ctx is the live context of the executing command.
+        let name = unsafe { name_of(ctx.ctx) };
+        if name.is_null() {
+            return None;
+        }
+        // SAFETY: `name` is a valid module string, freed right after.
+        let user = unsafe { user_of(name) };
+        // SAFETY: the name came from GetCurrentUserName with this context; freed once.
+        unsafe { raw::RedisModule_FreeString.unwrap()(ctx.ctx, name) };
+        (!user.is_null()).then_some(KeyReader { user })
+    }
+
+    /// True when the user may read `key` (`LOCK.INFO`'s access). The server takes only the
+    /// operation flags here (`ACCESS`, `INSERT`, `DELETE`, `UPDATE`; `RO` is refused as an
+    /// invalid flag, seen on Redis 7.0 and 8.2), and `ACCESS` is what `%R~` patterns grant.
+    pub fn may_read(&self, key: &[u8]) -> bool {
+        let key = redis_module::RedisString::create_from_slice(std::ptr::null_mut(), key);
+        // SAFETY: `self.user` is live until drop; `key` is a live module string; the function
+        // was checked present in `of_caller`.
+        unsafe {
+            raw::RedisModule_ACLCheckKeyPermissions.unwrap()(
+                self.user,
+                key.inner,
+                raw::REDISMODULE_CMD_KEY_ACCESS as i32,
+            ) == raw::REDISMODULE_OK as i32
+        }
+    }
+}
+
+impl Drop for KeyReader {
+    fn drop(&mut self) {
+        // SAFETY: the user came from GetModuleUserFromUserName and is freed once.
+        unsafe { raw::RedisModule_FreeModuleUser.unwrap()(self.user) };
+    }
 }

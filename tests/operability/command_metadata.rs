@@ -4,7 +4,7 @@ use super::*;
 
 /// A bulk or simple string reply as text.
 #[track_caller]
-fn text(v: &Value) -> String {
+pub(super) fn text(v: &Value) -> String {
     match v {
         Value::BulkString(b) => String::from_utf8(b.clone()).expect("non-UTF-8 string"),
         Value::SimpleString(s) => s.clone(),
@@ -14,7 +14,7 @@ fn text(v: &Value) -> String {
 
 /// A RESP2 flat `name value name value ...` array (or a RESP3 map) as ordered pairs.
 #[track_caller]
-fn pairs(v: &Value) -> Vec<(String, Value)> {
+pub(super) fn pairs(v: &Value) -> Vec<(String, Value)> {
     match v {
         Value::Array(items) => {
             assert!(items.len() % 2 == 0, "odd field/value array {items:?}");
@@ -30,7 +30,7 @@ fn pairs(v: &Value) -> Vec<(String, Value)> {
 
 /// The value of `name` among `pairs`.
 #[track_caller]
-fn field<'a>(pairs: &'a [(String, Value)], name: &str) -> &'a Value {
+pub(super) fn field<'a>(pairs: &'a [(String, Value)], name: &str) -> &'a Value {
     &pairs
         .iter()
         .find(|(k, _)| k == name)

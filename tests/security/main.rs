@@ -17,3 +17,4 @@ mod secrets;
 mod sessions_acl;
 mod sessions_admin;
 mod sessions_common;
+mod waiting_keys;
