@@ -190,6 +190,19 @@ pub fn info_section(ctx: &InfoContext) -> Status {
     ] {
         ctx.add_info_field_str(&format!("{name}_ms"), &describe(&summary));
     }
+    // The same two distributions as flat numbers, a Prometheus histogram's `_count`, `_sum`
+    // and cumulative `le` buckets, because an exporter takes only fields whose value is one
+    // number (the summaries above are kept for whoever parses them already).
+    for (name, histogram) in [("wait", &stats::WAIT_US), ("hold", &stats::HOLD_US)] {
+        let (counts, sum_ms) = histogram.cumulative();
+        let total = counts.last().copied().unwrap_or(0);
+        ctx.add_info_field_long_long(&format!("{name}_ms_count"), total as i64);
+        ctx.add_info_field_long_long(&format!("{name}_ms_sum"), sum_ms as i64);
+        for (bound, count) in stats::LE_MS.iter().zip(&counts) {
+            ctx.add_info_field_long_long(&format!("{name}_ms_le_{bound}"), *count as i64);
+        }
+        ctx.add_info_field_long_long(&format!("{name}_ms_le_inf"), total as i64);
+    }
     Status::Ok
 }
 

@@ -47,7 +47,7 @@ struct LockInfo {
 }
 
 /// The field names `INFO lock` must print, in order.
-const INFO_FIELDS: [&str; 22] = [
+const INFO_FIELDS: [&str; 48] = [
     "lock_locks",
     "lock_waiters",
     "lock_waiting_keys",
@@ -70,6 +70,32 @@ const INFO_FIELDS: [&str; 22] = [
     "lock_sets_overtaken",
     "lock_wait_ms",
     "lock_hold_ms",
+    "lock_wait_ms_count",
+    "lock_wait_ms_sum",
+    "lock_wait_ms_le_1",
+    "lock_wait_ms_le_5",
+    "lock_wait_ms_le_10",
+    "lock_wait_ms_le_50",
+    "lock_wait_ms_le_100",
+    "lock_wait_ms_le_500",
+    "lock_wait_ms_le_1000",
+    "lock_wait_ms_le_5000",
+    "lock_wait_ms_le_10000",
+    "lock_wait_ms_le_60000",
+    "lock_wait_ms_le_inf",
+    "lock_hold_ms_count",
+    "lock_hold_ms_sum",
+    "lock_hold_ms_le_1",
+    "lock_hold_ms_le_5",
+    "lock_hold_ms_le_10",
+    "lock_hold_ms_le_50",
+    "lock_hold_ms_le_100",
+    "lock_hold_ms_le_500",
+    "lock_hold_ms_le_1000",
+    "lock_hold_ms_le_5000",
+    "lock_hold_ms_le_10000",
+    "lock_hold_ms_le_60000",
+    "lock_hold_ms_le_inf",
 ];
 
 /// Parse `count=N,mean=F,...`, checking the keys and their order and that the statistics are
