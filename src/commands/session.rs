@@ -2,7 +2,7 @@
 //! `LOCK.SESSION KEEPALIVE id [ttl-ms]` -> remaining ms | nil
 //! `LOCK.SESSION CLOSE id` -> holds released | nil
 //! `LOCK.SESSION ATTACH id` -> OK | nil
-//! `LOCK.SESSION INFO id` -> {ttl, bound, lockdelay, holds} | nil
+//! `LOCK.SESSION INFO id` -> {bound, holds, lockdelay, ttl, serial} | nil
 //! `LOCK.SESSION LIST [cursor] [COUNT n]` -> [next-cursor, [{serial, user, bound, ttl,
 //! lockdelay, holds}, ...]] (administrators)
 //! `LOCK.SESSION KILL serial` -> holds released | nil (administrators)
@@ -17,7 +17,6 @@
 //! that takes one and is declared as a `NOT_KEY` key (see [`SUBCOMMANDS`]): routed like a key
 //! in a cluster, never checked against a user's key patterns.
 
-use std::collections::BTreeMap;
 use std::ffi::CStr;
 
 use redis_module::{raw, redisvalue::RedisValueKey, Context, RedisResult, RedisString, RedisValue};
@@ -193,21 +192,25 @@ fn info(ctx: &Context, serial: u64) -> RedisValue {
             .filter(|h| blocking::session_hold_exists(ctx, serial, h))
             .count()
     };
-    let pairs = vec![
-        ("ttl", RedisValue::Integer(ttl)),
+    // In the order this reply always had (its fields sorted by name), then `serial` (issue 32):
+    // the public handle `LOCK.SESSION LIST`, `KILL` and `LOCK.INFO` use, so that a client can
+    // name its connection after it (`CLIENT SETNAME`) without ever showing the id.
+    let fields = [
         (
             "bound",
             client.map_or(RedisValue::Null, |c| RedisValue::Integer(c as i64)),
         ),
-        ("lockdelay", RedisValue::Integer(lock_delay)),
         ("holds", RedisValue::Integer(live as i64)),
+        ("lockdelay", RedisValue::Integer(lock_delay)),
+        ("ttl", RedisValue::Integer(ttl)),
+        ("serial", RedisValue::Integer(serial as i64)),
     ];
-    RedisValue::OrderedMap(
-        pairs
-            .into_iter()
-            .map(|(k, v)| (RedisValueKey::String(k.to_string()), v))
-            .collect::<BTreeMap<_, _>>(),
-    )
+    raw::reply_with_map(ctx.ctx, fields.len() as _);
+    for (name, value) in fields {
+        ctx.reply_with_key(RedisValueKey::String(name.to_string()));
+        ctx.reply(Ok(value));
+    }
+    RedisValue::NoReply
 }
 
 /// `LOCK.SESSION LIST`: one page, written straight to the client so that each entry's fields

@@ -174,3 +174,18 @@ def test_top_live_view_in_a_terminal(server):
         subprocess.run(["tmux", "kill-session", "-t", name])
     r.delete("cli:live")
     t.join()
+
+
+@pytest.mark.own_server
+def test_a_bound_sessions_connection_is_named_after_its_serial(server):
+    from redislock_native import Session
+
+    r = server.client()
+    with Session(r, 30.0, bound=True) as s:
+        (_, [entry]) = r.execute_command("LOCK.SESSION", "LIST")
+        fields = entry if isinstance(entry, dict) else dict(zip(entry[::2], entry[1::2]))
+        serial, bound = fields[b"serial"], fields[b"bound"]
+        assert s.serial == serial
+        line = next(c for c in r.client_list() if int(c["id"]) == bound)
+        assert line["name"] == f"redislock-session-{serial}"
+        assert s._id not in str(r.client_list())
