@@ -433,6 +433,19 @@ class AsyncSession(_SessionBase):
         self._conn = None
         self._task = None
 
+    async def _name_connection(self):
+        """As ``Session._name_connection``: the bound connection named after the serial."""
+        await self._conn.send_command("LOCK.SESSION", "INFO", self._id)
+        info = _fields(await self._conn.read_response())
+        self.serial = info.get("serial") if info else None
+        if self.serial is None:
+            return
+        await self._conn.send_command("CLIENT", "SETNAME", f"redislock-session-{self.serial}")
+        try:
+            await self._conn.read_response()
+        except ResponseError:
+            pass
+
     async def open(self):
         """Open the session and start its keepalive task; returns self."""
         self._check_not_open()
@@ -441,6 +454,7 @@ class AsyncSession(_SessionBase):
             try:
                 await self._conn.send_command(*self._open_args())
                 self._opened(await self._conn.read_response())
+                await self._name_connection()
             except BaseException:
                 await self._conn.disconnect()
                 self._conn = None

@@ -189,3 +189,20 @@ def test_a_bound_sessions_connection_is_named_after_its_serial(server):
         line = next(c for c in r.client_list() if int(c["id"]) == bound)
         assert line["name"] == f"redislock-session-{serial}"
         assert s._id not in str(r.client_list())
+
+
+@pytest.mark.own_server
+def test_an_async_bound_sessions_connection_is_named_too(server):
+    import asyncio
+
+    from redislock_native import AsyncSession
+
+    async def main():
+        a = server.aclient()
+        async with AsyncSession(a, 30.0, bound=True) as s:
+            names = [c["name"] for c in server.client().client_list()]
+            assert f"redislock-session-{s.serial}" in names
+            assert s.serial is not None
+        await a.aclose() if hasattr(a, "aclose") else await a.close()
+
+    asyncio.run(main())
