@@ -250,7 +250,26 @@ pub fn attach_bound_elsewhere() -> Error {
 
 pub fn session_subcommand(arg: &[u8]) -> Error {
     err(format!(
-        "unknown LOCK.SESSION subcommand '{}' (OPEN, KEEPALIVE, CLOSE, ATTACH, INFO)",
+        "unknown LOCK.SESSION subcommand '{}' (OPEN, KEEPALIVE, CLOSE, ATTACH, INFO, LIST, KILL)",
         printable(arg)
+    ))
+}
+
+pub fn serial_invalid() -> Error {
+    err("serial must be a positive integer (as LOCK.SESSION LIST shows it)")
+}
+
+pub fn cursor_invalid() -> Error {
+    err("cursor must be an integer from 0 (a serial LIST returned)")
+}
+
+pub fn list_count_invalid(max: usize) -> Error {
+    err(format!("COUNT must be an integer from 1 to {max}"))
+}
+
+pub fn session_admin_only(sub: &[u8]) -> Error {
+    Error::Reply(format!(
+        "NOPERM LOCK.SESSION {} is for administrators: the ACL user must also be allowed CLIENT KILL",
+        printable(sub).to_ascii_uppercase()
     ))
 }

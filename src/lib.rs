@@ -33,7 +33,7 @@ mod module {
     use redis_module::{raw, redis_module, Context, InfoContext, RedisResult, RedisString, Status};
 
     use crate::commands::{
-        acquire, extend, fence, info, load, macquire, mrelease, release, session, watch,
+        acquire, extend, fence, info, load, macquire, mrelease, release, session, waiting, watch,
     };
     use crate::redis::session as sessions;
     use crate::redis::{acl, asm, blocking, config, datatype::LOCK_TYPE, docs, guard, role};
@@ -107,6 +107,9 @@ mod module {
                     sub.doc.name.to_string_lossy()
                 ));
             }
+        }
+        if !docs::set_with_keys(ctx, &waiting::DOC, docs::Keys::None) {
+            ctx.log_notice("redis-lock: no COMMAND DOCS for lock.waiting (needs Redis 7.0+)");
         }
         for doc in [&macquire::DOC, &mrelease::DOC] {
             // Without key specs the server cannot find these commands' keys (cluster routing,
@@ -191,6 +194,9 @@ mod module {
         let reply = guard::command(&context, args, session::run);
         context.reply(reply) as c_int
     }
+    fn lock_waiting(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+        guard::command(ctx, args, waiting::run)
+    }
     fn lock_watch(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         guard::command(ctx, args, watch::run)
     }
@@ -227,6 +233,8 @@ mod module {
             ["lock.macquire", lock_macquire, "write deny-oom getkeys-api", 0, 0, 0, ""],
             ["lock.mrelease", lock_mrelease, "write getkeys-api", 0, 0, 0, ""],
             // lock.session (a container of subcommands) is created in `init`.
+            // Keyless: it lists the keys with waiters the caller may read (commands::waiting).
+            ["lock.waiting", lock_waiting, "readonly", 0, 0, 0, ""],
             ["lock.watch", lock_watch, "write fast", 1, 1, 1, ""],
             ["lock.unwatch", lock_unwatch, "write fast", 1, 1, 1, ""],
         ],

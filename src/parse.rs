@@ -8,7 +8,9 @@ use crate::error::{self, Error, Result};
 use crate::lock::{Millis, Mode};
 
 mod session;
+mod waiting;
 pub use session::{session, Session};
+pub use waiting::waiting;
 
 /// `LOCK.ACQUIRE key owner ttl-ms [SHARED] [LIMIT n] [BLOCK timeout-ms] [SESSION id]
 /// [LOCKDELAY ms]`

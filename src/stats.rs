@@ -52,6 +52,8 @@ pub static SESSIONS_CLOSED: Counter = Counter::new();
 pub static SESSIONS_EXPIRED: Counter = Counter::new();
 /// Bound sessions ended because their connection closed.
 pub static SESSIONS_DISCONNECTED: Counter = Counter::new();
+/// Sessions ended by an administrator's `LOCK.SESSION KILL`.
+pub static SESSIONS_KILLED: Counter = Counter::new();
 /// Holds that ended because their session did.
 pub static SESSION_HOLDS_RELEASED: Counter = Counter::new();
 /// Times a blocked `LOCK.MACQUIRE` set was passed by a later set whose keys were all free
@@ -69,9 +71,17 @@ const SUB_BITS: u32 = 2;
 const SUB: u64 = 1 << SUB_BITS;
 const BUCKETS: usize = ((64 - SUB_BITS as usize) + 1) * SUB as usize;
 
-/// A log-linear histogram of non-negative values (HDR-style, coarse), lock-free.
+/// The upper bounds (ms) of the cumulative buckets `INFO lock` prints for Prometheus
+/// (`lock_wait_ms_le_<bound>`), plus one for everything above (`_le_inf`). Exact, unlike the
+/// percentiles: each value is counted in the first bound it does not exceed.
+pub const LE_MS: [u64; 10] = [1, 5, 10, 50, 100, 500, 1000, 5000, 10000, 60000];
+
+/// A log-linear histogram of non-negative values (HDR-style, coarse), lock-free, with exact
+/// counts per [`LE_MS`] bound beside it.
 pub struct Histogram {
     buckets: [AtomicU64; BUCKETS],
+    /// Values per `LE_MS` bound (not cumulative), and above the last one at the end.
+    le: [AtomicU64; LE_MS.len() + 1],
     count: AtomicU64,
     sum: AtomicU64,
     max: AtomicU64,
@@ -94,6 +104,7 @@ impl Histogram {
         const ZERO: AtomicU64 = AtomicU64::new(0);
         Histogram {
             buckets: [ZERO; BUCKETS],
+            le: [ZERO; LE_MS.len() + 1],
             count: AtomicU64::new(0),
             sum: AtomicU64::new(0),
             max: AtomicU64::new(0),
@@ -121,11 +132,29 @@ impl Histogram {
         low.saturating_add((1u64 << (exp - SUB_BITS as u64)) - 1)
     }
 
+    /// Record `v` microseconds.
     pub fn record(&self, v: u64) {
         self.buckets[Self::index(v)].fetch_add(1, Relaxed);
+        let bound = LE_MS.partition_point(|ms| ms * 1000 < v);
+        self.le[bound].fetch_add(1, Relaxed);
         self.count.fetch_add(1, Relaxed);
         self.sum.fetch_add(v, Relaxed);
         self.max.fetch_max(v, Relaxed);
+    }
+
+    /// Cumulative counts at each [`LE_MS`] bound and, last, of every value (`+Inf`), as a
+    /// Prometheus histogram's buckets; and the sum of the values in whole milliseconds.
+    pub fn cumulative(&self) -> (Vec<u64>, u64) {
+        let mut seen = 0;
+        let counts = self
+            .le
+            .iter()
+            .map(|c| {
+                seen += c.load(Relaxed);
+                seen
+            })
+            .collect();
+        (counts, self.sum.load(Relaxed) / 1000)
     }
 
     pub fn summary(&self) -> Summary {
@@ -166,6 +195,18 @@ impl Default for Histogram {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cumulative_buckets_count_each_value_at_its_first_bound_and_above() {
+        let h = Histogram::new();
+        // 0 and exactly 1 ms are <= 1; 1 ms + 1 us is not; 70 s is only in +Inf.
+        for us in [0, 1000, 1001, 5000, 70_000_000] {
+            h.record(us);
+        }
+        let (counts, sum_ms) = h.cumulative();
+        assert_eq!(counts, [2, 4, 4, 4, 4, 4, 4, 4, 4, 4, 5]);
+        assert_eq!(sum_ms, 70_007);
+    }
 
     #[test]
     fn buckets_cover_values_within_a_quarter() {

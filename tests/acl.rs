@@ -65,6 +65,7 @@ fn commands_are_in_the_categories_the_server_supports() {
             "lock.session|close",
             "lock.session|ended",
             "lock.session|keepalive",
+            "lock.session|kill",
             "lock.session|open",
             "lock.session|renew",
             "lock.session|restore",
@@ -74,8 +75,21 @@ fn commands_are_in_the_categories_the_server_supports() {
     );
     assert_eq!(
         category(&mut con, "read"),
-        ["lock.fence", "lock.info", "lock.session|info"]
+        [
+            "lock.fence",
+            "lock.info",
+            "lock.session|info",
+            "lock.session|list",
+            "lock.waiting"
+        ]
     );
+    // The administrators' subcommands (issue 32), and only they.
+    for admin in ["admin", "dangerous"] {
+        assert_eq!(
+            category(&mut con, admin),
+            ["lock.session|kill", "lock.session|list"]
+        );
+    }
     assert_eq!(
         category(&mut con, "blocking"),
         ["lock.acquire", "lock.macquire"]
@@ -91,9 +105,12 @@ fn commands_are_in_the_categories_the_server_supports() {
             "lock.session|ended",
             "lock.session|info",
             "lock.session|keepalive",
+            "lock.session|kill",
+            "lock.session|list",
             "lock.session|open",
             "lock.session|renew",
-            "lock.session|restore"
+            "lock.session|restore",
+            "lock.waiting"
         ]
     );
     assert_eq!(
@@ -109,8 +126,9 @@ fn commands_are_in_the_categories_the_server_supports() {
         ]
     );
     if own {
-        // Ten commands and LOCK.SESSION's eight subcommands (each has its own ACL bit).
-        assert_eq!(category(&mut con, "lock").len(), 18);
+        // Eleven commands and eight of LOCK.SESSION's subcommands (each has its own ACL bit):
+        // not LIST and KILL, which are for administrators.
+        assert_eq!(category(&mut con, "lock").len(), 19);
     } else {
         assert_err(
             redis::cmd("ACL")

@@ -229,12 +229,21 @@ fn readers_queued_behind_a_writer_are_admitted_together_up_to_the_next_writer() 
             Value::BulkString(o.as_bytes().to_vec()),
         ])
     };
+    // Each waiter's first fields are the ones it always had (`client`, `waited` and
+    // `timeout` follow since issue 32: tests/operability/waiters.rs).
+    let Value::Array(entries) = queue else {
+        panic!("{queue:?}")
+    };
+    let firsts: Vec<Value> = entries
+        .iter()
+        .map(|e| match e {
+            Value::Array(f) => Value::Array(f[..4].to_vec()),
+            other => panic!("{other:?}"),
+        })
+        .collect();
     assert_eq!(
-        queue,
-        Value::Array(vec![
-            mode_owner("exclusive", "w2"),
-            mode_owner("shared", "r4")
-        ])
+        firsts,
+        vec![mode_owner("exclusive", "w2"), mode_owner("shared", "r4")]
     );
     for r in ["r1", "r2", "r3"] {
         assert_eq!(release(&mut c, &k, r), 1);

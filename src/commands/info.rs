@@ -1,5 +1,8 @@
 //! `LOCK.INFO key` -> nil | {owner, token, ttl, waiters, mode, limit, holders, queue}, and the
 //! `INFO lock` section.
+//!
+//! Fields are only ever added, after the ones a client may read by position (RESP2 pairs):
+//! a holder's `session` (its serial), a waiter's `client`, `waited` and `timeout`.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering::Relaxed;
@@ -46,22 +49,14 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
                 ("ttl", RedisValue::Integer(ttl_of(h.deadline, now))),
             ];
             // Only on session holds, so that replies without sessions are as they always
-            // were. It says that the hold is in a session, never which (the id is a secret).
+            // were: the session's serial (as `LOCK.SESSION LIST` shows it), never its id.
             if h.session != 0 {
-                fields.push(("session", RedisValue::Integer(1)));
+                fields.push(("session", RedisValue::Integer(h.session as i64)));
             }
             map(fields)
         })
         .collect();
-    let queue: Vec<RedisValue> = blocking::queue_view(db, args[1].as_slice())
-        .into_iter()
-        .map(|(owner, mode)| {
-            map(vec![
-                ("owner", RedisValue::StringBuffer(owner)),
-                ("mode", mode_name(mode)),
-            ])
-        })
-        .collect();
+    let queue = blocking::queue_view(db, args[1].as_slice());
     // Shown in this order (a map under RESP3, flat pairs under RESP2): the fields an exclusive
     // lock showed before shared holders existed come first, unchanged. For a shared lock,
     // `token` is the largest live token (as `LOCK.FENCE key`) and `ttl` the time until the
@@ -87,7 +82,8 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         ("mode", mode_name(lock.mode())),
         ("limit", limit),
         ("holders", RedisValue::Array(holders)),
-        ("queue", RedisValue::Array(queue)),
+        // Written below, in its own order (see `reply_queue`).
+        ("queue", RedisValue::NoReply),
     ]);
     // Only while a lock-delay runs (as above, replies without one are unchanged): the ms
     // until the last delay on this key ends.
@@ -101,9 +97,34 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     raw::reply_with_map(ctx.ctx, fields.len() as _);
     for (name, value) in fields {
         ctx.reply_with_key(RedisValueKey::String(name.to_string()));
-        ctx.reply(Ok(value));
+        if name == "queue" {
+            reply_queue(ctx, &queue);
+        } else {
+            ctx.reply(Ok(value));
+        }
     }
     Ok(RedisValue::NoReply)
+}
+
+/// The queue, each waiter a map whose first two fields are the ones it always had (`mode`,
+/// `owner`, in that order) and then `client` (its connection's id), `waited` (ms since it
+/// queued) and `timeout` (ms its `BLOCK` leaves it, -1 for none).
+fn reply_queue(ctx: &Context, queue: &[blocking::Queued]) {
+    raw::reply_with_array(ctx.ctx, queue.len() as _);
+    for w in queue {
+        raw::reply_with_map(ctx.ctx, 5);
+        let fields = [
+            ("mode", mode_name(w.mode)),
+            ("owner", RedisValue::StringBuffer(w.owner.clone())),
+            ("client", RedisValue::Integer(w.client as i64)),
+            ("waited", RedisValue::Integer(w.waited)),
+            ("timeout", RedisValue::Integer(w.timeout)),
+        ];
+        for (name, value) in fields {
+            ctx.reply_with_key(RedisValueKey::String(name.to_string()));
+            ctx.reply(Ok(value));
+        }
+    }
 }
 
 /// Remaining ms, or -1 for a session hold with no deadline of its own (as `PTTL` shows it).
@@ -126,7 +147,7 @@ fn mode_name(mode: Mode) -> RedisValue {
 /// The `INFO lock` section: fields are printed as `lock_<name>`.
 #[allow(deprecated)] // the builder API cannot name a section after the module alone
 pub fn info_section(ctx: &InfoContext) -> Status {
-    let counters: [(&str, i64); 19] = [
+    let counters: [(&str, i64); 20] = [
         ("locks", stats::LOCK_VALUES.load(Relaxed).max(0)),
         ("waiters", blocking::total_waiters() as i64),
         ("waiting_keys", blocking::waiting_keys() as i64),
@@ -146,6 +167,7 @@ pub fn info_section(ctx: &InfoContext) -> Status {
             "sessions_disconnected",
             stats::SESSIONS_DISCONNECTED.get() as i64,
         ),
+        ("sessions_killed", stats::SESSIONS_KILLED.get() as i64),
         (
             "session_holds_released",
             stats::SESSION_HOLDS_RELEASED.get() as i64,
@@ -168,6 +190,19 @@ pub fn info_section(ctx: &InfoContext) -> Status {
     ] {
         ctx.add_info_field_str(&format!("{name}_ms"), &describe(&summary));
     }
+    // The same two distributions as flat numbers, a Prometheus histogram's `_count`, `_sum`
+    // and cumulative `le` buckets, because an exporter takes only fields whose value is one
+    // number (the summaries above are kept for whoever parses them already).
+    for (name, histogram) in [("wait", &stats::WAIT_US), ("hold", &stats::HOLD_US)] {
+        let (counts, sum_ms) = histogram.cumulative();
+        let total = counts.last().copied().unwrap_or(0);
+        ctx.add_info_field_long_long(&format!("{name}_ms_count"), total as i64);
+        ctx.add_info_field_long_long(&format!("{name}_ms_sum"), sum_ms as i64);
+        for (bound, count) in stats::LE_MS.iter().zip(&counts) {
+            ctx.add_info_field_long_long(&format!("{name}_ms_le_{bound}"), *count as i64);
+        }
+        ctx.add_info_field_long_long(&format!("{name}_ms_le_inf"), total as i64);
+    }
     Status::Ok
 }
 
@@ -187,8 +222,8 @@ fn describe(s: &Summary) -> String {
 
 pub const DOC: docs::Doc = docs::Doc {
     name: c"lock.info",
-    summary: c"Returns a held lock's mode, limit, holders (owner, token, remaining ttl) and \
-               queued waiters, or nil.",
+    summary: c"Returns a held lock's mode, limit, holders (owner, token, remaining ttl, session \
+               serial) and queued waiters (owner, mode, client id, ms waited, ms left), or nil.",
     complexity: c"O(N+M) with N holders and M waiters",
     arity: 2,
     key_flags: raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS,

@@ -10,6 +10,7 @@ pub mod macquire;
 pub mod mrelease;
 pub mod release;
 pub mod session;
+pub mod waiting;
 pub mod watch;
 
 use redis_module::{raw, Context, RedisError, RedisString};

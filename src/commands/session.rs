@@ -2,7 +2,10 @@
 //! `LOCK.SESSION KEEPALIVE id [ttl-ms]` -> remaining ms | nil
 //! `LOCK.SESSION CLOSE id` -> holds released | nil
 //! `LOCK.SESSION ATTACH id` -> OK | nil
-//! `LOCK.SESSION INFO id` -> {ttl, bound, lockdelay, holds} | nil
+//! `LOCK.SESSION INFO id` -> {bound, holds, lockdelay, ttl, serial} | nil
+//! `LOCK.SESSION LIST [cursor] [COUNT n]` -> [next-cursor, [{serial, user, bound, ttl,
+//! lockdelay, holds}, ...]] (administrators)
+//! `LOCK.SESSION KILL serial` -> holds released | nil (administrators)
 //!
 //! And the internal forms, which only the replication link and AOF loading may send:
 //! `RESTORE id serial ttl deadline lock-delay bound user`, `RENEW serial ttl deadline`,
@@ -14,7 +17,6 @@
 //! that takes one and is declared as a `NOT_KEY` key (see [`SUBCOMMANDS`]): routed like a key
 //! in a cluster, never checked against a user's key patterns.
 
-use std::collections::BTreeMap;
 use std::ffi::CStr;
 
 use redis_module::{raw, redisvalue::RedisValueKey, Context, RedisResult, RedisString, RedisValue};
@@ -23,7 +25,7 @@ use crate::error::{self, Error};
 use crate::lock::Session;
 use crate::parse::{self, Session as Sub};
 use crate::redis::key;
-use crate::redis::{asm, blocking, docs, session};
+use crate::redis::{acl, asm, blocking, docs, session};
 use crate::state;
 
 pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
@@ -38,7 +40,10 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         return Err(error::session_internal_only(raw[1]).into());
     }
     let cmd = parse::session(&raw)?;
-    if !internal && !matches!(cmd, Sub::Info { .. }) {
+    if matches!(cmd, Sub::List { .. } | Sub::Kill { .. }) && !acl::is_admin(ctx) {
+        return Err(error::session_admin_only(raw[1]).into());
+    }
+    if !internal && !matches!(cmd, Sub::Info { .. } | Sub::List { .. }) {
         session::on_primary(ctx)?;
     }
     match cmd {
@@ -92,6 +97,14 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
             Some(serial) => Ok(info(ctx, serial)),
             None => Ok(RedisValue::Null),
         },
+        Sub::List { cursor, count } => {
+            list(ctx, cursor, count);
+            Ok(RedisValue::NoReply)
+        }
+        Sub::Kill { serial } => Ok(match blocking::kill_session(ctx, serial) {
+            Some(n) => RedisValue::Integer(n as i64),
+            None => RedisValue::Null,
+        }),
         Sub::Restore {
             id,
             serial,
@@ -184,21 +197,72 @@ fn info(ctx: &Context, serial: u64) -> RedisValue {
             .filter(|h| blocking::session_hold_exists(ctx, serial, h))
             .count()
     };
-    let pairs = vec![
-        ("ttl", RedisValue::Integer(ttl)),
+    // In the order this reply always had (its fields sorted by name), then `serial` (issue 32):
+    // the public handle `LOCK.SESSION LIST`, `KILL` and `LOCK.INFO` use, so that a client can
+    // name its connection after it (`CLIENT SETNAME`) without ever showing the id.
+    let fields = [
         (
             "bound",
             client.map_or(RedisValue::Null, |c| RedisValue::Integer(c as i64)),
         ),
-        ("lockdelay", RedisValue::Integer(lock_delay)),
         ("holds", RedisValue::Integer(live as i64)),
+        ("lockdelay", RedisValue::Integer(lock_delay)),
+        ("ttl", RedisValue::Integer(ttl)),
+        ("serial", RedisValue::Integer(serial as i64)),
     ];
-    RedisValue::OrderedMap(
-        pairs
+    raw::reply_with_map(ctx.ctx, fields.len() as _);
+    for (name, value) in fields {
+        ctx.reply_with_key(RedisValueKey::String(name.to_string()));
+        ctx.reply(Ok(value));
+    }
+    RedisValue::NoReply
+}
+
+/// `LOCK.SESSION LIST`: one page, written straight to the client so that each entry's fields
+/// keep their documented order (a map under RESP3, flat pairs under RESP2). Never the id.
+/// `holds` is the number on record (O(1) per session, so a page costs O(COUNT) whatever the
+/// sessions hold): it may still count a hold that ended by itself (an expiry inside a
+/// shared key, a `DEL`) until its key is touched; `LOCK.SESSION INFO` counts the live ones.
+fn list(ctx: &Context, cursor: u64, count: usize) {
+    let now = key::now();
+    let (entries, next) = session::with(|s| {
+        let (page, next) = s.page(cursor, count);
+        let entries: Vec<_> = page
             .into_iter()
-            .map(|(k, v)| (RedisValueKey::String(k.to_string()), v))
-            .collect::<BTreeMap<_, _>>(),
-    )
+            .map(|x| {
+                (
+                    x.serial,
+                    x.user.clone(),
+                    x.client,
+                    x.remaining(now),
+                    x.lock_delay,
+                    x.holds.len(),
+                )
+            })
+            .collect();
+        (entries, next)
+    });
+    raw::reply_with_array(ctx.ctx, 2);
+    ctx.reply(Ok(RedisValue::BulkString(next.to_string())));
+    raw::reply_with_array(ctx.ctx, entries.len() as _);
+    for (serial, user, client, ttl, lock_delay, holds) in entries {
+        raw::reply_with_map(ctx.ctx, 6);
+        let fields = [
+            ("serial", RedisValue::Integer(serial as i64)),
+            ("user", RedisValue::StringBuffer(user)),
+            (
+                "bound",
+                client.map_or(RedisValue::Null, |c| RedisValue::Integer(c as i64)),
+            ),
+            ("ttl", RedisValue::Integer(ttl)),
+            ("lockdelay", RedisValue::Integer(lock_delay)),
+            ("holds", RedisValue::Integer(holds as i64)),
+        ];
+        for (name, value) in fields {
+            ctx.reply_with_key(RedisValueKey::String(name.to_string()));
+            ctx.reply(Ok(value));
+        }
+    }
 }
 
 /// One `LOCK.SESSION` subcommand as the server registers it: a real subcommand
@@ -217,7 +281,7 @@ pub struct Subcommand {
 pub const DOC: docs::Doc = docs::Doc {
     name: c"lock.session",
     summary: c"Sessions: OPEN one lease for many holds, KEEPALIVE it, CLOSE it, ATTACH a BOUND \
-               one to this connection, INFO about it.",
+               one to this connection, INFO about it; administrators LIST and KILL them.",
     complexity: c"Depends on the subcommand",
     arity: -2,
     key_flags: 0,
@@ -229,6 +293,12 @@ pub const DOC: docs::Doc = docs::Doc {
 pub const FLAGS: &CStr = c"write no-monitor no-slowlog";
 /// `INFO` changes nothing: it answers on a read-only replica too.
 pub const READ_FLAGS: &CStr = c"readonly no-monitor no-slowlog";
+/// `LIST` is for administrators: `admin` puts it in `@admin` and `@dangerous` wherever the
+/// server derives categories from flags, and `redis::acl` keeps it out of `@lock`. It shows
+/// no id, so `MONITOR` may show it; read-only, so a replica answers it too.
+pub const ADMIN_READ_FLAGS: &CStr = c"readonly admin";
+/// `KILL` is for administrators (as `LIST`); it writes (the end of a session).
+pub const ADMIN_FLAGS: &CStr = c"write admin";
 
 /// The session id of `KEEPALIVE`, `CLOSE`, `ATTACH` and `INFO`. Declared as a key flagged
 /// `NOT_KEY` and nothing else (no getkeys callback): every server of the matrix (Redis 7.0,
@@ -264,10 +334,11 @@ const fn sub(
     Subcommand {
         name,
         keys,
-        flags: if name.to_bytes().eq_ignore_ascii_case(b"info") {
-            READ_FLAGS
-        } else {
-            FLAGS
+        flags: match name.to_bytes() {
+            b"info" => READ_FLAGS,
+            b"list" => ADMIN_READ_FLAGS,
+            b"kill" => ADMIN_FLAGS,
+            _ => FLAGS,
         },
         doc: docs::Doc {
             name: full,
@@ -289,7 +360,7 @@ const fn sub(
 const INTERNAL: &CStr =
     c"Internal: replication and AOF loading only; refused from any other client.";
 
-pub const SUBCOMMANDS: [Subcommand; 8] = [
+pub const SUBCOMMANDS: [Subcommand; 10] = [
     sub(
         c"open",
         c"lock.session|open",
@@ -349,6 +420,40 @@ pub const SUBCOMMANDS: [Subcommand; 8] = [
         3,
         docs::Keys::SessionId,
         &[ID_ARG],
+    ),
+    sub(
+        c"list",
+        c"lock.session|list",
+        c"Administrators: a page of every session on this node (serial, ACL user, bound client \
+          id, ttl, lock-delay, holds on record), never the id; the cursor of the next page (0: \
+          done).",
+        c"O(N + log M) with N the COUNT (default 10, at most 1000) and M open sessions",
+        -2,
+        docs::Keys::None,
+        &[
+            docs::Arg {
+                name: c"cursor",
+                kind: docs::INTEGER,
+                token: None,
+                optional: true,
+            },
+            docs::Arg {
+                name: c"count",
+                kind: docs::INTEGER,
+                token: Some(c"COUNT"),
+                optional: true,
+            },
+        ],
+    ),
+    sub(
+        c"kill",
+        c"lock.session|kill",
+        c"Administrators: ends a session as an expiry would (its holds lost, lock-delay \
+          applied, holders told through the feed); the holds released, or nil.",
+        c"O(N) with N holds in the session",
+        3,
+        docs::Keys::None,
+        &[docs::Arg::required(c"serial", docs::INTEGER)],
     ),
     sub(
         c"restore",

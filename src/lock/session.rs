@@ -14,7 +14,7 @@
 //! Pure: the table answers which session is due, which are bound to a closing connection and
 //! which holds a session has; the Redis side (`crate::redis::session`) ends them.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use super::Millis;
 
@@ -76,7 +76,8 @@ impl End {
 /// independent of how many holds a session has.
 #[derive(Debug, Default)]
 pub struct Sessions {
-    by_serial: HashMap<Serial, Session>,
+    /// Ordered by serial: `LOCK.SESSION LIST` pages through it with the serial as cursor.
+    by_serial: BTreeMap<Serial, Session>,
     by_id: HashMap<Vec<u8>, Serial>,
     /// Ordered by deadline: the expiry timer looks only at the front.
     by_deadline: BTreeSet<(Millis, Serial)>,
@@ -134,6 +135,16 @@ impl Sessions {
 
     pub fn iter(&self) -> impl Iterator<Item = &Session> {
         self.by_serial.values()
+    }
+
+    /// Up to `count` sessions from serial `cursor` on, in serial order, and the cursor of the
+    /// next page (0: this was the last). Like `SCAN`, a session present for the whole walk is
+    /// seen exactly once, whatever opens or ends in between; cost O(count + log n).
+    pub fn page(&self, cursor: Serial, count: usize) -> (Vec<&Session>, Serial) {
+        let mut it = self.by_serial.range(cursor..);
+        let page: Vec<&Session> = it.by_ref().take(count).map(|(_, s)| s).collect();
+        let next = it.next().map_or(0, |(serial, _)| *serial);
+        (page, next)
     }
 
     /// Move the deadline to `deadline` (a keepalive, or its replicated effect), and the ttl to
@@ -279,6 +290,26 @@ mod tests {
             user: b"default".to_vec(),
             holds: HashSet::new(),
         }
+    }
+
+    #[test]
+    fn pages_see_every_session_once_in_serial_order() {
+        let mut all = Sessions::default();
+        for serial in [9, 3, 27, 5, 81, 1] {
+            all.insert(session(serial, T0));
+        }
+        let serials = |p: &[&Session]| p.iter().map(|s| s.serial).collect::<Vec<_>>();
+        let (page, next) = all.page(0, 4);
+        assert_eq!((serials(&page), next), (vec![1, 3, 5, 9], 27));
+        // A session that ends before its page and one that opens behind the cursor change
+        // nothing for the others.
+        all.remove(27);
+        all.insert(session(2, T0));
+        let (page, next) = all.page(next, 4);
+        assert_eq!((serials(&page), next), (vec![81], 0));
+        let (page, next) = all.page(0, 10);
+        assert_eq!((serials(&page), next), (vec![1, 2, 3, 5, 9, 81], 0));
+        assert_eq!(all.page(82, 10).0.len(), 0);
     }
 
     #[test]

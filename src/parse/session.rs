@@ -25,6 +25,15 @@ pub enum Session<'a> {
     Info {
         id: &'a [u8],
     },
+    /// Administrators: a page of every session on this node, from `cursor` (0: the start).
+    List {
+        cursor: u64,
+        count: usize,
+    },
+    /// Administrators: end the session `serial` as an expiry would.
+    Kill {
+        serial: u64,
+    },
     /// Internal (replication and AOF): a session as the primary has it.
     Restore {
         id: &'a [u8],
@@ -106,6 +115,15 @@ pub fn session<'a>(args: &[&'a [u8]]) -> Result<Session<'a>> {
         Ok(Session::Attach { id: id()? })
     } else if is(b"INFO") {
         Ok(Session::Info { id: id()? })
+    } else if is(b"LIST") {
+        list(rest)
+    } else if is(b"KILL") {
+        let [serial] = rest else {
+            return Err(Error::WrongArity);
+        };
+        Ok(Session::Kill {
+            serial: positive(serial).ok_or_else(error::serial_invalid)?,
+        })
     } else if is(b"RESTORE") {
         let [id, serial, ttl, deadline, lock_delay, bound, user] = rest else {
             return Err(Error::WrongArity);
@@ -154,6 +172,38 @@ pub fn session<'a>(args: &[&'a [u8]]) -> Result<Session<'a>> {
     }
 }
 
+/// `COUNT` of `LOCK.SESSION LIST` when none is given (as `SCAN`'s).
+pub const DEFAULT_LIST_COUNT: usize = 10;
+/// The largest `COUNT`: a page is O(COUNT) (each entry is O(1)), so the server answers
+/// other clients between pages however many sessions there are.
+pub const MAX_LIST_COUNT: usize = 1000;
+
+/// `LIST [cursor] [COUNT n]`: the cursor is a serial (0 or absent: from the start).
+fn list<'a>(rest: &[&'a [u8]]) -> Result<Session<'a>> {
+    let mut rest = rest;
+    let mut cursor = 0;
+    if let Some((first, after)) = rest.split_first() {
+        if !first.eq_ignore_ascii_case(b"COUNT") {
+            cursor = integer(first)
+                .filter(|c| *c >= 0)
+                .ok_or_else(error::cursor_invalid)? as u64;
+            rest = after;
+        }
+    }
+    let count = match rest {
+        [] => DEFAULT_LIST_COUNT,
+        [opt, n] if opt.eq_ignore_ascii_case(b"COUNT") => positive(n)
+            .filter(|n| *n as usize <= MAX_LIST_COUNT)
+            .ok_or_else(|| error::list_count_invalid(MAX_LIST_COUNT))?
+            as usize,
+        [opt] if opt.eq_ignore_ascii_case(b"COUNT") => {
+            return Err(error::option_needs_value("COUNT", "a number"))
+        }
+        [other, ..] => return Err(error::unexpected_argument(other)),
+    };
+    Ok(Session::List { cursor, count })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -197,7 +247,37 @@ mod tests {
                 }
             )
         });
-        let bad: [(&[&str], &str); 7] = [
+        with(&["S", "list"], |a| {
+            assert_eq!(
+                session(a).unwrap(),
+                Session::List {
+                    cursor: 0,
+                    count: 10
+                }
+            )
+        });
+        with(&["S", "LIST", "77", "count", "3"], |a| {
+            assert_eq!(
+                session(a).unwrap(),
+                Session::List {
+                    cursor: 77,
+                    count: 3
+                }
+            )
+        });
+        with(&["S", "LIST", "COUNT", "1000"], |a| {
+            assert_eq!(
+                session(a).unwrap(),
+                Session::List {
+                    cursor: 0,
+                    count: 1000
+                }
+            )
+        });
+        with(&["S", "KILL", "12"], |a| {
+            assert_eq!(session(a).unwrap(), Session::Kill { serial: 12 })
+        });
+        let bad: [(&[&str], &str); 14] = [
             (&["S"], "ERR wrong number of arguments"),
             (&["S", "OPEN"], "ERR wrong number of arguments"),
             (&["S", "OPEN", "0"], "ERR ttl-ms must be a positive integer"),
@@ -212,7 +292,33 @@ mod tests {
             (&["S", "INFO"], "ERR wrong number of arguments"),
             (
                 &["S", "NOPE", "x"],
-                "ERR unknown LOCK.SESSION subcommand 'NOPE' (OPEN, KEEPALIVE, CLOSE, ATTACH, INFO)",
+                "ERR unknown LOCK.SESSION subcommand 'NOPE' (OPEN, KEEPALIVE, CLOSE, ATTACH, \
+                 INFO, LIST, KILL)",
+            ),
+            (
+                &["S", "LIST", "-1"],
+                "ERR cursor must be an integer from 0 (a serial LIST returned)",
+            ),
+            (
+                &["S", "LIST", "0", "COUNT", "0"],
+                "ERR COUNT must be an integer from 1 to 1000",
+            ),
+            (
+                &["S", "LIST", "COUNT", "1001"],
+                "ERR COUNT must be an integer from 1 to 1000",
+            ),
+            (
+                &["S", "LIST", "0", "COUNT"],
+                "ERR syntax error: COUNT needs a number",
+            ),
+            (
+                &["S", "LIST", "0", "MATCH", "x"],
+                "ERR syntax error: unexpected argument 'MATCH'",
+            ),
+            (&["S", "KILL"], "ERR wrong number of arguments"),
+            (
+                &["S", "KILL", "abc"],
+                "ERR serial must be a positive integer (as LOCK.SESSION LIST shows it)",
             ),
         ];
         for (args, want) in bad {

@@ -20,7 +20,7 @@ use redis_module::{raw, Context};
 pub const OWN_CATEGORY: &str = "lock";
 
 /// Each command with its built-in categories, mirroring its command flags.
-const COMMANDS: [(&CStr, &str); 18] = [
+const COMMANDS: [(&CStr, &str); 21] = [
     (c"lock.acquire", "write fast blocking"),
     (c"lock.macquire", "write slow blocking"),
     (c"lock.mrelease", "write slow"),
@@ -35,9 +35,14 @@ const COMMANDS: [(&CStr, &str); 18] = [
     (c"lock.session|close", "write slow"),
     (c"lock.session|attach", "write slow"),
     (c"lock.session|info", "read slow"),
+    // Administrators only: in `@admin` and `@dangerous` and never in `@lock`, so that a user
+    // granted `+@lock` cannot list or end other users' sessions.
+    (c"lock.session|list", "read slow admin dangerous"),
+    (c"lock.session|kill", "write slow admin dangerous"),
     (c"lock.session|restore", "write slow"),
     (c"lock.session|renew", "write slow"),
     (c"lock.session|ended", "write slow"),
+    (c"lock.waiting", "read slow"),
     (c"lock.watch", "write fast"),
     (c"lock.unwatch", "write fast"),
 ];
@@ -76,7 +81,7 @@ pub fn categorise(ctx: &Context) -> Outcome {
         if command.is_null() {
             continue;
         }
-        let wanted = if own {
+        let wanted = if own && !builtin.contains("admin") {
             format!("{builtin} {OWN_CATEGORY}")
         } else {
             builtin.to_string()
@@ -97,5 +102,100 @@ pub fn categorise(ctx: &Context) -> Outcome {
         Outcome::WithOwn
     } else {
         Outcome::BuiltIn
+    }
+}
+
+/// True when the calling user may also run `CLIENT KILL` (in `@admin` on every server): what
+/// `LOCK.SESSION LIST` and `KILL` take as "an administrator". Checked in the command as well
+/// as by the categories above, because Redis 7.0 puts module commands in no category (a user
+/// given `+@all -@admin` there would otherwise pass), and because whoever may end any
+/// connection with `CLIENT KILL` may already end any `BOUND` session that way.
+pub fn is_admin(ctx: &Context) -> bool {
+    // SAFETY: plain reads of function pointers filled in by RedisModule_Init.
+    let (Some(check), Some(user_of), Some(free_user), Some(name_of)) = (
+        unsafe { raw::RedisModule_ACLCheckCommandPermissions },
+        unsafe { raw::RedisModule_GetModuleUserFromUserName },
+        unsafe { raw::RedisModule_FreeModuleUser },
+        unsafe { raw::RedisModule_GetCurrentUserName },
+    ) else {
+        return false;
+    };
+    // SAFETY: ctx is the live context of the executing command; the name string is ours and
+    // freed below.
+    let name = unsafe { name_of(ctx.ctx) };
+    if name.is_null() {
+        return false;
+    }
+    // SAFETY: `name` is a valid module string; a null user is handled below.
+    let user = unsafe { user_of(name) };
+    let args = [
+        redis_module::RedisString::create(None, "CLIENT"),
+        redis_module::RedisString::create(None, "KILL"),
+    ];
+    let mut argv: Vec<*mut raw::RedisModuleString> = args.iter().map(|a| a.inner).collect();
+    let allowed = !user.is_null()
+        // SAFETY: `user` came from GetModuleUserFromUserName and `argv` holds two live strings.
+        && unsafe { check(user, argv.as_mut_ptr(), argv.len() as i32) }
+            == raw::REDISMODULE_OK as i32;
+    if !user.is_null() {
+        // SAFETY: freed once, after its last use.
+        unsafe { free_user(user) };
+    }
+    // SAFETY: the name came from GetCurrentUserName with this context; freed once.
+    unsafe { raw::RedisModule_FreeString.unwrap()(ctx.ctx, name) };
+    allowed
+}
+
+/// The calling user's read permission on keys, for commands that list key names the user did
+/// not name (`LOCK.WAITING`): a key is shown only if the user could `LOCK.INFO` it. Looked up
+/// once per command; the user is freed on drop.
+pub struct KeyReader {
+    user: *mut raw::RedisModuleUser,
+}
+
+impl KeyReader {
+    /// The caller's permissions, or `None` when the server cannot check them (then show none).
+    pub fn of_caller(ctx: &Context) -> Option<KeyReader> {
+        // SAFETY: plain reads of function pointers filled in by RedisModule_Init.
+        let (Some(user_of), Some(name_of), Some(_)) = (
+            unsafe { raw::RedisModule_GetModuleUserFromUserName },
+            unsafe { raw::RedisModule_GetCurrentUserName },
+            unsafe { raw::RedisModule_ACLCheckKeyPermissions },
+        ) else {
+            return None;
+        };
+        // SAFETY: ctx is the live context of the executing command.
+        let name = unsafe { name_of(ctx.ctx) };
+        if name.is_null() {
+            return None;
+        }
+        // SAFETY: `name` is a valid module string, freed right after.
+        let user = unsafe { user_of(name) };
+        // SAFETY: the name came from GetCurrentUserName with this context; freed once.
+        unsafe { raw::RedisModule_FreeString.unwrap()(ctx.ctx, name) };
+        (!user.is_null()).then_some(KeyReader { user })
+    }
+
+    /// True when the user may read `key` (`LOCK.INFO`'s access). The server takes only the
+    /// operation flags here (`ACCESS`, `INSERT`, `DELETE`, `UPDATE`; `RO` is refused as an
+    /// invalid flag, seen on Redis 7.0 and 8.2), and `ACCESS` is what `%R~` patterns grant.
+    pub fn may_read(&self, key: &[u8]) -> bool {
+        let key = redis_module::RedisString::create_from_slice(std::ptr::null_mut(), key);
+        // SAFETY: `self.user` is live until drop; `key` is a live module string; the function
+        // was checked present in `of_caller`.
+        unsafe {
+            raw::RedisModule_ACLCheckKeyPermissions.unwrap()(
+                self.user,
+                key.inner,
+                raw::REDISMODULE_CMD_KEY_ACCESS as i32,
+            ) == raw::REDISMODULE_OK as i32
+        }
+    }
+}
+
+impl Drop for KeyReader {
+    fn drop(&mut self) {
+        // SAFETY: the user came from GetModuleUserFromUserName and is freed once.
+        unsafe { raw::RedisModule_FreeModuleUser.unwrap()(self.user) };
     }
 }

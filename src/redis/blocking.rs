@@ -48,6 +48,7 @@ mod multi;
 mod queue_key;
 mod sessions;
 mod timeouts;
+mod views;
 
 use callbacks::{disconnect_callback, free_outcome, reply_callback, timeout_callback};
 use deadlines::{arm_deadline_timer, stop_timer, MAX_TIMER_MS};
@@ -57,9 +58,10 @@ pub use exports::fail_session_waiters_in;
 pub use multi::block_set;
 use queue_key::{KeyRef, KeyView};
 pub use sessions::{
-    apply_ended, close_session, expire_sessions, session_disconnected, session_hold_exists,
-    CloseReply,
+    apply_ended, close_session, expire_sessions, kill_session, session_disconnected,
+    session_hold_exists, CloseReply,
 };
+pub use views::{contended, queue_view, Queued};
 
 /// A lock key: database number and key name.
 type QueueKey = (i32, Vec<u8>);
@@ -76,8 +78,10 @@ struct Waiter {
     /// The session the grant will belong to (0: none), and the hold's lock-delay.
     session: lock::Serial,
     delay: Millis,
-    /// When it queued, for the wait-time statistic.
+    /// When it queued, for the wait-time statistic and `LOCK.INFO`.
     queued: Instant,
+    /// The blocked connection's client id (for `LOCK.INFO`, to find it in `CLIENT LIST`).
+    client: u64,
     /// For a `LOCK.MACQUIRE` waiter: all of its keys (in the database of this queue), in
     /// argument order. Every one of their queues has an entry with this `id`, each carrying
     /// the same `timeout`; the entry that is taken out first is the one retired.
@@ -198,20 +202,6 @@ pub fn waiters(db: i32, key: &[u8]) -> usize {
     })
 }
 
-/// The waiters of `key` in queue order: owner and mode (for `LOCK.INFO`).
-pub fn queue_view(db: i32, key: &[u8]) -> Vec<(Vec<u8>, Mode)> {
-    QUEUES.with(|q| {
-        q.borrow()
-            .get(&(db, key) as &dyn KeyView)
-            .map_or(vec![], |q| {
-                q.waiters
-                    .iter()
-                    .map(|w| (w.owner.clone(), w.mode))
-                    .collect()
-            })
-    })
-}
-
 /// A shared waiter queued on `key` whose limit differs from `mode`'s: the key's limit is
 /// fixed by whoever is queued first, so a caller asking for another would only fail later.
 pub fn queued_conflict(db: i32, key: &[u8], mode: Mode) -> Option<Conflict> {
@@ -254,6 +244,9 @@ pub fn may_block(ctx: &Context) -> bool {
 /// Block the calling client in `key`'s queue until it is granted what it `wants`, times out
 /// (`timeout` ms; 0 waits forever) or goes away. `next_expiry` is when a live holder's
 /// deadline next passes.
+// The push hands a refused waiter back whole (`QueueFull(waiter)`), which is what makes the
+// `Err` large; it never happens (the cap is checked first) and is not on a hot path.
+#[allow(clippy::result_large_err)]
 pub fn block(
     ctx: &Context,
     key: &[u8],
@@ -278,6 +271,7 @@ pub fn block(
         session: wants.session,
         delay: wants.delay,
         queued: Instant::now(),
+        client: session::client_id(ctx),
         set: None,
     };
     // One lookup for the push and for whether the queue's timer already fires by

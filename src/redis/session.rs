@@ -62,6 +62,12 @@ pub fn lost_at(serial: Serial) -> Option<Millis> {
     LOST.with(|l| l.borrow().get(&serial).copied())
 }
 
+/// `serial`, already out of the table, was lost at `at` and its end waits in the deferred
+/// work (a disconnect, or `LOCK.SESSION KILL` in a cluster).
+pub fn mark_lost(serial: Serial, at: Millis) {
+    LOST.with(|l| l.borrow_mut().insert(serial, at));
+}
+
 /// The end of a lost session was applied (or will never be, on a replica).
 pub fn lost_applied(serial: Serial) {
     LOST.with(|l| l.borrow_mut().remove(&serial));
@@ -407,7 +413,7 @@ extern "C" fn on_client_change(
         });
         let now = key::now();
         for session in gone {
-            LOST.with(|l| l.borrow_mut().insert(session.serial, now));
+            mark_lost(session.serial, now);
             blocking::session_disconnected(ctx, session);
         }
     })

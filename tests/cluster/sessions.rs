@@ -133,3 +133,50 @@ fn a_session_lives_on_its_node_and_its_holds_keep_a_deadline_when_migrated() {
         "0"
     );
 }
+
+/// `LOCK.SESSION KILL` in a cluster (issue 32): the session's holds in other slots of its node
+/// are lost from the deferred work (a command cannot reach them); the reply is the holds on
+/// record, and each key stays taken for the lock-delay.
+#[test]
+fn kill_ends_a_session_whose_holds_are_in_other_slots() {
+    let _turn = one_at_a_time();
+    let cluster = Cluster::start();
+    let mut any = cluster.nodes[0].conn();
+    let mut a = cluster.master(0);
+    let id = match run(
+        &mut a,
+        &["LOCK.SESSION", "OPEN", "30000", "LOCKDELAY", "60000"],
+    ) {
+        Ok(Value::BulkString(id)) => String::from_utf8(id).unwrap(),
+        other => panic!("OPEN: {}", reply_text(other)),
+    };
+    let keys = cluster.keys_on(&mut any, 0, 2, "kill");
+    for k in &keys {
+        run(&mut a, &["LOCK.ACQUIRE", k, "me", "0", "SESSION", &id]).unwrap();
+    }
+    let Ok(Value::Array(page)) = run(&mut a, &["LOCK.SESSION", "LIST"]) else {
+        panic!("LIST")
+    };
+    let Value::Array(entries) = &page[1] else {
+        panic!("{page:?}")
+    };
+    let Value::Array(entry) = &entries[0] else {
+        panic!("{entries:?}")
+    };
+    let serial = reply_text(Ok(entry[1].clone()));
+    assert_eq!(
+        reply_text(run(&mut a, &["LOCK.SESSION", "KILL", &serial])),
+        "2"
+    );
+    assert_eq!(
+        run(&mut a, &["LOCK.SESSION", "KEEPALIVE", &id]),
+        Ok(Value::Nil)
+    );
+    for k in &keys {
+        common::wait_until(&format!("{k} lost"), Duration::from_secs(10), || {
+            matches!(run(&mut a, &["LOCK.FENCE", k]), Ok(Value::Nil))
+        });
+        // Lost, not released: the lock-delay keeps the key.
+        assert_eq!(reply_text(run(&mut a, &["EXISTS", k])), "1", "{k}");
+    }
+}

@@ -4,7 +4,7 @@ use super::*;
 
 /// A bulk or simple string reply as text.
 #[track_caller]
-fn text(v: &Value) -> String {
+pub(super) fn text(v: &Value) -> String {
     match v {
         Value::BulkString(b) => String::from_utf8(b.clone()).expect("non-UTF-8 string"),
         Value::SimpleString(s) => s.clone(),
@@ -14,7 +14,7 @@ fn text(v: &Value) -> String {
 
 /// A RESP2 flat `name value name value ...` array (or a RESP3 map) as ordered pairs.
 #[track_caller]
-fn pairs(v: &Value) -> Vec<(String, Value)> {
+pub(super) fn pairs(v: &Value) -> Vec<(String, Value)> {
     match v {
         Value::Array(items) => {
             assert!(items.len() % 2 == 0, "odd field/value array {items:?}");
@@ -30,7 +30,7 @@ fn pairs(v: &Value) -> Vec<(String, Value)> {
 
 /// The value of `name` among `pairs`.
 #[track_caller]
-fn field<'a>(pairs: &'a [(String, Value)], name: &str) -> &'a Value {
+pub(super) fn field<'a>(pairs: &'a [(String, Value)], name: &str) -> &'a Value {
     &pairs
         .iter()
         .find(|(k, _)| k == name)
@@ -81,19 +81,29 @@ fn command_docs_describe_every_command() {
             "lock.session|ended",
             "lock.session|info",
             "lock.session|keepalive",
+            "lock.session|kill",
+            "lock.session|list",
             "lock.session|open",
             "lock.session|renew",
             "lock.session|restore"
         ]
     );
-    for sub in ["open", "keepalive", "close", "attach", "info"] {
+    for sub in [
+        "open",
+        "keepalive",
+        "close",
+        "attach",
+        "info",
+        "list",
+        "kill",
+    ] {
         let name = format!("lock.session|{sub}");
         docs.insert(name.clone(), subcommands[&name].clone());
     }
 
     // name, then per argument: (name, token, optional).
     type ArgSpec = (&'static str, Option<&'static str>, bool);
-    let expected: [(&str, &[ArgSpec]); 10] = [
+    let expected: [(&str, &[ArgSpec]); 12] = [
         (
             "lock.session|open",
             &[
@@ -109,6 +119,11 @@ fn command_docs_describe_every_command() {
         ("lock.session|close", &[("id", None, false)]),
         ("lock.session|attach", &[("id", None, false)]),
         ("lock.session|info", &[("id", None, false)]),
+        (
+            "lock.session|list",
+            &[("cursor", None, true), ("count", Some("COUNT"), true)],
+        ),
+        ("lock.session|kill", &[("serial", None, false)]),
         (
             "lock.acquire",
             &[

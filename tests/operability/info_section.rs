@@ -47,7 +47,7 @@ struct LockInfo {
 }
 
 /// The field names `INFO lock` must print, in order.
-const INFO_FIELDS: [&str; 21] = [
+const INFO_FIELDS: [&str; 48] = [
     "lock_locks",
     "lock_waiters",
     "lock_waiting_keys",
@@ -64,11 +64,38 @@ const INFO_FIELDS: [&str; 21] = [
     "lock_sessions_closed",
     "lock_sessions_expired",
     "lock_sessions_disconnected",
+    "lock_sessions_killed",
     "lock_session_holds_released",
     "lock_keys_in_lock_delay",
     "lock_sets_overtaken",
     "lock_wait_ms",
     "lock_hold_ms",
+    "lock_wait_ms_count",
+    "lock_wait_ms_sum",
+    "lock_wait_ms_le_1",
+    "lock_wait_ms_le_5",
+    "lock_wait_ms_le_10",
+    "lock_wait_ms_le_50",
+    "lock_wait_ms_le_100",
+    "lock_wait_ms_le_500",
+    "lock_wait_ms_le_1000",
+    "lock_wait_ms_le_5000",
+    "lock_wait_ms_le_10000",
+    "lock_wait_ms_le_60000",
+    "lock_wait_ms_le_inf",
+    "lock_hold_ms_count",
+    "lock_hold_ms_sum",
+    "lock_hold_ms_le_1",
+    "lock_hold_ms_le_5",
+    "lock_hold_ms_le_10",
+    "lock_hold_ms_le_50",
+    "lock_hold_ms_le_100",
+    "lock_hold_ms_le_500",
+    "lock_hold_ms_le_1000",
+    "lock_hold_ms_le_5000",
+    "lock_hold_ms_le_10000",
+    "lock_hold_ms_le_60000",
+    "lock_hold_ms_le_inf",
 ];
 
 /// Parse `count=N,mean=F,...`, checking the keys and their order and that the statistics are
@@ -136,36 +163,40 @@ fn lock_stats(conn: &mut Connection) -> LockInfo {
         .collect();
     let names: Vec<&str> = fields.iter().map(|(k, _)| k.as_str()).collect();
     assert_eq!(names, INFO_FIELDS, "INFO lock fields:\n{text}");
-    let int = |i: usize| -> i64 {
-        fields[i]
-            .1
+    // By name, so that a field added later (issue 32's) moves no other.
+    let value = |name: &str| -> &str {
+        let name = format!("lock_{name}");
+        &fields.iter().find(|(k, _)| *k == name).unwrap().1
+    };
+    let int = |name: &str| -> i64 {
+        value(name)
             .parse()
-            .unwrap_or_else(|e| panic!("{} = {:?}: {e}", fields[i].0, fields[i].1))
+            .unwrap_or_else(|e| panic!("lock_{name} = {:?}: {e}", value(name)))
     };
     LockInfo {
         counters: Counters {
-            locks: int(0),
-            waiters: int(1),
-            waiting_keys: int(2),
-            acquired: int(3),
-            contended: int(4),
-            handed_off: int(5),
-            released: int(6),
-            extended: int(7),
-            expired: int(8),
-            timed_out: int(9),
-            token_high_water: int(10),
-            sessions: int(11),
-            sessions_opened: int(12),
-            sessions_closed: int(13),
-            sessions_expired: int(14),
-            sessions_disconnected: int(15),
-            session_holds_released: int(16),
-            keys_in_lock_delay: int(17),
-            sets_overtaken: int(18),
+            locks: int("locks"),
+            waiters: int("waiters"),
+            waiting_keys: int("waiting_keys"),
+            acquired: int("acquired"),
+            contended: int("contended"),
+            handed_off: int("handed_off"),
+            released: int("released"),
+            extended: int("extended"),
+            expired: int("expired"),
+            timed_out: int("timed_out"),
+            token_high_water: int("token_high_water"),
+            sessions: int("sessions"),
+            sessions_opened: int("sessions_opened"),
+            sessions_closed: int("sessions_closed"),
+            sessions_expired: int("sessions_expired"),
+            sessions_disconnected: int("sessions_disconnected"),
+            session_holds_released: int("session_holds_released"),
+            keys_in_lock_delay: int("keys_in_lock_delay"),
+            sets_overtaken: int("sets_overtaken"),
         },
-        wait: parse_summary(&fields[19].0, &fields[19].1),
-        hold: parse_summary(&fields[20].0, &fields[20].1),
+        wait: parse_summary("lock_wait_ms", value("wait_ms")),
+        hold: parse_summary("lock_hold_ms", value("hold_ms")),
     }
 }
 

@@ -20,6 +20,7 @@ mod configs;
 mod info_section;
 mod keyspace_events;
 mod lock_info;
+mod waiters;
 
 use std::collections::BTreeMap;
 use std::io::Write;

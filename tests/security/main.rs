@@ -15,4 +15,6 @@ mod restore;
 mod scripts;
 mod secrets;
 mod sessions_acl;
+mod sessions_admin;
 mod sessions_common;
+mod waiting_keys;

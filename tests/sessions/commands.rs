@@ -390,6 +390,8 @@ fn the_id_routes_like_a_key_but_is_not_one() {
             ("lock.session|ended", 0, 0, 0),
             ("lock.session|info", 2, 2, 1),
             ("lock.session|keepalive", 2, 2, 1),
+            ("lock.session|kill", 0, 0, 0),
+            ("lock.session|list", 0, 0, 0),
             ("lock.session|open", 0, 0, 0),
             ("lock.session|renew", 0, 0, 0),
             ("lock.session|restore", 0, 0, 0),

@@ -10,6 +10,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod admin;
 mod commands;
 mod durability;
 mod ending;

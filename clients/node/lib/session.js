@@ -64,6 +64,8 @@ class Session {
     this._lostReason = null;
     this._holds = new Set();
     this._conn = null; // the bound session's dedicated connection
+    /** The session's public serial (LOCK.SESSION LIST), once a bound session is open. */
+    this.serial = null;
     this._timer = null;
     this._inFlight = null;
   }
@@ -139,8 +141,29 @@ class Session {
     }
     if (reply === null) throw new LockError('LOCK.SESSION OPEN answered nil');
     this._id = String(reply);
+    if (this._conn !== null) await this._nameConnection();
     this._schedule();
     return this;
+  }
+
+  /**
+   * Name the bound connection after the session's serial (LOCK.SESSION INFO), never its id, so
+   * that CLIENT LIST says whose it is: `name=redislock-session-<serial>`. Best effort: a server
+   * without the serial or a user refused CLIENT SETNAME leaves it unnamed.
+   */
+  async _nameConnection() {
+    try {
+      const info = await this._conn.call(['LOCK.SESSION', 'INFO', this._id]);
+      const pairs = Array.isArray(info) ? info : Object.entries(info || {}).flat();
+      for (let i = 0; i + 1 < pairs.length; i += 2) {
+        if (String(pairs[i]) === 'serial') this.serial = Number(pairs[i + 1]);
+      }
+      if (this.serial !== null) {
+        await this._conn.call(['CLIENT', 'SETNAME', `redislock-session-${this.serial}`]);
+      }
+    } catch (_) {
+      // unnamed: naming is for operators, never a reason to fail the open
+    }
   }
 
   _schedule() {

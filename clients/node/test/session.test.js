@@ -17,13 +17,25 @@ for (const kind of KINDS) {
   test(`${kind}`, async (t) => {
     const [a, b] = await connectPair(t, kind, server.port);
 
+    await t.test('a bound session names its connection after its serial, never its id', async () => {
+      const session = new Session(a, 30000, { bound: true });
+      await session.open();
+      const i = await session.info();
+      assert.equal(session.serial, i.serial);
+      const list = String(await send(b, 'CLIENT', 'LIST'));
+      const line = list.split('\n').find((l) => l.startsWith(`id=${i.bound} `));
+      assert.match(line, new RegExp(` name=redislock-session-${i.serial} `));
+      assert.ok(!list.includes(session.id.slice(session.id.indexOf('}') + 1)));
+      await session.close();
+    });
+
     await t.test('open, info, close', async () => {
       const session = new Session(a, 30000);
       assert.equal(session.id, null);
       assert.equal(await session.open(), session);
       assert.match(session.id, /^\{[^}]+\}[0-9a-f]{32}$/);
       const i = await session.info();
-      assert.deepEqual(Object.keys(i).sort(), ['bound', 'holds', 'lockdelay', 'ttl']);
+      assert.deepEqual(Object.keys(i).sort(), ['bound', 'holds', 'lockdelay', 'serial', 'ttl']);
       assert.equal(i.bound, null);
       assert.equal(i.lockdelay, 0);
       assert.equal(i.holds, 0);

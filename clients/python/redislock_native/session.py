@@ -98,6 +98,9 @@ class _SessionBase:
                 raise ValueError("keepalive_period must be shorter than the ttl")
         self.keepalive_period = keepalive_period
         self._id = None
+        #: The session's public serial (``LOCK.SESSION LIST``), known once a bound session is
+        #: open; its connection is named ``redislock-session-<serial>``.
+        self.serial = None
         self._closed = False
         self._lost_reason = None
         self._holds = set()  # the lock objects holding in this session now
@@ -264,6 +267,7 @@ class Session(_SessionBase):
             try:
                 self._conn.send_command(*self._open_args())
                 self._opened(self._conn.read_response())
+                self._name_connection()
             except BaseException:
                 self._conn.disconnect()
                 self._conn = None
@@ -293,6 +297,22 @@ class Session(_SessionBase):
             if self._conn is not None:
                 self._conn.disconnect()
         return reply
+
+    def _name_connection(self):
+        """Name the bound connection after the session's serial (``LOCK.SESSION INFO``), never
+        its id, so that ``CLIENT LIST`` says whose it is: ``name=redislock-session-<serial>``.
+        Best effort: a server without the serial in ``INFO`` or a user refused ``CLIENT
+        SETNAME`` leaves the connection unnamed."""
+        self._conn.send_command("LOCK.SESSION", "INFO", self._id)
+        info = _fields(self._conn.read_response())
+        self.serial = info.get("serial") if info else None
+        if self.serial is None:
+            return
+        self._conn.send_command("CLIENT", "SETNAME", f"redislock-session-{self.serial}")
+        try:
+            self._conn.read_response()
+        except ResponseError:
+            pass
 
     def info(self):
         """``LOCK.SESSION INFO``: a dict (``ttl`` ms left, ``bound``, ``lockdelay``, ``holds``), or
@@ -413,6 +433,19 @@ class AsyncSession(_SessionBase):
         self._conn = None
         self._task = None
 
+    async def _name_connection(self):
+        """As ``Session._name_connection``: the bound connection named after the serial."""
+        await self._conn.send_command("LOCK.SESSION", "INFO", self._id)
+        info = _fields(await self._conn.read_response())
+        self.serial = info.get("serial") if info else None
+        if self.serial is None:
+            return
+        await self._conn.send_command("CLIENT", "SETNAME", f"redislock-session-{self.serial}")
+        try:
+            await self._conn.read_response()
+        except ResponseError:
+            pass
+
     async def open(self):
         """Open the session and start its keepalive task; returns self."""
         self._check_not_open()
@@ -421,6 +454,7 @@ class AsyncSession(_SessionBase):
             try:
                 await self._conn.send_command(*self._open_args())
                 self._opened(await self._conn.read_response())
+                await self._name_connection()
             except BaseException:
                 await self._conn.disconnect()
                 self._conn = None

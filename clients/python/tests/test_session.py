@@ -86,7 +86,7 @@ def test_open_info_close(r, key):
     assert s.open() is s
     assert ID.fullmatch(s.id), s.id
     fields = s.info()
-    assert set(fields) == {"ttl", "bound", "lockdelay", "holds"}
+    assert set(fields) == {"ttl", "bound", "lockdelay", "holds", "serial"}
     assert 9000 < fields["ttl"] <= 10000
     assert fields["bound"] is None and fields["lockdelay"] == 0 and fields["holds"] == 0
     lock = Lock(r, key, 0, session=s)

@@ -43,6 +43,7 @@ impl Bound {
             .and_then(|()| conn.set_write_timeout(Some(endpoint.io_timeout)))
             .map_err(Error::from_redis)?;
         let id = open.run(&mut conn)?;
+        name_after_serial(&mut conn, &id);
         Ok((conn, id))
     }
 
@@ -95,5 +96,29 @@ impl Drop for Bound {
     /// Stop the thread without waiting: it closes the connection within [`POLL`].
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
+    }
+}
+
+/// Name the bound connection `redislock-session-<serial>` (the serial from `LOCK.SESSION
+/// INFO`; never the id), so that `CLIENT LIST` says whose it is. Best effort: a server without
+/// the serial, or a user refused `CLIENT SETNAME`, leaves it unnamed.
+fn name_after_serial(conn: &mut Connection, id: &str) {
+    let Ok(redis::Value::Array(info)) = redis::cmd("LOCK.SESSION")
+        .arg("INFO")
+        .arg(id)
+        .query::<redis::Value>(conn)
+    else {
+        // RESP3 maps are not asked for on this connection (RESP2, as the client's).
+        return;
+    };
+    let serial = info.chunks(2).find_map(|kv| match kv {
+        [redis::Value::BulkString(k), redis::Value::Int(serial)] if k == b"serial" => Some(*serial),
+        _ => None,
+    });
+    if let Some(serial) = serial {
+        let _: redis::RedisResult<()> = redis::cmd("CLIENT")
+            .arg("SETNAME")
+            .arg(format!("redislock-session-{serial}"))
+            .query(conn);
     }
 }

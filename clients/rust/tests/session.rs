@@ -169,6 +169,29 @@ macro_rules! shared_tests {
             assert_eq!(session_cmd(&mut conn, "KEEPALIVE", session.id()).unwrap(), Value::Nil);
         } }
 
+        api_test! { fn a_bound_sessions_connection_is_named_after_its_serial() {
+            let (_server, client, mut conn) = crate::apis::setup!();
+            let session = io!(Session::builder(&client, ms(30_000)).bound(true).open()).unwrap();
+            let info = io!(session.info()).unwrap().expect("the session lives");
+            let bound = info.bound.expect("bound to a connection");
+            let page: Value = redis::cmd("LOCK.SESSION").arg("LIST").query(&mut conn).unwrap();
+            let serial = format!("{page:?}")
+                .split("serial")
+                .nth(1)
+                .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).find(|d| !d.is_empty()))
+                .expect("a serial in LOCK.SESSION LIST")
+                .to_string();
+            let list: String = redis::cmd("CLIENT").arg("LIST").query(&mut conn).unwrap();
+            let line = list
+                .lines()
+                .find(|l| l.starts_with(&format!("id={bound} ")))
+                .expect("the bound connection in CLIENT LIST");
+            assert!(line.contains(&format!(" name=redislock-session-{serial} ")), "{line}");
+            let id = session.id().to_string();
+            assert!(!list.contains(&id[id.find('}').unwrap() + 1..]));
+            assert_eq!(io!(session.close()).unwrap(), Some(0));
+        } }
+
         api_test! { fn lock_delay_holds_a_waiter_back_after_an_unclean_end() {
             let (server, client, mut conn) = crate::apis::setup!();
             let delay = ms(500);

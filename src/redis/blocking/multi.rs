@@ -72,6 +72,7 @@ pub fn block_set(
         overtaken: Cell::new(0),
     });
     let queued = Instant::now();
+    let client = session::client_id(ctx);
     QUEUES.with(|q| {
         let mut queues = q.borrow_mut();
         for k in keys {
@@ -89,6 +90,7 @@ pub fn block_set(
                 session: wants.session,
                 delay: wants.delay,
                 queued,
+                client,
                 set: Some(set.clone()),
             };
             // Below the cap (checked above, nothing ran since): cannot fail. The cap is

@@ -82,6 +82,29 @@ pub fn close_session(ctx: &Context, serial: lock::Serial) -> Option<CloseReply> 
     Some(CloseReply::Now(released))
 }
 
+/// `LOCK.SESSION KILL`: an administrator ends session `serial` as an expiry would (lock-delay
+/// applies, holders hear `lost` on the feed, replicas get `ENDED ... LOST`). `Some(n)`: `n`
+/// holds released; `None`: no such session here.
+///
+/// In a cluster the releases are done from the deferred work, as for a disconnect (see
+/// [`close_session`] for why a command cannot do them there), and the reply is the number of
+/// holds on record.
+pub fn kill_session(ctx: &Context, serial: lock::Serial) -> Option<usize> {
+    let ended = session::with(|s| s.remove(serial))?;
+    stats::SESSIONS_KILLED.incr();
+    let now = key::now();
+    if key::context_flags(ctx.ctx) & raw::REDISMODULE_CTX_FLAGS_CLUSTER != 0 {
+        let recorded = ended.holds.len();
+        session::mark_lost(serial, now);
+        defer(ctx.ctx, Work::EndSession(Box::new(ended)));
+        return Some(recorded);
+    }
+    let db = key::selected_db(ctx.ctx);
+    let released = end(ctx.ctx, ended, false, now);
+    key::select_db(ctx.ctx, db);
+    Some(released)
+}
+
 /// What `LOCK.SESSION CLOSE` answers: now, or from the timer that does the releases.
 pub enum CloseReply {
     Now(usize),
