@@ -323,16 +323,22 @@ fn every_command_and_option_from_eval_and_fcall() {
         );
         match go(&[id], &["LOCK.SESSION", "INFO", id]) {
             // RESP2 through Lua: the map as a flat array; `bound` is nil (not bound).
-            Ok(Value::Array(items)) if items.len() == 8 => {
+            // The public serial last (the connection name of a BOUND session carries it).
+            Ok(Value::Array(items)) if items.len() == 10 => {
                 let b = |s: &str| Value::BulkString(s.as_bytes().to_vec());
                 let ttl = match items[7] {
                     Value::Int(n) if n > 0 && n <= 300_000 => n,
                     ref other => panic!("{via:?}: ttl {other:?}"),
                 };
+                let serial = match items[9] {
+                    Value::Int(n) if n > 0 => n,
+                    ref other => panic!("{via:?}: serial {other:?}"),
+                };
                 let want = [b("bound"), Value::Nil, b("holds"), Value::Int(3)];
                 assert_eq!(items[..4], want, "{via:?}");
                 let want = [b("lockdelay"), Value::Int(0), b("ttl"), Value::Int(ttl)];
-                assert_eq!(items[4..], want, "{via:?}");
+                assert_eq!(items[4..8], want, "{via:?}");
+                assert_eq!(items[8..], [b("serial"), Value::Int(serial)], "{via:?}");
             }
             other => panic!("{via:?}: LOCK.SESSION INFO: {other:?}"),
         }
