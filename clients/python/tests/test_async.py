@@ -6,7 +6,7 @@ import threading
 import time
 
 import pytest
-from redis.exceptions import LockError, ResponseError
+from redis.exceptions import LockError, NoPermissionError, ResponseError
 
 from conftest import await_until, command_calls, wait_waiters, waiters
 from redislock_native import AsyncLock, Lock, LockLostError, StaleTokenError
@@ -228,7 +228,7 @@ def test_cancellation_without_client_unblock_permission(server, r, key):
 
     async def main():
         ar = server.aclient(username="no-admin", password="")
-        with pytest.raises(Exception, match="no permissions"):
+        with pytest.raises(NoPermissionError, match="no permissions"):
             await ar.execute_command("CLIENT", "UNBLOCK", 1)
         holder = Lock(r, key, 30)
         for race in (False, True):

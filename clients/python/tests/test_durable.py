@@ -6,6 +6,7 @@ import threading
 import time
 
 import pytest
+from redis.exceptions import LockError
 
 from conftest import Server, wait_until
 from redislock_native import AsyncLock, Lock, MultiLock, NotDurableError, Semaphore
@@ -122,7 +123,7 @@ def test_durable_is_refused_below_7_0_12(server, key, monkeypatch):
 
     monkeypatch.setattr(_wire, "DURABLE_MIN_VERSION", (99, 0, 0))
     lock = Lock(server.client(), key, 10, durable=1)
-    with pytest.raises(Exception, match="durable grants need Redis 7.0.12 or later"):
+    with pytest.raises(LockError, match="^durable grants need Redis 7.0.12 or later"):
         lock.acquire(blocking=False)
     assert server.client().exists(key) == 0
     with pytest.raises(ValueError):

@@ -345,7 +345,7 @@ def test_server_errors_are_raised(r, key):
     with Session(r, 10) as s, Session(r, 10) as t:
         owner = "one-owner"
         assert Lock(r, key, 0, owner=owner, session=s).acquire(blocking=False)
-        with pytest.raises(ResponseError):  # the same owner, another session
+        with pytest.raises(ResponseError, match="^owner holds this lock in another session"):
             Lock(r, key, 0, owner=owner, session=t).acquire(blocking=False)
 
 
