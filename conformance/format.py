@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Writes the case files in one layout (a step per line), so a diff shows the steps changed.
 
-    python3 conformance/format.py conformance/*.json          # rewrite
-    python3 conformance/format.py --check conformance/*.json  # exit 1 if a file is not in it
+    python3 conformance/format.py conformance/cases/*.json          # rewrite
+    python3 conformance/format.py --check conformance/cases/*.json  # exit 1 if a file is not in it
 """
 
 import json

@@ -1,5 +1,5 @@
 'use strict';
-// The conformance suite (<repo>/conformance/*.json) run by the Node package, with ioredis 5.
+// The conformance suite (<repo>/conformance/cases/*.json) run by the Node package, with ioredis 5.
 //
 // Every case of every topic file is one test (`topic/i: description`), run unchanged: each step
 // of the vocabulary (conformance/README.md) is mapped to the package's API here, each error kind
@@ -33,7 +33,7 @@ const {
 } = require('..');
 
 const ROOT = path.resolve(__dirname, '..', '..', '..');
-const CASES_DIR = path.join(ROOT, 'conformance');
+const CASES_DIR = path.join(ROOT, 'conformance', 'cases');
 const RESULTS = path.join(ROOT, 'target', 'conformance', 'node.json');
 const STEP_DEADLINE_MS = 30000;
 const CLIENT = 'node';

@@ -1,5 +1,5 @@
 """What the Python runners of the conformance suite (test_conformance.py) share: reading the
-cases of <repo>/conformance/, the values a case saves and compares, the outcome kind of an
+cases of <repo>/conformance/cases/, the values a case saves and compares, the outcome kind of an
 exception, and the results summary written to target/conformance/<client>.json.
 
 conformance/README.md describes the cases and their vocabulary.
@@ -16,7 +16,7 @@ from redis.exceptions import ResponseError
 from redislock_native import LockBusyError, NotDurableError, StaleTokenError
 
 REPO = Path(__file__).resolve().parents[3]
-CASES_DIR = REPO / "conformance"
+CASES_DIR = REPO / "conformance" / "cases"
 RESULTS_DIR = REPO / "target" / "conformance"
 
 #: The longest any one step may take before the case fails (a wait the step itself bounds is
@@ -68,10 +68,18 @@ class Results:
             t["failures"].append({"case": description, "error": reason})
 
     def write(self):
+        """``<client>@redis-py-<major>.json``: `make test` runs the suite with two redis-py
+        versions side by side, each its own file (conformance/check_table.py reads them all)."""
         RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+        variant = f"redis-py-{redis.__version__.split('.')[0]}"
         for client, topics in self.clients.items():
-            summary = {"client": client, "runner": "clients/python/tests/test_conformance.py", "topics": topics}
-            (RESULTS_DIR / f"{client}.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+            summary = {
+                "client": client,
+                "variant": f"redis-py {redis.__version__}",
+                "runner": "clients/python/tests/test_conformance.py",
+                "topics": topics,
+            }
+            (RESULTS_DIR / f"{client}@{variant}.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
 
 
 # --- values ---------------------------------------------------------------------------------

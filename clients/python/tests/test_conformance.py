@@ -1,4 +1,4 @@
-"""The conformance suite (<repo>/conformance/*.json) run by the Python package, sync and asyncio.
+"""The conformance suite (<repo>/conformance/cases/*.json) run by the Python package, sync and asyncio.
 
 Every case of every topic file is one test per API (``test_sync[topic/i]``,
 ``test_asyncio[topic/i]``), run unchanged: each step of the vocabulary (conformance/README.md)

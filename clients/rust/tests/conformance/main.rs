@@ -1,4 +1,4 @@
-//! The conformance suite (`<repo>/conformance/*.json`) run by the Rust client, sync and async.
+//! The conformance suite (`<repo>/conformance/cases/*.json`) run by the Rust client, sync and async.
 //!
 //! One test per topic file and API (`sync_api::basic`, `async_api::basic`, ...) runs every case of
 //! that file unchanged, each on a fresh keyspace of the topic's own server: `sync_runner.rs` and
@@ -29,9 +29,9 @@ fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// The cases of `conformance/<topic>.json`.
+/// The cases of `conformance/cases/<topic>.json`.
 pub fn cases(topic: &str) -> Vec<Json> {
-    let path = repo().join("conformance").join(format!("{topic}.json"));
+    let path = repo().join("conformance/cases").join(format!("{topic}.json"));
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let doc = json::parse(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     assert_eq!(doc.get("topic").and_then(Json::as_str), Some(topic));
@@ -303,8 +303,8 @@ topics!(basic, waits, cancel, fenced, shared, multikey, sessions, lock_delay, fe
 
 #[test]
 fn every_topic_file_has_a_test() {
-    let mut files: Vec<String> = std::fs::read_dir(repo().join("conformance"))
-        .expect("conformance/")
+    let mut files: Vec<String> = std::fs::read_dir(repo().join("conformance/cases"))
+        .expect("conformance/cases/")
         .filter_map(|e| e.ok()?.file_name().into_string().ok()?.strip_suffix(".json").map(str::to_string))
         .collect();
     files.sort();
