@@ -126,7 +126,9 @@ impl Client {
     /// it. The first change is the state when it started. Bound a wait for the next change with
     /// `tokio::time::timeout`.
     pub async fn watch(&self, key: &str) -> Result<super::Observer, Error> {
-        crate::Election::new(self, key, Duration::ZERO).observe().await
+        crate::Election::new(self, key, Duration::ZERO)
+            .observe()
+            .await
     }
 
     /// In a Redis Cluster: a client for the node that serves `key` (see

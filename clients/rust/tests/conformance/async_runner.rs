@@ -13,7 +13,10 @@ use tokio::task::JoinHandle;
 
 use crate::json::Json;
 use crate::sync_runner::{kind_of, not_in_the_crate, settle, Kind, StepErr};
-use crate::{check, expect, fail, field, from_value, ms, needs, report, same, unsupported, Outcome, Vars, STEP_DEADLINE};
+use crate::{
+    check, expect, fail, field, from_value, ms, needs, report, same, unsupported, Outcome, Vars,
+    STEP_DEADLINE,
+};
 
 #[derive(Clone)]
 struct Spec {
@@ -29,7 +32,9 @@ impl Spec {
             (Kind::Exclusive(k), None) => c.acquire(k, ttl).await,
             (Kind::Exclusive(k), Some(w)) => c.acquire_blocking(k, ttl, w).await,
             (Kind::Semaphore(k, n), None) => Semaphore::new(c, k, *n).acquire(ttl).await,
-            (Kind::Semaphore(k, n), Some(w)) => Semaphore::new(c, k, *n).acquire_blocking(ttl, w).await,
+            (Kind::Semaphore(k, n), Some(w)) => {
+                Semaphore::new(c, k, *n).acquire_blocking(ttl, w).await
+            }
             (Kind::Read(k), None) => ReadWriteLock::new(c, k).read(ttl).await,
             (Kind::Read(k), Some(w)) => ReadWriteLock::new(c, k).read_blocking(ttl, w).await,
             (Kind::Write(k), None) => ReadWriteLock::new(c, k).write(ttl).await,
@@ -67,7 +72,10 @@ impl Runner {
         for a in &args[1..] {
             cmd.arg(word(a));
         }
-        let reply: Value = cmd.query_async(&mut self.conn).await.map_err(Error::Server)?;
+        let reply: Value = cmd
+            .query_async(&mut self.conn)
+            .await
+            .map_err(Error::Server)?;
         Ok(from_value(&reply))
     }
 
@@ -80,7 +88,9 @@ impl Runner {
             c = c.with_session(&self.sessions[s]);
         }
         if let Some(n) = step.get("durable").and_then(Json::as_i64) {
-            let t = step.get("durable_timeout").map_or(Duration::from_secs(1), |_| ms(step, "durable_timeout"));
+            let t = step
+                .get("durable_timeout")
+                .map_or(Duration::from_secs(1), |_| ms(step, "durable_timeout"));
             c = c.durable(n as u32, t);
         }
         if step.get("report_loss").and_then(Json::as_bool) == Some(true) {
@@ -92,14 +102,28 @@ impl Runner {
     fn guard(&self, step: &Json) -> Result<&Guard, StepErr> {
         match self.locks.get(step.str("lock")) {
             Some((_, Some(g))) => Ok(g),
-            _ => Err(fail(format!("{}: {} holds nothing", step.str("do"), step.str("lock"))).into()),
+            _ => Err(fail(format!(
+                "{}: {} holds nothing",
+                step.str("do"),
+                step.str("lock")
+            ))
+            .into()),
         }
     }
 
-    async fn poll_raw(&mut self, what: &str, command: &Json, timeout: Duration, want: impl Fn(&Json) -> bool) -> Result<(), StepErr> {
+    async fn poll_raw(
+        &mut self,
+        what: &str,
+        command: &Json,
+        timeout: Duration,
+        want: impl Fn(&Json) -> bool,
+    ) -> Result<(), StepErr> {
         let end = tokio::time::Instant::now() + timeout;
         while !want(&self.raw(command).await?) {
-            check!(tokio::time::Instant::now() < end, "timed out after {timeout:?} waiting for {what}");
+            check!(
+                tokio::time::Instant::now() < end,
+                "timed out after {timeout:?} waiting for {what}"
+            );
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         Ok(())
@@ -113,14 +137,19 @@ impl Runner {
         let wait = step.get("wait").map(|_| ms(step, "wait"));
         match step.str("do") {
             "lock" | "semaphore" | "read_lock" | "write_lock" | "multilock" => {
-                let spec = Spec { kind: kind_of(step), client: self.client_for(step), ttl: ms(step, "ttl") };
+                let spec = Spec {
+                    kind: kind_of(step),
+                    client: self.client_for(step),
+                    ttl: ms(step, "ttl"),
+                };
                 if step.get("error").is_some() {
                     spec.acquire(None).await?; // the crate takes the ttl at acquire
                 }
                 self.locks.insert(name, (spec, None));
             }
             "session" => {
-                let mut b = Session::builder(&self.base, ms(step, "ttl")).bound(step.get("bound") == Some(&Json::Bool(true)));
+                let mut b = Session::builder(&self.base, ms(step, "ttl"))
+                    .bound(step.get("bound") == Some(&Json::Bool(true)));
                 if step.get("lock_delay").is_some() {
                     b = b.lock_delay(ms(step, "lock_delay"));
                 }
@@ -128,7 +157,10 @@ impl Runner {
             }
             "election" => {
                 let client = self.client_for(step);
-                self.elections.insert(name, Election::new(&client, step.str("key"), ms(step, "ttl")));
+                self.elections.insert(
+                    name,
+                    Election::new(&client, step.str("key"), ms(step, "ttl")),
+                );
             }
             "acquire" => {
                 let entry = self.locks.get_mut(step.str("lock")).expect("lock");
@@ -142,11 +174,14 @@ impl Runner {
             "start_acquire" => {
                 let spec = self.locks[step.str("lock")].0.clone();
                 let task = tokio::spawn(async move { spec.acquire(wait).await });
-                self.pending.insert(name, (step.str("lock").to_string(), task));
+                self.pending
+                    .insert(name, (step.str("lock").to_string(), task));
             }
             "finish" => {
                 let (lock, task) = self.pending.remove(step.str("pending")).expect("pending");
-                let got = task.await.map_err(|e| fail(format!("the wait's task: {e}")))??;
+                let got = task
+                    .await
+                    .map_err(|e| fail(format!("the wait's task: {e}")))??;
                 let granted = got.is_some();
                 if granted {
                     self.locks.get_mut(&lock).expect("lock").1 = got;
@@ -157,10 +192,16 @@ impl Runner {
                 let (_lock, task) = self.pending.remove(step.str("pending")).expect("pending");
                 task.abort(); // drops the acquire's future
                 let ended = task.await;
-                check!(matches!(&ended, Err(e) if e.is_cancelled()), "the wait ended before it was cancelled");
+                check!(
+                    matches!(&ended, Err(e) if e.is_cancelled()),
+                    "the wait ended before it was cancelled"
+                );
             }
             "release" => {
-                let guard = self.locks.get_mut(step.str("lock")).and_then(|e| e.1.take());
+                let guard = self
+                    .locks
+                    .get_mut(step.str("lock"))
+                    .and_then(|e| e.1.take());
                 let released = match guard {
                     Some(g) => g.release().await?,
                     None => false,
@@ -195,7 +236,11 @@ impl Runner {
                 let got = self.raw(step.get("command").expect("command")).await?;
                 if let Some(want) = step.get("expect") {
                     let want = self.vars.subst(want)?;
-                    check!(same(&got, &want), "{:?}: got {got:?}, wanted {want:?}", step.strings("command"));
+                    check!(
+                        same(&got, &want),
+                        "{:?}: got {got:?}, wanted {want:?}",
+                        step.strings("command")
+                    );
                 }
                 if let Some(save) = step.get("save").and_then(Json::as_str) {
                     self.vars.save(save, got);
@@ -204,29 +249,52 @@ impl Runner {
             "wait_raw" => {
                 let want = self.vars.subst(step.get("expect").expect("expect"))?;
                 let command = step.get("command").expect("command").clone();
-                self.poll_raw("wait_raw", &command, ms(step, "timeout"), |got| same(got, &want)).await?;
+                self.poll_raw("wait_raw", &command, ms(step, "timeout"), |got| {
+                    same(got, &want)
+                })
+                .await?;
             }
             "wait_waiters" => {
                 let count = step.get("count").and_then(Json::as_i64);
                 let command = words(&["LOCK.INFO", step.str("key")]);
-                let waiters = |info: &Json| field(info, "waiters").and_then(|v| v.as_i64()).or(Some(0)) == count;
-                self.poll_raw("waiters", &command, STEP_DEADLINE, waiters).await?;
+                let waiters = |info: &Json| {
+                    field(info, "waiters").and_then(|v| v.as_i64()).or(Some(0)) == count
+                };
+                self.poll_raw("waiters", &command, STEP_DEADLINE, waiters)
+                    .await?;
             }
             "kill_session_connection" => {
                 let id = self.sessions[step.str("session")].id().to_string();
                 let info = self.raw(&words(&["LOCK.SESSION", "INFO", &id])).await?;
                 let bound = field(&info, "bound").and_then(|v| v.as_i64());
                 check!(bound.is_some(), "the session is not bound");
-                let killed = self.raw(&words(&["CLIENT", "KILL", "ID", &bound.unwrap().to_string()])).await?;
+                let killed = self
+                    .raw(&words(&[
+                        "CLIENT",
+                        "KILL",
+                        "ID",
+                        &bound.unwrap().to_string(),
+                    ]))
+                    .await?;
                 check!(killed == Json::Num(1), "CLIENT KILL answered {killed:?}");
             }
             "wait_session_lost" => {
                 let lost = self.sessions[step.str("session")].lost();
-                check!(tokio::time::timeout(ms(step, "timeout"), lost).await.is_ok(), "the session was not reported lost");
+                check!(
+                    tokio::time::timeout(ms(step, "timeout"), lost)
+                        .await
+                        .is_ok(),
+                    "the session was not reported lost"
+                );
             }
             "wait_lost" => {
                 let lost = self.guard(step)?.lost();
-                check!(tokio::time::timeout(ms(step, "timeout"), lost).await.is_ok(), "the hold was not reported lost");
+                check!(
+                    tokio::time::timeout(ms(step, "timeout"), lost)
+                        .await
+                        .is_ok(),
+                    "the hold was not reported lost"
+                );
             }
             "close_session" => {
                 let s = self.sessions.remove(step.str("session")).expect("session");
@@ -235,7 +303,9 @@ impl Runner {
             }
             "campaign" => {
                 let e = &self.elections[step.str("election")];
-                let got = e.campaign_for(step.str("value"), wait.unwrap_or_default()).await?;
+                let got = e
+                    .campaign_for(step.str("value"), wait.unwrap_or_default())
+                    .await?;
                 expect(step, Json::Bool(got.is_some()))?;
                 if let Some(l) = got {
                     if let Some(save) = step.get("save_term").and_then(Json::as_str) {
@@ -249,7 +319,10 @@ impl Runner {
                 expect(step, leader.map_or(Json::Null, |l| Json::Str(l.value)))?;
             }
             "resign" => {
-                let l = self.leaderships.remove(step.str("leadership")).expect("leadership");
+                let l = self
+                    .leaderships
+                    .remove(step.str("leadership"))
+                    .expect("leadership");
                 expect(step, Json::Bool(l.resign().await?))?;
             }
             "watch" => {
@@ -282,8 +355,14 @@ impl Runner {
 async fn run_case(server: &Server, case: &Json) -> Result<(), Outcome> {
     needs(case)?;
     let redis_client = redis::Client::open(server.url()).map_err(|e| fail(e.to_string()))?;
-    let mut conn = redis_client.get_multiplexed_async_connection().await.map_err(|e| fail(e.to_string()))?;
-    redis::cmd("FLUSHALL").query_async::<()>(&mut conn).await.map_err(|e| fail(e.to_string()))?;
+    let mut conn = redis_client
+        .get_multiplexed_async_connection()
+        .await
+        .map_err(|e| fail(e.to_string()))?;
+    redis::cmd("FLUSHALL")
+        .query_async::<()>(&mut conn)
+        .await
+        .map_err(|e| fail(e.to_string()))?;
     let mut runner = Runner {
         base: Client::open(&server.url()).map_err(|e| fail(e.to_string()))?,
         conn,
@@ -296,10 +375,17 @@ async fn run_case(server: &Server, case: &Json) -> Result<(), Outcome> {
         pending: HashMap::new(),
     };
     for step in case.get("steps").and_then(Json::as_array).unwrap_or(&[]) {
-        let deadline = step.get("wait").map_or(Duration::ZERO, |_| ms(step, "wait")) + STEP_DEADLINE;
+        let deadline = step
+            .get("wait")
+            .map_or(Duration::ZERO, |_| ms(step, "wait"))
+            + STEP_DEADLINE;
         let result = match tokio::time::timeout(deadline, runner.step(step)).await {
             Ok(result) => result,
-            Err(_) => Err(fail(format!("{}: no outcome within {deadline:?}", step.str("do"))).into()),
+            Err(_) => Err(fail(format!(
+                "{}: no outcome within {deadline:?}",
+                step.str("do")
+            ))
+            .into()),
         };
         settle(step, result)?;
     }
@@ -311,10 +397,19 @@ async fn run_case(server: &Server, case: &Json) -> Result<(), Outcome> {
 
 pub fn run_topic(topic: &str) {
     let server = Server::start();
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
     let outcomes = crate::cases(topic)
         .iter()
-        .map(|case| (case.str("description").to_string(), runtime.block_on(run_case(&server, case))))
+        .map(|case| {
+            (
+                case.str("description").to_string(),
+                runtime.block_on(run_case(&server, case)),
+            )
+        })
         .collect();
     report("rust-async", topic, outcomes);
 }

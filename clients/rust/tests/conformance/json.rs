@@ -57,7 +57,10 @@ impl Json {
     /// The array of strings `key`.
     pub fn strings(&self, key: &str) -> Vec<String> {
         let items = self.get(key).and_then(Json::as_array).unwrap_or(&[]);
-        items.iter().map(|v| v.as_str().map_or_else(|| v.to_pretty(0), str::to_string)).collect()
+        items
+            .iter()
+            .map(|v| v.as_str().map_or_else(|| v.to_pretty(0), str::to_string))
+            .collect()
     }
 
     pub fn to_pretty(&self, indent: usize) -> String {
@@ -83,14 +86,23 @@ impl Json {
             }
             Json::Arr(items) if items.is_empty() => "[]".into(),
             Json::Arr(items) => {
-                let inner: Vec<String> = items.iter().map(|v| format!("{pad}{}", v.to_pretty(indent + 1))).collect();
+                let inner: Vec<String> = items
+                    .iter()
+                    .map(|v| format!("{pad}{}", v.to_pretty(indent + 1)))
+                    .collect();
                 format!("[\n{}\n{end}]", inner.join(",\n"))
             }
             Json::Obj(fields) if fields.is_empty() => "{}".into(),
             Json::Obj(fields) => {
                 let inner: Vec<String> = fields
                     .iter()
-                    .map(|(k, v)| format!("{pad}{}: {}", Json::Str(k.clone()).to_pretty(0), v.to_pretty(indent + 1)))
+                    .map(|(k, v)| {
+                        format!(
+                            "{pad}{}: {}",
+                            Json::Str(k.clone()).to_pretty(0),
+                            v.to_pretty(indent + 1)
+                        )
+                    })
                     .collect();
                 format!("{{\n{}\n{end}}}", inner.join(",\n"))
             }
@@ -99,7 +111,10 @@ impl Json {
 }
 
 pub fn parse(text: &str) -> Result<Json, String> {
-    let mut p = Parser { s: text.as_bytes(), i: 0 };
+    let mut p = Parser {
+        s: text.as_bytes(),
+        i: 0,
+    };
     let v = p.value()?;
     p.ws();
     if p.i != p.s.len() {
@@ -188,7 +203,9 @@ impl Parser<'_> {
                     self.i += 1;
                 }
                 let text = std::str::from_utf8(&self.s[start..self.i]).unwrap();
-                text.parse().map(Json::Num).map_err(|e| format!("{text}: {e} (integers only)"))
+                text.parse()
+                    .map(Json::Num)
+                    .map_err(|e| format!("{text}: {e} (integers only)"))
             }
             _ => Err(format!("unexpected input at byte {}", self.i)),
         }
@@ -218,11 +235,17 @@ impl Parser<'_> {
                         b'n' => out.push(b'\n'),
                         b't' => out.push(b'\t'),
                         b'u' => {
-                            let hex = std::str::from_utf8(&self.s[self.i..self.i + 4]).map_err(|e| e.to_string())?;
+                            let hex = std::str::from_utf8(&self.s[self.i..self.i + 4])
+                                .map_err(|e| e.to_string())?;
                             let code = u32::from_str_radix(hex, 16).map_err(|e| e.to_string())?;
                             self.i += 4;
                             let mut buf = [0; 4];
-                            out.extend_from_slice(char::from_u32(code).unwrap_or('?').encode_utf8(&mut buf).as_bytes());
+                            out.extend_from_slice(
+                                char::from_u32(code)
+                                    .unwrap_or('?')
+                                    .encode_utf8(&mut buf)
+                                    .as_bytes(),
+                            );
                         }
                         other => out.push(other),
                     }

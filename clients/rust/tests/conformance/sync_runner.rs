@@ -6,10 +6,16 @@ use std::time::Duration;
 
 use harness::Server;
 use redis::{Connection, Value};
-use redis_lock_client::{Client, Election, Error, Guard, Leadership, MultiLock, Observer, ReadWriteLock, Semaphore, Session};
+use redis_lock_client::{
+    Client, Election, Error, Guard, Leadership, MultiLock, Observer, ReadWriteLock, Semaphore,
+    Session,
+};
 
 use crate::json::Json;
-use crate::{check, check_error, expect, fail, field, from_value, ms, needs, poll, report, same, unsupported, Outcome, Vars, STEP_DEADLINE};
+use crate::{
+    check, check_error, expect, fail, field, from_value, ms, needs, poll, report, same,
+    unsupported, Outcome, Vars, STEP_DEADLINE,
+};
 
 /// A step's failure: the client's error (an outcome the step may expect), a wait for a change
 /// that ran out (the timeout outcome: `Observer::next_timeout` answers `None`), or the case's.
@@ -71,7 +77,10 @@ impl Spec {
 pub fn kind_of(step: &Json) -> Kind {
     let key = step.str("key").to_string();
     match step.str("do") {
-        "semaphore" => Kind::Semaphore(key, step.get("limit").and_then(Json::as_i64).unwrap_or(1) as u32),
+        "semaphore" => Kind::Semaphore(
+            key,
+            step.get("limit").and_then(Json::as_i64).unwrap_or(1) as u32,
+        ),
         "read_lock" => Kind::Read(key),
         "write_lock" => Kind::Write(key),
         "multilock" => Kind::Multi(step.strings("keys")),
@@ -82,14 +91,27 @@ pub fn kind_of(step: &Json) -> Kind {
 /// The steps the crate has no counterpart of, and why (shared with the async runner).
 pub fn not_in_the_crate(step: &Json) -> Option<Outcome> {
     if step.get("lock_delay").is_some() && step.str("do") != "session" {
-        return Some(unsupported("the crate takes no LOCKDELAY for a plain hold (only a session's lock_delay)"));
+        return Some(unsupported(
+            "the crate takes no LOCKDELAY for a plain hold (only a session's lock_delay)",
+        ));
     }
     match step.str("do") {
-        "hold" => Some(unsupported("the crate has no scoped form that fails busy: acquire answers Ok(None)")),
-        "fenced_script" => Some(unsupported("the crate has no fenced_script (a script of one's own behind FENCE_CHECK_LUA)")),
+        "hold" => Some(unsupported(
+            "the crate has no scoped form that fails busy: acquire answers Ok(None)",
+        )),
+        "fenced_script" => Some(unsupported(
+            "the crate has no fenced_script (a script of one's own behind FENCE_CHECK_LUA)",
+        )),
         _ => None,
     }
 }
+
+/// A background acquire: its lock object, its outcome when it comes, and its wait.
+type Pending = (
+    String,
+    mpsc::Receiver<Result<Option<Guard>, Error>>,
+    Duration,
+);
 
 struct Runner {
     base: Client,
@@ -100,7 +122,7 @@ struct Runner {
     elections: HashMap<String, Election>,
     leaderships: HashMap<String, Leadership>,
     watches: HashMap<String, Observer>,
-    pending: HashMap<String, (String, mpsc::Receiver<Result<Option<Guard>, Error>>, Duration)>,
+    pending: HashMap<String, Pending>,
 }
 
 impl Runner {
@@ -112,7 +134,7 @@ impl Runner {
         for a in &args[1..] {
             cmd.arg(word(a));
         }
-        let reply: Value = cmd.query(&mut self.conn).map_err(|e| Error::Server(e))?;
+        let reply: Value = cmd.query(&mut self.conn).map_err(Error::Server)?;
         Ok(from_value(&reply))
     }
 
@@ -125,7 +147,9 @@ impl Runner {
             c = c.with_session(&self.sessions[s]);
         }
         if let Some(n) = step.get("durable").and_then(Json::as_i64) {
-            let t = step.get("durable_timeout").map_or(Duration::from_secs(1), |_| ms(step, "durable_timeout"));
+            let t = step
+                .get("durable_timeout")
+                .map_or(Duration::from_secs(1), |_| ms(step, "durable_timeout"));
             c = c.durable(n as u32, t);
         }
         if step.get("report_loss").and_then(Json::as_bool) == Some(true) {
@@ -137,13 +161,23 @@ impl Runner {
     fn guard(&self, step: &Json) -> Result<&Guard, StepErr> {
         match self.locks.get(step.str("lock")) {
             Some((_, Some(g))) => Ok(g),
-            _ => Err(fail(format!("{}: {} holds nothing", step.str("do"), step.str("lock"))).into()),
+            _ => Err(fail(format!(
+                "{}: {} holds nothing",
+                step.str("do"),
+                step.str("lock")
+            ))
+            .into()),
         }
     }
 
     fn waiters(&mut self, key: &str) -> Result<i64, StepErr> {
-        let info = self.raw(&Json::Arr(vec![Json::Str("LOCK.INFO".into()), Json::Str(key.into())]))?;
-        Ok(field(&info, "waiters").and_then(|v| v.as_i64()).unwrap_or(0))
+        let info = self.raw(&Json::Arr(vec![
+            Json::Str("LOCK.INFO".into()),
+            Json::Str(key.into()),
+        ]))?;
+        Ok(field(&info, "waiters")
+            .and_then(|v| v.as_i64())
+            .unwrap_or(0))
     }
 
     fn step(&mut self, step: &Json) -> Result<(), StepErr> {
@@ -154,7 +188,11 @@ impl Runner {
         let wait = step.get("wait").map(|_| ms(step, "wait"));
         match step.str("do") {
             "lock" | "semaphore" | "read_lock" | "write_lock" | "multilock" => {
-                let spec = Spec { kind: kind_of(step), client: self.client_for(step), ttl: ms(step, "ttl") };
+                let spec = Spec {
+                    kind: kind_of(step),
+                    client: self.client_for(step),
+                    ttl: ms(step, "ttl"),
+                };
                 if step.get("error").is_some() {
                     // The crate takes the ttl at acquire: its refusal is checked there.
                     spec.acquire(None)?;
@@ -162,7 +200,8 @@ impl Runner {
                 self.locks.insert(name, (spec, None));
             }
             "session" => {
-                let mut b = Session::builder(&self.base, ms(step, "ttl")).bound(step.get("bound") == Some(&Json::Bool(true)));
+                let mut b = Session::builder(&self.base, ms(step, "ttl"))
+                    .bound(step.get("bound") == Some(&Json::Bool(true)));
                 if step.get("lock_delay").is_some() {
                     b = b.lock_delay(ms(step, "lock_delay"));
                 }
@@ -170,7 +209,10 @@ impl Runner {
             }
             "election" => {
                 let client = self.client_for(step);
-                self.elections.insert(name, Election::new(&client, step.str("key"), ms(step, "ttl")));
+                self.elections.insert(
+                    name,
+                    Election::new(&client, step.str("key"), ms(step, "ttl")),
+                );
             }
             "acquire" => {
                 let entry = self.locks.get_mut(step.str("lock")).expect("lock");
@@ -187,20 +229,33 @@ impl Runner {
                 std::thread::spawn(move || {
                     let _ = tx.send(spec.acquire(wait));
                 });
-                self.pending.insert(name, (step.str("lock").to_string(), rx, wait.unwrap_or_default()));
+                self.pending.insert(
+                    name,
+                    (step.str("lock").to_string(), rx, wait.unwrap_or_default()),
+                );
             }
             "finish" => {
                 let (lock, rx, wait) = self.pending.remove(step.str("pending")).expect("pending");
-                let got = rx.recv_timeout(wait + STEP_DEADLINE).map_err(|_| fail("the wait did not end".into()))??;
+                let got = rx
+                    .recv_timeout(wait + STEP_DEADLINE)
+                    .map_err(|_| fail("the wait did not end".into()))??;
                 let granted = got.is_some();
                 if granted {
                     self.locks.get_mut(&lock).expect("lock").1 = got;
                 }
                 expect(step, Json::Bool(granted))?;
             }
-            "cancel" => return Err(unsupported("a sync wait cannot be cancelled: it ends at its wait or I/O timeout").into()),
+            "cancel" => {
+                return Err(unsupported(
+                    "a sync wait cannot be cancelled: it ends at its wait or I/O timeout",
+                )
+                .into())
+            }
             "release" => {
-                let guard = self.locks.get_mut(step.str("lock")).and_then(|e| e.1.take());
+                let guard = self
+                    .locks
+                    .get_mut(step.str("lock"))
+                    .and_then(|e| e.1.take());
                 let released = match guard {
                     Some(g) => g.release()?,
                     None => false,
@@ -235,7 +290,11 @@ impl Runner {
                 let got = self.raw(step.get("command").expect("command"))?;
                 if let Some(want) = step.get("expect") {
                     let want = self.vars.subst(want)?;
-                    check!(same(&got, &want), "{:?}: got {got:?}, wanted {want:?}", step.strings("command"));
+                    check!(
+                        same(&got, &want),
+                        "{:?}: got {got:?}, wanted {want:?}",
+                        step.strings("command")
+                    );
                 }
                 if let Some(save) = step.get("save").and_then(Json::as_str) {
                     self.vars.save(save, got);
@@ -244,15 +303,26 @@ impl Runner {
             "wait_raw" => {
                 let want = self.vars.subst(step.get("expect").expect("expect"))?;
                 let command = step.get("command").expect("command").clone();
-                poll("wait_raw", ms(step, "timeout"), || Ok(same(&self.raw(&command).map_err(as_outcome)?, &want)))?;
+                poll("wait_raw", ms(step, "timeout"), || {
+                    Ok(same(&self.raw(&command).map_err(as_outcome)?, &want))
+                })?;
             }
             "wait_waiters" => {
-                let (key, count) = (step.str("key").to_string(), step.get("count").and_then(Json::as_i64));
-                poll("waiters", STEP_DEADLINE, || Ok(Some(self.waiters(&key).map_err(as_outcome)?) == count))?;
+                let (key, count) = (
+                    step.str("key").to_string(),
+                    step.get("count").and_then(Json::as_i64),
+                );
+                poll("waiters", STEP_DEADLINE, || {
+                    Ok(Some(self.waiters(&key).map_err(as_outcome)?) == count)
+                })?;
             }
             "kill_session_connection" => {
                 let id = self.sessions[step.str("session")].id().to_string();
-                let info = self.raw(&Json::Arr(["LOCK.SESSION", "INFO", &id].map(|s| Json::Str(s.into())).to_vec()))?;
+                let info = self.raw(&Json::Arr(
+                    ["LOCK.SESSION", "INFO", &id]
+                        .map(|s| Json::Str(s.into()))
+                        .to_vec(),
+                ))?;
                 let bound = field(&info, "bound").and_then(|v| v.as_i64());
                 check!(bound.is_some(), "the session is not bound");
                 let killed = self.raw(&Json::Arr(vec![
@@ -265,11 +335,16 @@ impl Runner {
             }
             "wait_session_lost" => {
                 let s = &self.sessions[step.str("session")];
-                poll("the session reported lost", ms(step, "timeout"), || Ok(s.is_lost()))?;
+                poll("the session reported lost", ms(step, "timeout"), || {
+                    Ok(s.is_lost())
+                })?;
             }
             "wait_lost" => {
                 let g = self.guard(step)?;
-                check!(g.wait_lost(ms(step, "timeout")).is_some(), "the hold was not reported lost");
+                check!(
+                    g.wait_lost(ms(step, "timeout")).is_some(),
+                    "the hold was not reported lost"
+                );
             }
             "close_session" => {
                 let s = self.sessions.remove(step.str("session")).expect("session");
@@ -292,7 +367,10 @@ impl Runner {
                 expect(step, leader.map_or(Json::Null, |l| Json::Str(l.value)))?;
             }
             "resign" => {
-                let l = self.leaderships.remove(step.str("leadership")).expect("leadership");
+                let l = self
+                    .leaderships
+                    .remove(step.str("leadership"))
+                    .expect("leadership");
                 expect(step, Json::Bool(l.resign()?))?;
             }
             "watch" => {
@@ -333,7 +411,10 @@ pub fn settle(step: &Json, result: Result<(), StepErr>) -> Result<(), Outcome> {
     let wanted = step.get("error").and_then(Json::as_str);
     match (result, wanted) {
         (Ok(()), None) => Ok(()),
-        (Ok(()), Some(w)) => Err(fail(format!("{}: wanted a {w} error, got none", step.str("do")))),
+        (Ok(()), Some(w)) => Err(fail(format!(
+            "{}: wanted a {w} error, got none",
+            step.str("do")
+        ))),
         (Err(StepErr::Case(o)), _) => Err(o),
         (Err(StepErr::Client(e)), Some(_)) => check_error(step, &e),
         (Err(StepErr::TimedOut), Some("timeout")) => Ok(()),
@@ -345,7 +426,9 @@ pub fn settle(step: &Json, result: Result<(), StepErr>) -> Result<(), Outcome> {
 fn run_case(server: &Server, case: &Json) -> Result<(), Outcome> {
     needs(case)?;
     let mut conn = server.conn();
-    redis::cmd("FLUSHALL").query::<()>(&mut conn).map_err(|e| fail(e.to_string()))?;
+    redis::cmd("FLUSHALL")
+        .query::<()>(&mut conn)
+        .map_err(|e| fail(e.to_string()))?;
     let mut runner = Runner {
         base: Client::open(&server.url()).map_err(|e| fail(e.to_string()))?,
         conn,
