@@ -232,6 +232,16 @@ impl Runner {
                 let reply: Value = self.guard(step)?.fenced(&cmd).await?;
                 expect(step, from_value(&reply))?;
             }
+            "fenced_script" => {
+                let keys = step.strings("keys");
+                let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+                let args = step.strings("args");
+                let reply: Value = self
+                    .guard(step)?
+                    .fenced_script(step.str("body"), &keys, &args)
+                    .await?;
+                expect(step, from_value(&reply))?;
+            }
             "raw" => {
                 let got = self.raw(step.get("command").expect("command")).await?;
                 if let Some(want) = step.get("expect") {

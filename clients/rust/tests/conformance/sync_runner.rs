@@ -99,9 +99,6 @@ pub fn not_in_the_crate(step: &Json) -> Option<Outcome> {
         "hold" => Some(unsupported(
             "the crate has no scoped form that fails busy: acquire answers Ok(None)",
         )),
-        "fenced_script" => Some(unsupported(
-            "the crate has no fenced_script (a script of one's own behind FENCE_CHECK_LUA)",
-        )),
         _ => None,
     }
 }
@@ -284,6 +281,15 @@ impl Runner {
                     cmd.arg(w);
                 }
                 let reply: Value = self.guard(step)?.fenced(&cmd)?;
+                expect(step, from_value(&reply))?;
+            }
+            "fenced_script" => {
+                let keys = step.strings("keys");
+                let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+                let args = step.strings("args");
+                let reply: Value =
+                    self.guard(step)?
+                        .fenced_script(step.str("body"), &keys, &args)?;
                 expect(step, from_value(&reply))?;
             }
             "raw" => {
