@@ -1,15 +1,17 @@
 'use strict';
-// The conformance suite (<repo>/conformance/cases/*.json) run by the Node package, with ioredis 5.
+// The conformance suite (<repo>/conformance/cases/*.json) run by the Node package, with each client
+// library it supports: ioredis 5, node-redis 5 and node-redis 4.
 //
-// Every case of every topic file is one test (`topic/i: description`), run unchanged: each step
+// Every case of every topic file is one test per library (`ioredis topic/i: description`), run
+// unchanged: each step
 // of the vocabulary (conformance/README.md) is mapped to the package's API here, each error kind
 // to its error class (`errorKind`). A case whose needs this runner cannot meet (a replica) is
 // skipped with the reason, never passed. Each step has its own deadline (its wait plus
 // STEP_DEADLINE_MS), so no case hangs. The summary per topic (passed / skipped / failed) goes to
-// target/conformance/node.json when the file's tests end.
+// target/conformance/node@<library>.json when the file's tests end.
 //
 // All cases share one server (flushed between cases); the cluster cases a 3-master cluster,
-// started on first use.
+// started on first use, through ioredis's Cluster (node-redis's is not wired here yet).
 
 const test = require('node:test');
 const assert = require('node:assert/strict');
@@ -17,6 +19,7 @@ const fs = require('node:fs');
 const path = require('node:path');
 const IORedis = require('ioredis');
 const { startServer, startCluster } = require('./harness');
+const { KINDS, connect, send, close } = require('./clients');
 const {
   Lock,
   Semaphore,
@@ -34,7 +37,7 @@ const {
 
 const ROOT = path.resolve(__dirname, '..', '..', '..');
 const CASES_DIR = path.join(ROOT, 'conformance', 'cases');
-const RESULTS = path.join(ROOT, 'target', 'conformance', 'node.json');
+const RESULTS_DIR = path.join(ROOT, 'target', 'conformance');
 const STEP_DEADLINE_MS = 30000;
 const CLIENT = 'node';
 
@@ -44,8 +47,9 @@ const topics = fs
   .sort()
   .map((f) => JSON.parse(fs.readFileSync(path.join(CASES_DIR, f), 'utf8')));
 
-const summary = {};
-function record(topic, description, outcome, detail, kind) {
+const summaries = {}; // library -> topic -> counts
+function record(library, topic, description, outcome, detail, kind) {
+  const summary = (summaries[library] ??= {});
   const t = (summary[topic] ??= { passed: 0, skipped: 0, failed: 0, skips: [], failures: [] });
   t[outcome] += 1;
   if (outcome === 'skipped') t.skips.push({ case: description, kind, reason: detail });
@@ -66,8 +70,16 @@ function errorKind(e) {
   if (e instanceof DurabilityError) return 'not_durable';
   if (e instanceof TimeoutError) return 'timeout';
   if (e instanceof RangeError || e instanceof TypeError) return 'invalid_argument';
-  if (e && e.name === 'ReplyError') return 'server';
+  if (isReplyError(e)) return 'server';
   return `unexpected ${e && e.name}: ${e && e.message}`;
+}
+
+/** The client library's error reply: ioredis's ReplyError, node-redis's ErrorReply (5: its subclasses). */
+function isReplyError(e) {
+  for (let p = e; p && p !== Error.prototype; p = Object.getPrototypeOf(p)) {
+    if (['ReplyError', 'ErrorReply'].includes(p.constructor?.name)) return true;
+  }
+  return false;
 }
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -120,7 +132,7 @@ class Runner {
   }
 
   async raw(args) {
-    return norm(await this.r.call(...this.subst(args).map(String)));
+    return norm(await send(this.r, ...this.subst(args)));
   }
 
   lockOptions(step) {
@@ -273,14 +285,14 @@ class Runner {
       case 'wait_waiters':
         await poll(
           `${step.count} waiter(s) on ${step.key}`,
-          async () => ((pairs(await this.r.call('LOCK.INFO', step.key)) || { waiters: 0 }).waiters === step.count),
+          async () => ((pairs(await send(this.r, 'LOCK.INFO', step.key)) || { waiters: 0 }).waiters === step.count),
           STEP_DEADLINE_MS,
         );
         break;
       case 'kill_session_connection': {
-        const fields = pairs(await this.r.call('LOCK.SESSION', 'INFO', o[step.session].id));
+        const fields = pairs(await send(this.r, 'LOCK.SESSION', 'INFO', o[step.session].id));
         assert.ok(fields !== null && fields.bound !== null, 'the session is not bound');
-        assert.equal(await this.r.call('CLIENT', 'KILL', 'ID', String(fields.bound)), 1);
+        assert.equal(await send(this.r, 'CLIENT', 'KILL', 'ID', fields.bound), 1);
         break;
       }
       case 'wait_session_lost':
@@ -351,11 +363,10 @@ class Runner {
 let server = null;
 let cluster = null;
 
-async function clientFor(needsCluster) {
+async function clientFor(library, needsCluster) {
   if (!needsCluster) {
-    const client = new IORedis({ host: '127.0.0.1', port: server.port, lazyConnect: true, maxRetriesPerRequest: 0 });
-    await client.connect();
-    await client.call('FLUSHALL');
+    const client = await connect(library, server.port);
+    await send(client, 'FLUSHALL');
     return client;
   }
   cluster ??= await startCluster(['--masters', '3', '--replicas', '0']);
@@ -370,44 +381,53 @@ test.before(async () => {
 });
 
 test.after(async () => {
-  fs.mkdirSync(path.dirname(RESULTS), { recursive: true });
-  const out = { client: CLIENT, runner: 'clients/node/test/conformance.test.js (ioredis)', topics: summary };
-  fs.writeFileSync(RESULTS, `${JSON.stringify(out, null, 2)}\n`);
+  fs.mkdirSync(RESULTS_DIR, { recursive: true });
+  for (const [library, topics] of Object.entries(summaries)) {
+    const out = { client: CLIENT, variant: library, runner: 'clients/node/test/conformance.test.js', topics };
+    const file = path.join(RESULTS_DIR, `${CLIENT}@${library.replace('@', '-')}.json`);
+    fs.writeFileSync(file, `${JSON.stringify(out, null, 2)}\n`);
+  }
   await server?.stop();
   await cluster?.stop();
 });
 
-const CAN = new Set(['cluster']);
-
-for (const topic of topics) {
-  topic.cases.forEach((c, i) => {
-    test(`${topic.topic}/${i}: ${c.description}`, async (t) => {
-      const missing = (c.needs || []).filter((n) => !CAN.has(n));
-      if (missing.length > 0) {
-        const reason = `needs a ${missing[0]}: this runner starts none`;
-        record(topic.topic, c.description, 'skipped', reason, 'needs');
-        t.skip(reason);
-        return;
-      }
-      let client = null;
-      let runner = null;
-      try {
-        client = await clientFor((c.needs || []).includes('cluster'));
-        runner = new Runner(client);
-        await runner.run(c.steps);
-        record(topic.topic, c.description, 'passed');
-      } catch (e) {
-        if (e instanceof Skip) {
-          record(topic.topic, c.description, 'skipped', e.message, e.kind);
-          t.skip(e.message);
+for (const library of KINDS) {
+  for (const topic of topics) {
+    topic.cases.forEach((c, i) => {
+      test(`${library} ${topic.topic}/${i}: ${c.description}`, async (t) => {
+        const needs = c.needs || [];
+        const can = library === 'ioredis' ? ['cluster'] : [];
+        const missing = needs.filter((n) => !can.includes(n));
+        if (missing.length > 0) {
+          const reason =
+            missing[0] === 'cluster' ? `needs a cluster: this runner makes its cluster client with ioredis only` : `needs a ${missing[0]}: this runner starts none`;
+          record(library, topic.topic, c.description, 'skipped', reason, 'needs');
+          t.skip(reason);
           return;
         }
-        record(topic.topic, c.description, 'failed', String(e && e.stack ? e.message : e));
-        throw e;
-      } finally {
-        await runner?.cleanup();
-        client?.disconnect();
-      }
+        let client = null;
+        let runner = null;
+        try {
+          client = await clientFor(library, needs.includes('cluster'));
+          runner = new Runner(client);
+          await runner.run(c.steps);
+          record(library, topic.topic, c.description, 'passed');
+        } catch (e) {
+          if (e instanceof Skip) {
+            record(library, topic.topic, c.description, 'skipped', e.message, e.kind);
+            t.skip(e.message);
+            return;
+          }
+          record(library, topic.topic, c.description, 'failed', String(e && e.stack ? e.message : e));
+          throw e;
+        } finally {
+          await runner?.cleanup();
+          if (client !== null) {
+            if (client instanceof IORedis.Cluster) client.disconnect();
+            else await close(client);
+          }
+        }
+      });
     });
-  });
+  }
 }
