@@ -5,12 +5,13 @@
 // Every case of every topic file is one test per library (`ioredis topic/i: description`), run
 // unchanged: each step
 // of the vocabulary (conformance/README.md) is mapped to the package's API here, each error kind
-// to its error class (`errorKind`). A case whose needs this runner cannot meet (a replica) is
-// skipped with the reason, never passed. Each step has its own deadline (its wait plus
+// to its error class (`errorKind`). A case whose needs this runner cannot meet is skipped with the
+// reason, never passed. Each step has its own deadline (its wait plus
 // STEP_DEADLINE_MS), so no case hangs. The summary per topic (passed / skipped / failed) goes to
 // target/conformance/node@<library>.json when the file's tests end.
 //
-// All cases share one server (flushed between cases); the cluster cases a 3-master cluster,
+// All cases share one server (flushed between cases), a case that needs a replica gets one for
+// its run; the cluster cases a 3-master cluster,
 // started on first use, through ioredis's Cluster (node-redis's is not wired here yet).
 
 const test = require('node:test');
@@ -376,6 +377,18 @@ async function clientFor(library, needsCluster) {
   return client;
 }
 
+/** A replica of the server (harness --replica-of), online; stopped after its case. */
+async function replicaOf(client) {
+  const replica = await startServer(['--replica-of', String(server.port)]);
+  try {
+    await poll('the replica online', async () => String(await send(client, 'INFO', 'replication')).includes('state=online'), STEP_DEADLINE_MS);
+  } catch (e) {
+    await replica.stop();
+    throw e;
+  }
+  return replica;
+}
+
 test.before(async () => {
   server = await startServer();
 });
@@ -396,7 +409,7 @@ for (const library of KINDS) {
     topic.cases.forEach((c, i) => {
       test(`${library} ${topic.topic}/${i}: ${c.description}`, async (t) => {
         const needs = c.needs || [];
-        const can = library === 'ioredis' ? ['cluster'] : [];
+        const can = library === 'ioredis' ? ['cluster', 'replica'] : ['replica'];
         const missing = needs.filter((n) => !can.includes(n));
         if (missing.length > 0) {
           const reason =
@@ -407,8 +420,10 @@ for (const library of KINDS) {
         }
         let client = null;
         let runner = null;
+        let replica = null;
         try {
           client = await clientFor(library, needs.includes('cluster'));
+          if (needs.includes('replica')) replica = await replicaOf(client);
           runner = new Runner(client);
           await runner.run(c.steps);
           record(library, topic.topic, c.description, 'passed');
@@ -421,6 +436,7 @@ for (const library of KINDS) {
           record(library, topic.topic, c.description, 'failed', String(e && e.stack ? e.message : e));
           throw e;
         } finally {
+          await replica?.stop();
           await runner?.cleanup();
           if (client !== null) {
             if (client instanceof IORedis.Cluster) client.disconnect();

@@ -25,6 +25,7 @@ STEP_DEADLINE = 30.0
 
 #: The `needs` this runner can meet, and how.
 CLUSTER = "cluster"
+REPLICA = "replica"
 
 
 def load_cases():

@@ -3,12 +3,13 @@
 Every case of every topic file is one test per API (``test_sync[topic/i]``,
 ``test_asyncio[topic/i]``), run unchanged: each step of the vocabulary (conformance/README.md)
 is mapped to the package's API here, each error kind to its exception type
-(``conformance_cases.error_kind``). A case whose needs this runner cannot meet (a replica) is
+(``conformance_cases.error_kind``). A case whose needs this runner could not meet would be
 skipped with the reason, never passed. The summary per topic (passed / skipped / failed) goes to
 target/conformance/python-sync.json and python-asyncio.json when the module's tests end.
 
-All cases share one server of this module's own (the runner flushes it between cases); the
-cluster cases get a 3-master cluster, started on first use.
+All cases share one server of this module's own (the runner flushes it between cases); a case
+that needs a replica gets one for its run; the cluster cases get a 3-master cluster, started on
+first use.
 """
 
 import asyncio
@@ -21,6 +22,7 @@ import redis
 from conftest import Cluster, Server
 from conformance_cases import (
     CLUSTER,
+    REPLICA,
     STEP_DEADLINE,
     Results,
     Skip,
@@ -331,17 +333,44 @@ class SyncRunner:
                 pass
 
 
+class ReplicaFor:
+    """A case that needs a replica gets one of the server for its run (harness --replica-of),
+    online before the case starts, stopped after it: the other cases see none."""
+
+    def __init__(self, case, server):
+        self.server = server if REPLICA in case.get("needs", []) else None
+        self.replica = None
+
+    def __enter__(self):
+        if self.server is not None:
+            self.replica = Server("--replica-of", str(self.server.port))
+            c = self.server.client()
+            try:
+                poll("the replica online", lambda: c.info("replication").get("slave0", {}).get("state") == "online",
+                     STEP_DEADLINE)
+            except BaseException:
+                self.replica.stop()
+                raise
+            finally:
+                c.close()
+
+    def __exit__(self, *exc):
+        if self.replica is not None:
+            self.replica.stop()
+
+
 @pytest.mark.parametrize("item", CASES, ids=case_id)
 def test_sync(item, own_server, lazy_cluster):
     def body():
         case = item[2]
         cluster = CLUSTER in case.get("needs", [])
-        needs_of(case, {CLUSTER})
+        needs_of(case, {CLUSTER, REPLICA})
         r = lazy_cluster().client() if cluster else own_server.client(socket_timeout=STEP_DEADLINE)
         r.flushall()
         runner = SyncRunner(r)
         try:
-            runner.run(case["steps"])
+            with ReplicaFor(case, own_server):
+                runner.run(case["steps"])
         finally:
             runner.cleanup()
             r.close()
@@ -521,13 +550,14 @@ def test_asyncio(item, own_server, lazy_cluster):
         await r.flushall()
         runner = AsyncRunner(r)
         try:
-            await runner.run(case["steps"])
+            with ReplicaFor(case, own_server):
+                await runner.run(case["steps"])
         finally:
             await runner.acleanup()
             await r.aclose()
 
     def body():
-        needs_of(case, {CLUSTER})
+        needs_of(case, {CLUSTER, REPLICA})
         asyncio.run(main())
 
     run_recorded("python-asyncio", item, body)

@@ -364,6 +364,7 @@ impl Runner {
 
 async fn run_case(server: &Server, case: &Json) -> Result<(), Outcome> {
     needs(case)?;
+    let _replica = crate::replica_for(case, server);
     let redis_client = redis::Client::open(server.url()).map_err(|e| fail(e.to_string()))?;
     let mut conn = redis_client
         .get_multiplexed_async_connection()

@@ -243,24 +243,39 @@ pub fn poll(
     Ok(())
 }
 
-/// The needs of a case this runner cannot meet.
+/// The needs of a case this runner cannot meet, as a skip; a replica it can (see [`replica_for`]).
 pub fn needs(case: &Json) -> Result<(), Outcome> {
-    let Some(need) = case
-        .get("needs")
-        .and_then(Json::as_array)
-        .and_then(|n| n.first())
-    else {
-        return Ok(());
-    };
-    Err(match need.as_str().unwrap_or("?") {
-        "cluster" => unsupported(
-            "needs a cluster: the Rust runner starts none yet (tests/cluster covers the crate's routing)",
-        ),
-        other => Outcome::Skipped(Skip {
-            kind: "needs",
-            reason: format!("needs a {other}: this runner starts none"),
-        }),
-    })
+    for need in case.get("needs").and_then(Json::as_array).unwrap_or(&[]) {
+        match need.as_str().unwrap_or("?") {
+            "replica" => {}
+            "cluster" => {
+                return Err(unsupported(
+                    "needs a cluster: the Rust runner starts none yet (tests/cluster covers the crate's routing)",
+                ))
+            }
+            other => {
+                return Err(Outcome::Skipped(Skip {
+                    kind: "needs",
+                    reason: format!("needs a {other}: this runner starts none"),
+                }))
+            }
+        }
+    }
+    Ok(())
+}
+
+/// For a case that needs a replica: one of `server`, in sync with it, kept for the case's run
+/// (dropped after it, so the other cases see none).
+pub fn replica_for(case: &Json, server: &harness::Server) -> Option<harness::Server> {
+    let needs = case.get("needs").and_then(Json::as_array).unwrap_or(&[]);
+    needs
+        .iter()
+        .any(|n| n.as_str() == Some("replica"))
+        .then(|| {
+            let replica = harness::Server::replica_of(server);
+            harness::wait_for_replica_sync(server, &replica);
+            replica
+        })
 }
 
 // --- results -------------------------------------------------------------------------------

@@ -431,6 +431,7 @@ pub fn settle(step: &Json, result: Result<(), StepErr>) -> Result<(), Outcome> {
 
 fn run_case(server: &Server, case: &Json) -> Result<(), Outcome> {
     needs(case)?;
+    let _replica = crate::replica_for(case, server);
     let mut conn = server.conn();
     redis::cmd("FLUSHALL")
         .query::<()>(&mut conn)
