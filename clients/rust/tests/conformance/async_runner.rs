@@ -4,7 +4,6 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use harness::Server;
 use redis::aio::MultiplexedConnection;
 use redis::Value;
 use redis_lock_client::aio::{Client, Guard, Leadership, Observer, Session};
@@ -47,7 +46,9 @@ impl Spec {
 
 type Pending = (String, JoinHandle<Result<Option<Guard>, Error>>);
 
-struct Runner {
+struct Runner<'a> {
+    nodes: &'a crate::Nodes,
+    cluster: bool,
     base: Client,
     conn: MultiplexedConnection,
     vars: Vars,
@@ -63,7 +64,7 @@ fn words(v: &[&str]) -> Json {
     Json::Arr(v.iter().map(|s| Json::Str(s.to_string())).collect())
 }
 
-impl Runner {
+impl Runner<'_> {
     async fn raw(&mut self, command: &Json) -> Result<Json, StepErr> {
         let args = self.vars.subst(command)?;
         let args = args.as_array().unwrap_or(&[]);
@@ -72,15 +73,23 @@ impl Runner {
         for a in &args[1..] {
             cmd.arg(word(a));
         }
-        let reply: Value = cmd
-            .query_async(&mut self.conn)
-            .await
-            .map_err(Error::Server)?;
+        let reply: Value = match self.cluster {
+            true => self.nodes.cluster_query(&cmd),
+            false => cmd.query_async(&mut self.conn).await,
+        }
+        .map_err(Error::Server)?;
         Ok(from_value(&reply))
     }
 
-    fn client_for(&self, step: &Json) -> Client {
+    async fn client_for(&self, step: &Json) -> Result<Client, Error> {
         let mut c = self.base.clone();
+        if self.cluster {
+            // The crate's routing: the client of the node that serves the (first) key.
+            let keys = step.strings("keys");
+            c = c
+                .for_key(keys.first().map_or(step.str("key"), String::as_str))
+                .await?;
+        }
         if let Some(owner) = step.get("owner").and_then(Json::as_str) {
             c = c.with_owner(owner);
         }
@@ -96,7 +105,7 @@ impl Runner {
         if step.get("report_loss").and_then(Json::as_bool) == Some(true) {
             c = c.watch_losses();
         }
-        c
+        Ok(c)
     }
 
     fn guard(&self, step: &Json) -> Result<&Guard, StepErr> {
@@ -139,7 +148,7 @@ impl Runner {
             "lock" | "semaphore" | "read_lock" | "write_lock" | "multilock" => {
                 let spec = Spec {
                     kind: kind_of(step),
-                    client: self.client_for(step),
+                    client: self.client_for(step).await?,
                     ttl: ms(step, "ttl"),
                 };
                 if step.get("error").is_some() {
@@ -156,7 +165,7 @@ impl Runner {
                 self.sessions.insert(name, b.open().await?);
             }
             "election" => {
-                let client = self.client_for(step);
+                let client = self.client_for(step).await?;
                 self.elections.insert(
                     name,
                     Election::new(&client, step.str("key"), ms(step, "ttl")),
@@ -362,20 +371,19 @@ impl Runner {
     }
 }
 
-async fn run_case(server: &Server, case: &Json) -> Result<(), Outcome> {
+async fn run_case(nodes: &crate::Nodes, case: &Json) -> Result<(), Outcome> {
     needs(case)?;
-    let _replica = crate::replica_for(case, server);
-    let redis_client = redis::Client::open(server.url()).map_err(|e| fail(e.to_string()))?;
-    let mut conn = redis_client
+    let _replica = crate::replica_for(case, &nodes.server);
+    nodes.flush(case)?;
+    let redis_client = redis::Client::open(nodes.server.url()).map_err(|e| fail(e.to_string()))?;
+    let conn = redis_client
         .get_multiplexed_async_connection()
         .await
         .map_err(|e| fail(e.to_string()))?;
-    redis::cmd("FLUSHALL")
-        .query_async::<()>(&mut conn)
-        .await
-        .map_err(|e| fail(e.to_string()))?;
     let mut runner = Runner {
-        base: Client::open(&server.url()).map_err(|e| fail(e.to_string()))?,
+        nodes,
+        cluster: crate::on_cluster(case),
+        base: Client::open(&nodes.url(case)).map_err(|e| fail(e.to_string()))?,
         conn,
         vars: Vars::default(),
         locks: HashMap::new(),
@@ -407,7 +415,7 @@ async fn run_case(server: &Server, case: &Json) -> Result<(), Outcome> {
 }
 
 pub fn run_topic(topic: &str) {
-    let server = Server::start();
+    let nodes = crate::Nodes::new();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -418,7 +426,7 @@ pub fn run_topic(topic: &str) {
         .map(|case| {
             (
                 case.str("description").to_string(),
-                runtime.block_on(run_case(&server, case)),
+                runtime.block_on(run_case(&nodes, case)),
             )
         })
         .collect();

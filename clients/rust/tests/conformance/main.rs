@@ -1,7 +1,8 @@
 //! The conformance suite (`<repo>/conformance/cases/*.json`) run by the Rust client, sync and async.
 //!
 //! One test per topic file and API (`sync_api::basic`, `async_api::basic`, ...) runs every case of
-//! that file unchanged, each on a fresh keyspace of the topic's own server: `sync_runner.rs` and
+//! that file unchanged, each on a fresh keyspace of the topic's own server (a replica of it for a
+//! case that needs one, a 3-master cluster for the cluster cases): `sync_runner.rs` and
 //! `async_runner.rs` map each step of the vocabulary (conformance/README.md) to the crate's API,
 //! and [`error_kind`] each [`Error`] to an outcome kind. A case this runner cannot run is counted
 //! as skipped with its reason, never as passed; a failed case fails the topic's test, naming it.
@@ -243,16 +244,13 @@ pub fn poll(
     Ok(())
 }
 
-/// The needs of a case this runner cannot meet, as a skip; a replica it can (see [`replica_for`]).
+/// The needs of a case this runner cannot meet, as a skip; a replica ([`replica_for`]) and a
+/// cluster ([`Nodes`]) it can.
 pub fn needs(case: &Json) -> Result<(), Outcome> {
     for need in case.get("needs").and_then(Json::as_array).unwrap_or(&[]) {
         match need.as_str().unwrap_or("?") {
             "replica" => {}
-            "cluster" => {
-                return Err(unsupported(
-                    "needs a cluster: the Rust runner starts none yet (tests/cluster covers the crate's routing)",
-                ))
-            }
+            "cluster" => {}
             other => {
                 return Err(Outcome::Skipped(Skip {
                     kind: "needs",
@@ -276,6 +274,79 @@ pub fn replica_for(case: &Json, server: &harness::Server) -> Option<harness::Ser
             harness::wait_for_replica_sync(server, &replica);
             replica
         })
+}
+
+/// True if the case runs on a cluster.
+pub fn on_cluster(case: &Json) -> bool {
+    let needs = case.get("needs").and_then(Json::as_array).unwrap_or(&[]);
+    needs.iter().any(|n| n.as_str() == Some("cluster"))
+}
+
+/// Where a case's commands go: one server, or a 3-master cluster (started on first use by a
+/// topic's test), whose raw commands follow `MOVED` to the node that serves their key, and whose
+/// locks are made on `Client::for_key`'s client (the crate's routing).
+pub struct Nodes {
+    pub server: harness::Server,
+    cluster: std::sync::OnceLock<Vec<harness::Server>>,
+}
+
+impl Nodes {
+    pub fn new() -> Nodes {
+        Nodes {
+            server: harness::Server::start(),
+            cluster: std::sync::OnceLock::new(),
+        }
+    }
+
+    pub fn cluster(&self) -> &[harness::Server] {
+        self.cluster.get_or_init(|| {
+            harness::cluster::start(3, 0, &harness::test_dir("conformance-cluster"))
+        })
+    }
+
+    /// The URL the case's clients open: the server's, or the cluster's first node's.
+    pub fn url(&self, case: &Json) -> String {
+        match on_cluster(case) {
+            true => self.cluster()[0].url(),
+            false => self.server.url(),
+        }
+    }
+
+    /// FLUSHALL on the server, or on every node of the cluster.
+    pub fn flush(&self, case: &Json) -> Result<(), Outcome> {
+        let servers = match on_cluster(case) {
+            true => self.cluster(),
+            false => std::slice::from_ref(&self.server),
+        };
+        for s in servers {
+            redis::cmd("FLUSHALL")
+                .query::<()>(&mut s.conn())
+                .map_err(|e| fail(e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    /// A raw command of a cluster case, sent to its key's node (the first node, then the one a
+    /// `MOVED` names). Sync on purpose: the async runner calls it too (a test runner's check).
+    pub fn cluster_query(&self, cmd: &redis::Cmd) -> redis::RedisResult<Value> {
+        let nodes = self.cluster();
+        match cmd.query::<Value>(&mut nodes[0].conn()) {
+            Err(e) if e.kind() == redis::ErrorKind::Moved => {
+                // `MOVED slot host:port`: the detail is `slot host:port`.
+                let port = e
+                    .detail()
+                    .and_then(|d| d.rsplit(':').next()?.parse::<u16>().ok());
+                let node = nodes
+                    .iter()
+                    .find(|n| Some(n.port()) == port)
+                    .unwrap_or_else(|| {
+                        panic!("no node of the cluster is the one MOVED names: {e}")
+                    });
+                cmd.query(&mut node.conn())
+            }
+            other => other,
+        }
+    }
 }
 
 // --- results -------------------------------------------------------------------------------

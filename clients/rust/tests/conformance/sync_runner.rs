@@ -4,7 +4,6 @@ use std::collections::HashMap;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use harness::Server;
 use redis::{Connection, Value};
 use redis_lock_client::{
     Client, Election, Error, Guard, Leadership, MultiLock, Observer, ReadWriteLock, Semaphore,
@@ -110,7 +109,9 @@ type Pending = (
     Duration,
 );
 
-struct Runner {
+struct Runner<'a> {
+    nodes: &'a crate::Nodes,
+    cluster: bool,
     base: Client,
     conn: Connection,
     vars: Vars,
@@ -122,7 +123,7 @@ struct Runner {
     pending: HashMap<String, Pending>,
 }
 
-impl Runner {
+impl Runner<'_> {
     fn raw(&mut self, command: &Json) -> Result<Json, StepErr> {
         let args = self.vars.subst(command)?;
         let args = args.as_array().unwrap_or(&[]);
@@ -131,12 +132,21 @@ impl Runner {
         for a in &args[1..] {
             cmd.arg(word(a));
         }
-        let reply: Value = cmd.query(&mut self.conn).map_err(Error::Server)?;
+        let reply: Value = match self.cluster {
+            true => self.nodes.cluster_query(&cmd),
+            false => cmd.query(&mut self.conn),
+        }
+        .map_err(Error::Server)?;
         Ok(from_value(&reply))
     }
 
-    fn client_for(&self, step: &Json) -> Client {
+    fn client_for(&self, step: &Json) -> Result<Client, Error> {
         let mut c = self.base.clone();
+        if self.cluster {
+            // The crate's routing: the client of the node that serves the (first) key.
+            let keys = step.strings("keys");
+            c = c.for_key(keys.first().map_or(step.str("key"), String::as_str))?;
+        }
         if let Some(owner) = step.get("owner").and_then(Json::as_str) {
             c = c.with_owner(owner);
         }
@@ -152,7 +162,7 @@ impl Runner {
         if step.get("report_loss").and_then(Json::as_bool) == Some(true) {
             c = c.watch_losses();
         }
-        c
+        Ok(c)
     }
 
     fn guard(&self, step: &Json) -> Result<&Guard, StepErr> {
@@ -187,7 +197,7 @@ impl Runner {
             "lock" | "semaphore" | "read_lock" | "write_lock" | "multilock" => {
                 let spec = Spec {
                     kind: kind_of(step),
-                    client: self.client_for(step),
+                    client: self.client_for(step)?,
                     ttl: ms(step, "ttl"),
                 };
                 if step.get("error").is_some() {
@@ -205,7 +215,7 @@ impl Runner {
                 self.sessions.insert(name, b.open()?);
             }
             "election" => {
-                let client = self.client_for(step);
+                let client = self.client_for(step)?;
                 self.elections.insert(
                     name,
                     Election::new(&client, step.str("key"), ms(step, "ttl")),
@@ -429,16 +439,15 @@ pub fn settle(step: &Json, result: Result<(), StepErr>) -> Result<(), Outcome> {
     }
 }
 
-fn run_case(server: &Server, case: &Json) -> Result<(), Outcome> {
+fn run_case(nodes: &crate::Nodes, case: &Json) -> Result<(), Outcome> {
     needs(case)?;
-    let _replica = crate::replica_for(case, server);
-    let mut conn = server.conn();
-    redis::cmd("FLUSHALL")
-        .query::<()>(&mut conn)
-        .map_err(|e| fail(e.to_string()))?;
+    let _replica = crate::replica_for(case, &nodes.server);
+    nodes.flush(case)?;
     let mut runner = Runner {
-        base: Client::open(&server.url()).map_err(|e| fail(e.to_string()))?,
-        conn,
+        nodes,
+        cluster: crate::on_cluster(case),
+        base: Client::open(&nodes.url(case)).map_err(|e| fail(e.to_string()))?,
+        conn: nodes.server.conn(),
         vars: Vars::default(),
         locks: HashMap::new(),
         sessions: HashMap::new(),
@@ -455,10 +464,10 @@ fn run_case(server: &Server, case: &Json) -> Result<(), Outcome> {
 }
 
 pub fn run_topic(topic: &str) {
-    let server = Server::start();
+    let nodes = crate::Nodes::new();
     let outcomes = crate::cases(topic)
         .iter()
-        .map(|case| (case.str("description").to_string(), run_case(&server, case)))
+        .map(|case| (case.str("description").to_string(), run_case(&nodes, case)))
         .collect();
     report("rust-sync", topic, outcomes);
 }
