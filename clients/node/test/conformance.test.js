@@ -146,6 +146,7 @@ class Runner {
       o.durableTimeout = step.durable_timeout ?? 1000;
     }
     if (step.report_loss) o.onLost = () => {};
+    if (step.watchdog) o.watchdog = true;
     return o;
   }
 
@@ -279,8 +280,11 @@ class Runner {
         break;
       }
       case 'wait_raw': {
+        // The reply `expect`, or a number `below` / `above` a bound.
         const want = this.subst(step.expect);
-        await poll(`${step.command} to answer ${JSON.stringify(want)}`, async () => same(await this.raw(step.command), want), step.timeout);
+        const ok = (got) =>
+          'expect' in step ? same(got, want) : typeof got === 'number' && !(got >= (step.below ?? Infinity)) && !(got <= (step.above ?? -Infinity));
+        await poll(`${step.command} to answer ${JSON.stringify(step)}`, async () => ok(await this.raw(step.command)), step.timeout);
         break;
       }
       case 'wait_waiters':

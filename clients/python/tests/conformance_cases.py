@@ -115,6 +115,23 @@ def same(got, want):
     return got == want
 
 
+class raw_wanted:
+    """What ``wait_raw`` waits for: the reply ``expect``, or a number ``below`` / ``above`` a bound."""
+
+    def __init__(self, step, variables):
+        self.step = {k: subst(step[k], variables) for k in ("expect", "below", "above") if k in step}
+
+    def __call__(self, got):
+        if "expect" in self.step:
+            return same(got, self.step["expect"])
+        if not isinstance(got, int):
+            return False
+        return got < self.step.get("below", got + 1) and got > self.step.get("above", got - 1)
+
+    def __str__(self):
+        return repr(self.step)
+
+
 def error_kind(e):
     """The vocabulary's outcome kind of an exception (conformance/README.md, "Errors")."""
     if isinstance(e, LockBusyError):

@@ -33,6 +33,7 @@ from conformance_cases import (
     needs_of,
     norm,
     poll,
+    raw_wanted,
     same,
     subst,
 )
@@ -133,6 +134,8 @@ class SyncRunner:
             kw["durable_timeout"] = ms(step.get("durable_timeout", 1000))
         if step.get("report_loss"):
             kw["on_lost"] = lambda lock: None
+        if step.get("watchdog"):
+            kw["watchdog"] = True
         return kw
 
     def run(self, steps):
@@ -265,9 +268,8 @@ class SyncRunner:
             if "save" in step:
                 v[step["save"]] = got
         elif do == "wait_raw":
-            want = subst(step["expect"], v)
-            poll(f"{step['command']} to answer {want!r}", lambda: same(self.raw(*step["command"]), want),
-                 ms(step["timeout"]))
+            want = raw_wanted(step, v)
+            poll(f"{step['command']} to answer {want}", lambda: want(self.raw(*step["command"])), ms(step["timeout"]))
         elif do == "wait_waiters":
             poll(f"{step['count']} waiter(s) on {step['key']}", lambda: self.waiters(step["key"]) == step["count"],
                  STEP_DEADLINE)
@@ -475,9 +477,9 @@ class AsyncRunner(SyncRunner):
             if "save" in step:
                 v[step["save"]] = got
         elif do == "wait_raw":
-            want = subst(step["expect"], v)
-            await self.apoll(f"{step['command']} to answer {want!r}",
-                             lambda: self.araw(*step["command"]), lambda got: same(got, want), ms(step["timeout"]))
+            want = raw_wanted(step, v)
+            await self.apoll(f"{step['command']} to answer {want}", lambda: self.araw(*step["command"]), want,
+                             ms(step["timeout"]))
         elif do == "wait_waiters":
             await self.apoll(f"{step['count']} waiter(s) on {step['key']}",
                              lambda: self.r.execute_command("LOCK.INFO", step["key"]),

@@ -22,10 +22,20 @@ struct Spec {
     kind: Kind,
     client: Client,
     ttl: Duration,
+    /// Start the guard's watchdog once granted.
+    watchdog: bool,
 }
 
 impl Spec {
     async fn acquire(&self, wait: Option<Duration>) -> Result<Option<Guard>, Error> {
+        let mut granted = self.take(wait).await?;
+        if let (Some(guard), true) = (granted.as_mut(), self.watchdog) {
+            guard.start_watchdog()?;
+        }
+        Ok(granted)
+    }
+
+    async fn take(&self, wait: Option<Duration>) -> Result<Option<Guard>, Error> {
         let (c, ttl) = (&self.client, self.ttl);
         match (&self.kind, wait) {
             (Kind::Exclusive(k), None) => c.acquire(k, ttl).await,
@@ -150,6 +160,7 @@ impl Runner<'_> {
                     kind: kind_of(step),
                     client: self.client_for(step).await?,
                     ttl: ms(step, "ttl"),
+                    watchdog: step.get("watchdog") == Some(&Json::Bool(true)),
                 };
                 if step.get("error").is_some() {
                     spec.acquire(None).await?; // the crate takes the ttl at acquire
@@ -266,10 +277,10 @@ impl Runner<'_> {
                 }
             }
             "wait_raw" => {
-                let want = self.vars.subst(step.get("expect").expect("expect"))?;
+                let want = crate::RawWanted::of(step, &self.vars)?;
                 let command = step.get("command").expect("command").clone();
                 self.poll_raw("wait_raw", &command, ms(step, "timeout"), |got| {
-                    same(got, &want)
+                    want.matches(got)
                 })
                 .await?;
             }

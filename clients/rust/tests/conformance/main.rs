@@ -203,6 +203,31 @@ impl Vars {
     }
 }
 
+/// What `wait_raw` waits for: the reply `expect`, or a number `below` / `above` a bound.
+pub struct RawWanted {
+    expect: Option<Json>,
+    below: Option<i64>,
+    above: Option<i64>,
+}
+
+impl RawWanted {
+    pub fn of(step: &Json, vars: &Vars) -> Result<RawWanted, Outcome> {
+        Ok(RawWanted {
+            expect: step.get("expect").map(|e| vars.subst(e)).transpose()?,
+            below: step.get("below").and_then(Json::as_i64),
+            above: step.get("above").and_then(Json::as_i64),
+        })
+    }
+
+    pub fn matches(&self, got: &Json) -> bool {
+        match (&self.expect, got.as_i64()) {
+            (Some(want), _) => same(got, want),
+            (None, Some(n)) => self.below.is_none_or(|b| n < b) && self.above.is_none_or(|a| n > a),
+            (None, None) => false,
+        }
+    }
+}
+
 /// Replies compare as numbers when one side is a number and the other its digits.
 pub fn same(got: &Json, want: &Json) -> bool {
     match (got, want) {
@@ -459,7 +484,7 @@ macro_rules! topics {
 
 topics!(
     basic, waits, cancel, fenced, shared, multikey, sessions, lock_delay, feed, elections, durable,
-    cluster, errors
+    cluster, errors, watchdog
 );
 
 #[test]

@@ -52,10 +52,20 @@ struct Spec {
     kind: Kind,
     client: Client,
     ttl: Duration,
+    /// Start the guard's watchdog once granted.
+    watchdog: bool,
 }
 
 impl Spec {
     fn acquire(&self, wait: Option<Duration>) -> Result<Option<Guard>, Error> {
+        let mut granted = self.take(wait)?;
+        if let (Some(guard), true) = (granted.as_mut(), self.watchdog) {
+            guard.start_watchdog()?;
+        }
+        Ok(granted)
+    }
+
+    fn take(&self, wait: Option<Duration>) -> Result<Option<Guard>, Error> {
         let (c, ttl) = (&self.client, self.ttl);
         match (&self.kind, wait) {
             (Kind::Exclusive(k), None) => c.acquire(k, ttl),
@@ -199,6 +209,7 @@ impl Runner<'_> {
                     kind: kind_of(step),
                     client: self.client_for(step)?,
                     ttl: ms(step, "ttl"),
+                    watchdog: step.get("watchdog") == Some(&Json::Bool(true)),
                 };
                 if step.get("error").is_some() {
                     // The crate takes the ttl at acquire: its refusal is checked there.
@@ -317,10 +328,10 @@ impl Runner<'_> {
                 }
             }
             "wait_raw" => {
-                let want = self.vars.subst(step.get("expect").expect("expect"))?;
+                let want = crate::RawWanted::of(step, &self.vars)?;
                 let command = step.get("command").expect("command").clone();
                 poll("wait_raw", ms(step, "timeout"), || {
-                    Ok(same(&self.raw(&command).map_err(as_outcome)?, &want))
+                    Ok(want.matches(&self.raw(&command).map_err(as_outcome)?))
                 })?;
             }
             "wait_waiters" => {
