@@ -426,7 +426,7 @@ async fn run_case(nodes: &crate::Nodes, case: &Json) -> Result<(), Outcome> {
 }
 
 pub fn run_topic(topic: &str) {
-    let nodes = crate::Nodes::new();
+    let nodes = crate::Nodes::start();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

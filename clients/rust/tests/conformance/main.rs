@@ -316,7 +316,8 @@ pub struct Nodes {
 }
 
 impl Nodes {
-    pub fn new() -> Nodes {
+    /// Starts the server (the cluster waits for its first case).
+    pub fn start() -> Nodes {
         Nodes {
             server: harness::Server::start(),
             cluster: std::sync::OnceLock::new(),

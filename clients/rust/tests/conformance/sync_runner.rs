@@ -475,7 +475,7 @@ fn run_case(nodes: &crate::Nodes, case: &Json) -> Result<(), Outcome> {
 }
 
 pub fn run_topic(topic: &str) {
-    let nodes = crate::Nodes::new();
+    let nodes = crate::Nodes::start();
     let outcomes = crate::cases(topic)
         .iter()
         .map(|case| (case.str("description").to_string(), run_case(&nodes, case)))
