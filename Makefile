@@ -12,7 +12,7 @@ APT_PACKAGES := redis-server redis-sentinel libclang-dev clang gcc iptables ipro
 CLOCKSHIFT := target/clockshift/libclockshift.so
 
 
-.PHONY: help deps test-deps clockshift build run test test-python test-node test-java test-go servers test-servers test-asm test-valkey torture bench bench-java bench-go bench-instructions cluster cluster-stop bench-cluster lint fmt clean
+.PHONY: help deps test-deps clockshift build run test conformance test-python test-node test-java test-go servers test-servers test-asm test-valkey torture bench bench-java bench-go bench-instructions cluster cluster-stop bench-cluster lint fmt clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -82,8 +82,24 @@ test: test-deps ## Unit and integration tests (module, client crate, Python, Nod
 	@[ -n "$(GO_OK)" ] || echo "go 1.22+ not found: the Go package's tests (clients/go) are skipped"
 	@# The Rust tests and the client suites side by side (they wait far more than they
 	@# compute): tests/suites.sh, each suite's output in target/test-logs/NAME.log.
+	@rm -rf target/conformance
 	@tests/suites.sh rust '$(rust_suite)' $(python_suites) $(if $(NODE_OK),node '$(node_suite)') \
 		$(if $(JAVA_OK),java '$(java_suite)') $(if $(GO_OK),go '$(go_suite)')
+	@# Each suite ran its client's conformance runner (conformance/README.md): the README's
+	@# clients table must claim only what those runs passed.
+	python3 conformance/check_table.py $(CONFORMANCE_CLIENTS)
+
+# The clients whose conformance runners `make test` runs (conformance/check_table.py requires
+# their results): a new client's runner adds its name here.
+CONFORMANCE_CLIENTS = rust-sync rust-async python-sync python-asyncio $(if $(NODE_OK),node)
+
+conformance: test-deps ## Only the conformance suite (conformance/): every client's runner side by side, then the README's clients table checked against their results
+	$(build_for_tests)
+	@rm -rf target/conformance
+	@tests/suites.sh conformance-rust 'REDIS_SERVER=$(REDIS_SERVER) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) $(CARGO) test -p redis-lock-client --test conformance' \
+		$(foreach v,8 5,conformance-python-$(v) 'cd clients/python && PYTHONPATH=$(if $(filter 5,$(v)),$(PY_DEPS_5):)$(PY_DEPS) REDIS_SERVER=$(REDIS_SERVER) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) python3 -m pytest -q -p no:cacheprovider tests/test_conformance.py') \
+		$(if $(NODE_OK),conformance-node 'cd clients/node && { [ -d node_modules ] || npm ci --no-audit --no-fund --loglevel=error; } && REDIS_SERVER=$(REDIS_SERVER) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) node --test test/conformance.test.js')
+	python3 conformance/check_table.py $(CONFORMANCE_CLIENTS)
 
 # The module's and the Rust client's tests (unit, integration, doc tests) on $(REDIS_SERVER).
 # Tests that cannot run here are left out by name, and the runner reports them as filtered out

@@ -208,12 +208,23 @@ export class Leadership {
   resign(): Promise<boolean>;
 }
 
-export class Observation implements AsyncIterable<LeadershipChange> {
-  /** The next change; rejects with `code: 'ETIMEDOUT'` after `timeout` ms. */
-  next(timeout?: number): Promise<LeadershipChange>;
+/** The changes of an election (`observe()`) or of any lock's holder (`watch()`). */
+export class Observation implements AsyncIterableIterator<LeadershipChange> {
+  /** The next change; rejects with a TimeoutError (`code: 'ETIMEDOUT'`) after `timeout` ms. */
+  get(timeout?: number): Promise<LeadershipChange>;
+  /** The iterator protocol: `{value, done: false}`, `{value: undefined, done: true}` once closed. */
+  next(timeout?: number): Promise<IteratorResult<LeadershipChange, undefined>>;
+  /** Closes it (`break` out of `for await` calls it). */
+  return(): Promise<IteratorResult<LeadershipChange, undefined>>;
   close(): void;
-  [Symbol.asyncIterator](): AsyncIterator<LeadershipChange>;
+  [Symbol.asyncIterator](): this;
 }
+
+/**
+ * Every change of the exclusive holder of any lock `name`: `leader` is the holder, `{value: owner,
+ * term: token}`, or null when nobody holds it; the first change is the state when it started.
+ */
+export function watch(client: RedisClient, name: string): Observation;
 
 export class Election {
   constructor(client: RedisClient, name: string, options?: ElectionOptions);
@@ -261,3 +272,7 @@ export class DurabilityError extends LockError {
 }
 export class DurableUnsupportedError extends LockError {}
 export class StaleTokenError extends LockError {}
+/** A wait with its own timeout ran out (`Observation.get(timeout)`); `code` is 'ETIMEDOUT'. */
+export class TimeoutError extends LockError {
+  readonly code: 'ETIMEDOUT';
+}

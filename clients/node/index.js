@@ -14,10 +14,10 @@ const { Lock } = require('./lib/lock');
 const { Semaphore, ReadLock, ReadWriteLock } = require('./lib/shared');
 const { MultiLock } = require('./lib/multi');
 const { Session } = require('./lib/session');
-const { Election, Leadership, Observation } = require('./lib/election');
+const { Election, Leadership, Observation, watch } = require('./lib/election');
 const { FENCE_CHECK_LUA, FENCED_CALL_LUA, fencedCall, fencedScript } = require('./lib/fence');
 // LockError and its subclasses: LockLostError, LockBusyError, DurabilityError,
-// DurableUnsupportedError, StaleTokenError.
+// DurableUnsupportedError, StaleTokenError, TimeoutError.
 const errors = require('./lib/errors');
 
 /** One client and default options for every lock made from it; `using` for the common case. */
@@ -67,6 +67,7 @@ module.exports = {
   Election,
   Leadership,
   Observation,
+  watch,
   fencedCall,
   fencedScript,
   FENCE_CHECK_LUA,

@@ -31,7 +31,7 @@ async function main() {
   if (process.argv[2] === "candidate") return candidate(process.argv[3]);
   const redis = new Redis(url);
   const changes = new Election(redis, name).observe();
-  const first = await changes.next(); // the state when observing began
+  const first = await changes.get(); // the state when observing began
   console.log(first.leader === null ? "no leader" : `leader: ${first.leader.value}`);
 
   const candidates = new Map();

@@ -19,6 +19,7 @@ const { adapt } = require('./adapter');
 const { Lock } = require('./lock');
 const { feedFor, parseInfo } = require('./feed');
 const { fencedCall } = require('./fence');
+const { TimeoutError } = require('./errors');
 
 /** A leadership's hold time without a session, in ms (renewed by its watchdog every third). */
 const DEFAULT_TTL_MS = 10000;
@@ -58,7 +59,11 @@ class Leadership {
   }
 }
 
-/** The changes of one election: `for await (const change of observation)`, `next(timeout)`. */
+/**
+ * The changes of one election (or of any lock's holder, `watch(client, name)`): an async iterator
+ * (`for await (const change of observation)`, `next()` resolving `{value, done}` as the iterator
+ * protocol defines), and `get(timeout)` resolving the change itself.
+ */
 class Observation {
   constructor(feed, observer) {
     this._feed = feed;
@@ -67,10 +72,10 @@ class Observation {
   }
 
   /**
-   * The next change, `{leader: {value, term} | null, resync, seq}`; rejects with an Error whose
-   * code is 'ETIMEDOUT' if none came within `timeout` ms (undefined: no limit).
+   * The next change, `{leader: {value, term} | null, resync, seq}`; rejects with a TimeoutError
+   * (code 'ETIMEDOUT') if none came within `timeout` ms (undefined: no limit).
    */
-  async next(timeout) {
+  async get(timeout) {
     const item = this._observer.next();
     let timer;
     const result =
@@ -79,15 +84,26 @@ class Observation {
         : await Promise.race([
             item,
             new Promise((_, reject) => {
-              timer = setTimeout(() => {
-                const e = new Error(`no leadership change within ${timeout} ms`);
-                e.code = 'ETIMEDOUT';
-                reject(e);
-              }, timeout);
+              timer = setTimeout(() => reject(new TimeoutError(`no leadership change within ${timeout} ms`)), timeout);
             }),
           ]).finally(() => clearTimeout(timer));
     if (result instanceof Error) throw result;
     return result;
+  }
+
+  /**
+   * The iterator protocol's `next()`: `{value: change, done: false}`, or `{value: undefined, done:
+   * true}` once closed. `timeout` (ms) as for `get`.
+   */
+  async next(timeout) {
+    if (this._closed) return { value: undefined, done: true };
+    return { value: await this.get(timeout), done: false };
+  }
+
+  /** The iterator protocol's `return()`: closes the observation. */
+  async return() {
+    this.close();
+    return { value: undefined, done: true };
   }
 
   close() {
@@ -97,14 +113,17 @@ class Observation {
   }
 
   [Symbol.asyncIterator]() {
-    return {
-      next: async () => (this._closed ? { done: true, value: undefined } : { done: false, value: await this.next() }),
-      return: async () => {
-        this.close();
-        return { done: true, value: undefined };
-      },
-    };
+    return this;
   }
+}
+
+/**
+ * Every change of the exclusive holder of any lock `name`: an Observation whose changes are those
+ * of `Election.observe()`, `leader` being the holder (`{value: owner, term: token}`) or null when
+ * nobody holds it. The first is the state when it started. Close it when done.
+ */
+function watch(client, name) {
+  return new Election(client, name).observe();
 }
 
 class Election {
@@ -171,4 +190,4 @@ class Election {
   }
 }
 
-module.exports = { Election, Leadership, Observation, DEFAULT_TTL_MS };
+module.exports = { Election, Leadership, Observation, watch, DEFAULT_TTL_MS };

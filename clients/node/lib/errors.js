@@ -46,6 +46,17 @@ class DurableUnsupportedError extends LockError {}
 /** A fenced write was refused: the token is not the live hold on the lock. */
 class StaleTokenError extends LockError {}
 
+/**
+ * A wait with a timeout of its own ran out: `Observation.get(timeout)` with no change within
+ * `timeout` ms. `code` is 'ETIMEDOUT', as it was before this class existed.
+ */
+class TimeoutError extends LockError {
+  constructor(message) {
+    super(message);
+    this.code = 'ETIMEDOUT';
+  }
+}
+
 module.exports = {
   LockError,
   LockLostError,
@@ -53,4 +64,5 @@ module.exports = {
   DurabilityError,
   DurableUnsupportedError,
   StaleTokenError,
+  TimeoutError,
 };

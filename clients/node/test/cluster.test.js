@@ -144,13 +144,13 @@ for (const kind of KINDS) {
     const election = new Election(client, key, { session });
     const changes = election.observe();
     t.after(() => changes.close());
-    assert.deepEqual(await changes.next(5000), { leader: null, resync: true, seq: 0 });
+    assert.deepEqual(await changes.get(5000), { leader: null, resync: true, seq: 0 });
     const leadership = await election.campaign('leader-1');
-    assert.deepEqual(await changes.next(5000), { leader: { value: 'leader-1', term: leadership.term }, resync: false, seq: 1 });
+    assert.deepEqual(await changes.get(5000), { leader: { value: 'leader-1', term: leadership.term }, resync: false, seq: 1 });
     assert.deepEqual(await election.leader(), { value: 'leader-1', term: leadership.term });
     assert.equal(await send(node, 'PTTL', key), -1);
     assert.equal(await session.close(), 1);
-    assert.deepEqual(await changes.next(5000), { leader: null, resync: false, seq: 2 });
+    assert.deepEqual(await changes.get(5000), { leader: null, resync: false, seq: 2 });
     assert.equal(leadership.lost, false); // closed by its own session: no loss
   });
 }

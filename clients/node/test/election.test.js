@@ -27,9 +27,9 @@ const fresh = freshKeys('election-');
 async function observedFromA(election, fn) {
   const changes = election.observe();
   try {
-    assert.deepEqual(await changes.next(5000), { leader: null, resync: true, seq: 0 }); // the state when it began
+    assert.deepEqual(await changes.get(5000), { leader: null, resync: true, seq: 0 }); // the state when it began
     const la = await election.campaign('a');
-    assert.deepEqual(await changes.next(5000), { leader: { value: 'a', term: la.term }, resync: false, seq: 1 });
+    assert.deepEqual(await changes.get(5000), { leader: { value: 'a', term: la.term }, resync: false, seq: 1 });
     await fn(changes, la);
   } finally {
     changes.close();
@@ -83,19 +83,19 @@ for (const kind of KINDS) {
         assert.equal(await la.resign(), true);
         const lb = await campaign;
         // A handoff is one change: no "no leader" between a and b.
-        assert.deepEqual(await changes.next(5000), { leader: { value: 'b', term: lb.term }, resync: false, seq: 2 });
+        assert.deepEqual(await changes.get(5000), { leader: { value: 'b', term: lb.term }, resync: false, seq: 2 });
         // b's hold is watched through its own client's feed once checked against LOCK.INFO.
         await until("b's feed to check its hold", () => lb.lock._feedSub !== null && lb.lock._feedSub.checked.size === 1);
         assert.equal(await send(a, 'DEL', key), 1);
-        assert.deepEqual(await changes.next(5000), { leader: null, resync: false, seq: 3 });
+        assert.deepEqual(await changes.get(5000), { leader: null, resync: false, seq: 3 });
         // And b heard of it, through its own client's feed.
         await until('b told of its loss', () => lb.lost);
         assert.equal(lb.lostReason, 'feed: deleted');
         const lc = await election.campaign('c');
-        assert.deepEqual(await changes.next(5000), { leader: { value: 'c', term: lc.term }, resync: false, seq: 4 });
+        assert.deepEqual(await changes.get(5000), { leader: { value: 'c', term: lc.term }, resync: false, seq: 4 });
         assert.equal(await lc.resign(), true);
-        assert.deepEqual(await changes.next(5000), { leader: null, resync: false, seq: 5 });
-        await assert.rejects(changes.next(200), { code: 'ETIMEDOUT' }); // nothing else happened
+        assert.deepEqual(await changes.get(5000), { leader: null, resync: false, seq: 5 });
+        await assert.rejects(changes.get(200), { code: 'ETIMEDOUT' }); // nothing else happened
       });
     });
 
@@ -111,7 +111,7 @@ for (const kind of KINDS) {
         await until('the state read again', () => feed._keys.get(key).pending === null);
         assert.equal(changes._observer.queue.length, 0);
         assert.equal(await la.resign(), true);
-        assert.deepEqual(await changes.next(5000), { leader: null, resync: false, seq: 2 });
+        assert.deepEqual(await changes.get(5000), { leader: null, resync: false, seq: 2 });
       });
     });
 
@@ -128,12 +128,12 @@ for (const kind of KINDS) {
         const seen = [];
         while (seen.length === 0 || seen[seen.length - 1].leader === null || seen[seen.length - 1].leader.term !== lb.term) {
           assert.ok(seen.length < 10, `b never reported as leader: ${JSON.stringify(seen)}`);
-          seen.push(await changes.next(5000));
+          seen.push(await changes.get(5000));
         }
         assert.ok(seen.some((c) => c.resync), JSON.stringify(seen));
         assert.deepEqual(seen[seen.length - 1].leader, { value: 'b', term: lb.term });
         assert.equal(await lb.resign(), true);
-        assert.equal((await changes.next(5000)).leader, null);
+        assert.equal((await changes.get(5000)).leader, null);
       });
     });
   });
@@ -176,14 +176,14 @@ test('the leader killed (bound session): the next leads within milliseconds', as
   t.after(() => candidates.forEach((p) => p.kill('SIGKILL')));
   const changes = election.observe();
   t.after(() => changes.close());
-  assert.equal((await changes.next(5000)).leader, null);
+  assert.equal((await changes.get(5000)).leader, null);
   let first;
   for (const [i, value] of ['c1', 'c2', 'c3'].entries()) {
     // One at a time: the queue order is known.
     candidates.push(spawnCandidate(key, value, 30000, 'bound'));
     if (i === 0) {
       assert.equal((await candidates[0].readLine())[0], 'leader');
-      first = (await changes.next(10000)).leader;
+      first = (await changes.get(10000)).leader;
       assert.equal(first.value, 'c1');
     } else {
       await waiters(a, key, i);
@@ -194,7 +194,7 @@ test('the leader killed (bound session): the next leads within milliseconds', as
   const before = await disconnected();
   const killed = performance.now();
   candidates[0].kill('SIGKILL');
-  const second = await changes.next(10000);
+  const second = await changes.get(10000);
   const took = performance.now() - killed;
   assert.equal(second.leader.value, 'c2');
   assert.ok(second.leader.term > first.term);
@@ -205,7 +205,7 @@ test('the leader killed (bound session): the next leads within milliseconds', as
   assert.equal(await disconnected(), before + 1);
   t.diagnostic(`takeover observed ${took.toFixed(1)} ms after SIGKILL`);
   candidates[1].kill('SIGKILL');
-  const third = (await changes.next(10000)).leader;
+  const third = (await changes.get(10000)).leader;
   assert.equal(third.value, 'c3');
   assert.ok(third.term > second.leader.term);
 });

@@ -40,10 +40,10 @@ for (const kind of KINDS) {
     const election = new Election(a, key, { ttl: 60000 }); // its watchdog renews every 20 s: no message meanwhile
     const changes = election.observe();
     t.after(() => changes.close());
-    assert.deepEqual(await changes.next(5000), { leader: null, resync: true, seq: 0 });
+    assert.deepEqual(await changes.get(5000), { leader: null, resync: true, seq: 0 });
     const la = await election.campaign('a', { onLost: (l) => losses.push([l.lostReason, performance.now()]) });
     const term = la.term;
-    assert.deepEqual(await changes.next(5000), { leader: { value: 'a', term }, resync: false, seq: 1 });
+    assert.deepEqual(await changes.get(5000), { leader: { value: 'a', term }, resync: false, seq: 1 });
     await until('the leadership synced with the feed', () => la.lock._feedSub !== null && la.lock._feedSub.checked.size === 1);
     const channel = await channelOf(b, key);
     const seq = parseInfo(await send(b, 'LOCK.INFO', key)).seq;
@@ -76,7 +76,7 @@ for (const kind of KINDS) {
     const released = performance.now();
     assert.equal(await send(b, 'LOCK.RELEASE', key, 'a'), 1);
     const lb = await campaign;
-    assert.deepEqual(await changes.next(5000), { leader: { value: 'b', term: lb.term }, resync: false, seq: seq + 1 });
+    assert.deepEqual(await changes.get(5000), { leader: { value: 'b', term: lb.term }, resync: false, seq: seq + 1 });
     await until('a told of its loss', () => losses.length > 0);
     assert.equal(losses.length, 1);
     const [reason, at] = losses[0];
@@ -84,6 +84,6 @@ for (const kind of KINDS) {
     // The reason says the feed told it; how soon is `make bench`'s loss notice row.
     t.diagnostic(`loss reported ${(at - released).toFixed(1)} ms after the release`);
     assert.equal(await lb.resign(), true);
-    assert.equal((await changes.next(5000)).leader, null);
+    assert.equal((await changes.get(5000)).leader, null);
   });
 }

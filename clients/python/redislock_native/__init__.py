@@ -11,7 +11,8 @@
   keepalive; ``bound=True`` ends it the moment its holder's connection closes. Locks of every
   kind take ``session=``.
 - :class:`Election` / :class:`AsyncElection`: leader election on one key (``campaign``,
-  ``leader``, ``observe``, ``resign``); the term is the fencing token.
+  ``leader``, ``observe``, ``resign``); the term is the fencing token. ``watch(client, name)``
+  (``awatch``) observes the holder of any lock the same way.
 - Loss reported at once: a lock with ``on_lost`` watches its key through the change feed
   (``LOCK.WATCH``, :mod:`redislock_native.feed`) while held.
 - :class:`Redlock` / :class:`AsyncRedlock`: one lock over several independent masters,
@@ -23,9 +24,9 @@ The server needs the module loaded (``loadmodule /path/to/libredis_lock.so``).
 
 from .aio import AsyncLock
 from .compat import AsyncRedisPyLock, RedisPyLock
-from .election import AsyncElection, AsyncLeadership, Change, Election, Leader, Leadership
+from .election import AsyncElection, AsyncLeadership, Change, Election, Leader, Leadership, awatch, watch
 from .fence import FENCE_CHECK_LUA, FENCED_CALL_LUA, StaleTokenError, afenced_call, fenced_call, fenced_script
-from .lock import Lock, LockLostError, NotDurableError
+from .lock import Lock, LockBusyError, LockLostError, NotDurableError
 from .multi import AsyncMultiLock, MultiLock
 from .redlock import AsyncRedlock, Redlock, RedlockError
 from .session import AsyncSession, Session
@@ -35,6 +36,7 @@ __all__ = [
     "Lock",
     "AsyncLock",
     "LockLostError",
+    "LockBusyError",
     "NotDurableError",
     "MultiLock",
     "AsyncMultiLock",
@@ -52,6 +54,8 @@ __all__ = [
     "AsyncLeadership",
     "Leader",
     "Change",
+    "watch",
+    "awatch",
     "Redlock",
     "AsyncRedlock",
     "RedlockError",

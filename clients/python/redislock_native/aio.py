@@ -4,13 +4,13 @@ import asyncio
 import inspect
 import time
 
-from redis.exceptions import ConnectionError, LockError, TimeoutError
+from redis.exceptions import ConnectionError, TimeoutError
 
 from . import _wire
 from . import feed as _feed
 from . import feed_aio as _feed_aio
 from .fence import afenced_call
-from .lock import LockLostError, _Base
+from .lock import LockBusyError, LockLostError, _Base
 
 
 class AsyncLock(_Base):
@@ -95,7 +95,7 @@ class AsyncLock(_Base):
         if await self.acquire(timeout=self.blocking_timeout):
             return self
         raise _wire.lock_error(
-            LockError, f"could not acquire {self.name!r} within {self.blocking_timeout} s", self.name
+            LockBusyError, f"could not acquire {self.name!r} within {self.blocking_timeout} s", self.name
         )
 
     async def __aexit__(self, exc_type, exc, tb):

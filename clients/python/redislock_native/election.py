@@ -186,9 +186,23 @@ class AsyncElection(_ElectionBase):
         return AsyncObservation(feed, feed.observe(self.name))
 
 
+def watch(client, name):
+    """Every change of the exclusive holder of any lock ``name``, as an ``Observation``: the same
+    ``Change(leader, resync, seq)`` as ``Election.observe()``, where ``leader`` is the holder,
+    ``Leader(value=owner, term=token)``, or None when nobody holds it. The first change is the
+    state when it started. Close it when done."""
+    return Election(client, name).observe()
+
+
+def awatch(client, name):
+    """``watch`` for a ``redis.asyncio.Redis`` client: an ``AsyncObservation``."""
+    return AsyncElection(client, name).observe()
+
+
 class Observation:
     """Leadership changes of one election, as an iterator of ``Change``; ``get(timeout)`` waits
-    at most ``timeout`` seconds (``TimeoutError`` after). ``close()`` (or ``with``) stops it."""
+    at most ``timeout`` seconds and then raises the built-in ``TimeoutError``. ``close()`` (or
+    ``with``) stops it."""
 
     def __init__(self, feed, observer):
         self._feed = feed

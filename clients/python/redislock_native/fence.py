@@ -13,7 +13,7 @@ grant can slip in between.
   ``AsyncLock.fenced`` send it with the lock's own token.
 - :func:`fenced_script` registers your own script body behind the check.
 
-A refused write raises :class:`StaleTokenError`. In a Redis Cluster, give the
+A refused write raises :class:`StaleTokenError`, from every one of them. In a Redis Cluster, give the
 lock and the written keys the same hash tag (``{sku:42}:lock``, ``{sku:42}:stock``).
 """
 
@@ -47,10 +47,38 @@ def _stale(error):
 def fenced_script(client, body):
     """A registered script that runs ``body`` only while ``ARGV[1]`` is the live token of ``KEYS[1]``.
 
-    Call it as ``script(keys=[lock_key, *your_keys], args=[token, *your_args])``. A refusal
-    is an error reply starting with ``STALE`` (a ``redis.exceptions.ResponseError``).
+    Call it as ``script(keys=[lock_key, *your_keys], args=[token, *your_args])`` (with a
+    ``redis.asyncio`` client, ``await script(...)``). A refused call raises
+    :class:`StaleTokenError`, as :func:`fenced_call` and ``Lock.fenced`` do; other error replies
+    are redis-py's ``ResponseError`` as usual.
     """
-    return client.register_script(FENCE_CHECK_LUA + body)
+    return _FencedScript(client.register_script(FENCE_CHECK_LUA + body))
+
+
+class _FencedScript:
+    """redis-py's ``Script`` (or ``AsyncScript``), whose STALE refusal is a StaleTokenError."""
+
+    def __init__(self, script):
+        self._script = script
+
+    def __getattr__(self, name):  # sha, script, ... as the wrapped Script has them
+        return getattr(self._script, name)
+
+    def __call__(self, keys=None, args=None, client=None):
+        try:
+            result = self._script(keys=keys, args=args, client=client)
+        except ResponseError as e:
+            raise (_stale(e) or e) from None
+        if hasattr(result, "__await__"):
+            return self._awaited(result)
+        return result
+
+    @staticmethod
+    async def _awaited(result):
+        try:
+            return await result
+        except ResponseError as e:
+            raise (_stale(e) or e) from None
 
 
 def _args(lock_key, token, command, key, args):

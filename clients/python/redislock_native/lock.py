@@ -14,6 +14,11 @@ class LockLostError(LockNotOwnedError):
     """The lock was not held any more when the ``with`` block ended (expired, deleted, taken)."""
 
 
+class LockBusyError(LockError):
+    """``with lock:`` (``async with``) could not acquire within ``blocking_timeout``: the lock is
+    held by another owner. ``acquire()`` answers False for the same outcome, never raises it."""
+
+
 class NotDurableError(LockError):
     """An acquire with ``durable=n`` was granted, but fewer than ``n`` replicas acknowledged the
     grant within ``durable_timeout``: neither "busy" nor success.
@@ -373,7 +378,7 @@ class Lock(_Base):
         if self.acquire(timeout=self.blocking_timeout):
             return self
         raise _wire.lock_error(
-            LockError, f"could not acquire {self.name!r} within {self.blocking_timeout} s", self.name
+            LockBusyError, f"could not acquire {self.name!r} within {self.blocking_timeout} s", self.name
         )
 
     def __exit__(self, exc_type, exc, tb):

@@ -303,6 +303,6 @@ def test_fenced_script_runs_its_body_behind_the_check(r, key):
     assert lock.acquire()
     assert incr(keys=[key, f"{key}:n"], args=[lock.token, 5]) == 5
     lock.release()
-    with pytest.raises(ResponseError, match="^STALE"):
+    with pytest.raises(StaleTokenError, match="^STALE"):  # as lock.fenced raises it
         incr(keys=[key, f"{key}:n"], args=[lock.token or 1, 5])
     assert r.get(f"{key}:n") == b"5"

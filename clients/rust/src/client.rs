@@ -257,6 +257,15 @@ impl Client {
         }
     }
 
+    /// Follow every change of the exclusive holder of any lock `key`: the same [`Observer`] as
+    /// [`Election::observe`](crate::Election::observe), where [`Change::leader`](crate::Change)
+    /// is the holder (`value` its owner, `term` its token), or `None` while nobody holds it. The
+    /// first change is the state when it started; [`Observer::next_timeout`] answers `None` when
+    /// no change came within its timeout.
+    pub fn watch(&self, key: &str) -> Result<crate::Observer, Error> {
+        crate::Election::new(self, key, Duration::ZERO).observe()
+    }
+
     /// In a Redis Cluster: a client for the node that serves `key`, with this client's
     /// credentials, timeouts and owner (and no session). Asks this client's node with
     /// `LOCK.FENCE key`: the same client if it serves the key, else the node its `MOVED`

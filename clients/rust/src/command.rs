@@ -249,6 +249,36 @@ return redis.call(ARGV[2], KEYS[2], unpack(ARGV, 3))
 "
 );
 
+/// `EVAL FENCE_CHECK_LUA+body 1+n lock keys... token args...`: a script of one's own behind the
+/// fence check (`KEYS[1]` the lock, `ARGV[1]` the token; the caller's keys from `KEYS[2]`, its
+/// arguments from `ARGV[2]`), its reply as `T`, or [`Error::StaleToken`] as for [`fenced`].
+pub(crate) fn fenced_script<T: redis::FromRedisValue + 'static>(
+    lock: &str,
+    token: u64,
+    body: &str,
+    keys: &[&str],
+    args: &[Vec<u8>],
+) -> Command<T> {
+    let mut cmd = redis::cmd("EVAL");
+    cmd.arg(format!("{FENCE_CHECK_LUA}{body}"))
+        .arg(1 + keys.len())
+        .arg(lock)
+        .arg(keys)
+        .arg(token);
+    for arg in args {
+        cmd.arg(arg.as_slice());
+    }
+    let lock = lock.to_string();
+    Command::reading_errors(cmd, move |reply| match reply {
+        Ok(value) => T::from_redis_value(&value).map_err(|_| unexpected("a fenced script", value)),
+        Err(Error::Server(e)) if e.code() == Some("STALE") => Err(Error::StaleToken {
+            lock: lock.clone(),
+            token,
+        }),
+        Err(e) => Err(e),
+    })
+}
+
 /// `EVAL FENCED_CALL_LUA 2 lock key token name args...` for `write` = `name key args...`: the
 /// command's reply as `T`, or [`Error::StaleToken`] when `token` is not the live hold on
 /// `lock`. A command without a key, or with a cursor argument, is refused before sending.

@@ -161,6 +161,27 @@ impl Guard {
         self.run(&self.hold.fenced(None, write)?)
     }
 
+    /// Run a Lua script of one's own only while this hold's token is the live one, in one
+    /// atomic step: `body` runs after [`FENCE_CHECK_LUA`](crate::FENCE_CHECK_LUA), with the lock as
+    /// `KEYS[1]` and the token as `ARGV[1]`, `keys` from `KEYS[2]` and `args` from `ARGV[2]` (in a
+    /// cluster, give `keys` the lock's hash tag). `Ok(reply)` as the script returns it, read as
+    /// `T`; [`Error::StaleToken`] when the token is not the live hold (the body did not run), as
+    /// from [`Guard::fenced`] and the other clients' fenced scripts; [`Error::InvalidArgument`]
+    /// for a guard of several keys.
+    ///
+    /// ```ignore
+    /// let total: i64 = guard.fenced_script("return redis.call('INCRBY', KEYS[2], ARGV[2])", &["invoice:42:total"], &[5])?;
+    /// ```
+    pub fn fenced_script<T: redis::FromRedisValue + 'static, A: redis::ToRedisArgs>(
+        &self,
+        body: &str,
+        keys: &[&str],
+        args: &[A],
+    ) -> Result<T, Error> {
+        let args: Vec<Vec<u8>> = args.iter().flat_map(|a| a.to_redis_args()).collect();
+        self.run(&self.hold.fenced_script(body, keys, &args)?)
+    }
+
     /// [`Guard::fenced`] with the token of `lock`, one of [`Guard::keys`]: how a
     /// [`MultiLock`](crate::MultiLock) guard fences a write, with the token of the key that
     /// guards it ([`Error::InvalidArgument`] for a key the guard does not hold).

@@ -273,6 +273,25 @@ impl Hold {
         command::fenced(key, self.tokens[i], write)
     }
 
+    /// [`command::fenced_script`] with this hold's token (one key; a multi-key hold is refused).
+    pub(crate) fn fenced_script<T: redis::FromRedisValue + 'static>(
+        &self,
+        body: &str,
+        keys: &[&str],
+        args: &[Vec<u8>],
+    ) -> Result<Command<T>, Error> {
+        match &self.target {
+            Target::One { key, .. } => Ok(command::fenced_script(
+                key,
+                self.tokens[0],
+                body,
+                keys,
+                args,
+            )),
+            Target::Many { .. } => Err(Error::InvalidArgument(FENCE_WHICH_KEY)),
+        }
+    }
+
     /// True for a shared hold (a reader, a permit): others may hold the key with it.
     pub(crate) fn shared(&self) -> bool {
         matches!(

@@ -120,6 +120,17 @@ impl Client {
         }
     }
 
+    /// Follow every change of the exclusive holder of any lock `key`: the async
+    /// [`Observer`](super::Observer) of [`Election::observe`](crate::Election), where a change's
+    /// `leader` is the holder (`value` its owner, `term` its token), or `None` while nobody holds
+    /// it. The first change is the state when it started. Bound a wait for the next change with
+    /// `tokio::time::timeout`.
+    pub async fn watch(&self, key: &str) -> Result<super::Observer, Error> {
+        crate::Election::new(self, key, Duration::ZERO)
+            .observe()
+            .await
+    }
+
     /// In a Redis Cluster: a client for the node that serves `key` (see
     /// [`crate::Client::for_key`]), with connections of its own unless it is this one.
     pub async fn for_key(&self, key: &str) -> Result<Client, Error> {

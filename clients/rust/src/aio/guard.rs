@@ -101,6 +101,27 @@ impl Guard {
         self.run(&self.hold.fenced(None, write)?).await
     }
 
+    /// Run a Lua script of one's own only while this hold's token is the live one, in one
+    /// atomic step: `body` runs after [`FENCE_CHECK_LUA`](crate::FENCE_CHECK_LUA), with the lock as
+    /// `KEYS[1]` and the token as `ARGV[1]`, `keys` from `KEYS[2]` and `args` from `ARGV[2]` (in a
+    /// cluster, give `keys` the lock's hash tag). `Ok(reply)` as the script returns it, read as
+    /// `T`; [`Error::StaleToken`] when the token is not the live hold (the body did not run), as
+    /// from [`Guard::fenced`] and the other clients' fenced scripts; [`Error::InvalidArgument`]
+    /// for a guard of several keys.
+    ///
+    /// ```ignore
+    /// let total: i64 = guard.fenced_script("return redis.call('INCRBY', KEYS[2], ARGV[2])", &["invoice:42:total"], &[5]).await?;
+    /// ```
+    pub async fn fenced_script<T: redis::FromRedisValue + 'static, A: redis::ToRedisArgs>(
+        &self,
+        body: &str,
+        keys: &[&str],
+        args: &[A],
+    ) -> Result<T, Error> {
+        let args: Vec<Vec<u8>> = args.iter().flat_map(|a| a.to_redis_args()).collect();
+        self.run(&self.hold.fenced_script(body, keys, &args)?).await
+    }
+
     /// [`Guard::fenced`] with the token of `lock`, one of [`Guard::keys`]: how a
     /// [`MultiLock`](super::MultiLock) guard fences a write (see [`crate::Guard::fenced_by`]).
     pub async fn fenced_by<T: redis::FromRedisValue + 'static>(
