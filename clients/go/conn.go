@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"sync/atomic"
 
@@ -33,6 +34,30 @@ func nodeOptions(ctx context.Context, client redis.UniversalClient, key string) 
 		return &o, nil
 	}
 	return nil, fmt.Errorf("redislock: %T is not supported (use a *redis.Client, a failover client or a *redis.ClusterClient)", client)
+}
+
+// The names (CLIENT SETNAME) of the connections of their own, as every client of the project
+// names them, so that CLIENT LIST says whose they are: a wait connection, a BOUND session's
+// connection (after its serial, never its id) and a feed's two connections (after the feed's
+// id: the process id and a counter).
+const (
+	waiterName    = "redislock-waiter"
+	sessionName   = "redislock-session-"
+	feedWatchName = "redislock-feed-watch-"
+	feedSubName   = "redislock-feed-sub-"
+)
+
+var feedIDs atomic.Int64
+
+// newFeedID is a feed's id: the process id and a counter.
+func newFeedID() string {
+	return fmt.Sprintf("%d-%d", os.Getpid(), feedIDs.Add(1))
+}
+
+// setName names conn (CLIENT SETNAME). Best effort: a server or user that refuses it leaves
+// the connection unnamed.
+func setName(ctx context.Context, conn *redis.Conn, name string) {
+	_ = conn.Do(ctx, "CLIENT", "SETNAME", name).Err()
 }
 
 // dedicated is a one-connection client for the node that serves key. readTimeout -1: no read
@@ -96,6 +121,7 @@ func (w *waits) get(ctx context.Context, client redis.UniversalClient, key strin
 		}
 		w.mu.Unlock()
 	}
+	o.ClientName = waiterName
 	return dedicatedFrom(o, true), addr, nil
 }
 

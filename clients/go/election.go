@@ -150,19 +150,24 @@ type observer struct {
 
 // run watches until ctx ends or a connection fails.
 func (o *observer) run(ctx context.Context) {
-	node, err := dedicated(ctx, o.client, o.key, false)
+	opts, err := nodeOptions(ctx, o.client, o.key)
 	if err != nil {
 		return
 	}
+	// Its own two connections, named as a feed's: the subscription is dialled with its name.
+	id := newFeedID()
+	opts.ClientName = feedSubName + id
+	node := dedicatedFrom(opts, false)
 	defer node.Close()
 	conn := node.Conn()
 	defer conn.Close()
+	setName(ctx, conn, feedWatchName+id)
 	watch, err := conn.Do(ctx, "LOCK.WATCH", o.key).Slice()
 	if err != nil || len(watch) < 1 {
 		return
 	}
 	channel := toStr(watch[0])
-	ps := o.client.SSubscribe(ctx, channel)
+	ps := node.SSubscribe(ctx, channel)
 	stop := make(chan struct{})
 	defer close(stop)
 	go func() { // Receive does not end with ctx: closing the subscription ends it

@@ -18,6 +18,7 @@ import (
 
 type feed struct {
 	client redis.UniversalClient
+	id     string // names its connections (redislock-feed-watch-<id>, redislock-feed-sub-<id>)
 	mu     sync.Mutex
 	nodes  map[string]*feedNode // by node address
 	closed bool
@@ -52,8 +53,15 @@ func (f *feed) watch(h *hold) {
 	if f.nodes == nil {
 		f.nodes = map[string]*feedNode{}
 	}
+	if f.id == "" {
+		f.id = newFeedID()
+	}
 	n := f.nodes[o.Addr]
-	if n == nil {
+	fresh := n == nil
+	if fresh {
+		// Dialled with the subscription's name (a reconnected subscription is named again); the
+		// watch connection is renamed each time it is made.
+		o.ClientName = feedSubName + f.id
 		node := dedicatedFrom(o, false)
 		n = &feedNode{f: f, addr: o.Addr, node: node, conn: node.Conn(), ps: node.SSubscribe(context.Background()),
 			holds: map[string]map[*hold]struct{}{}, channels: map[string]string{}, stop: make(chan struct{})}
@@ -61,6 +69,11 @@ func (f *feed) watch(h *hold) {
 		go n.read()
 	}
 	f.mu.Unlock()
+	if fresh {
+		n.mu.Lock()
+		setName(ctx, n.conn, feedWatchName+f.id)
+		n.mu.Unlock()
+	}
 	for _, key := range h.keys {
 		n.add(ctx, key, h)
 	}
@@ -206,6 +219,7 @@ func (n *feedNode) rewatch(ctx context.Context) {
 	n.mu.Lock()
 	_ = n.conn.Close()
 	n.conn = n.node.Conn()
+	setName(ctx, n.conn, feedWatchName+n.f.id)
 	keys := make([]string, 0, len(n.holds))
 	for k := range n.holds {
 		keys = append(keys, k)

@@ -27,6 +27,7 @@ type Session struct {
 	node      *redis.Client // the session's own client, for the node that serves it
 	conn      *redis.Conn   // a bound session's connection
 	id        string
+	serial    int64 // learnt by a bound session when it opens (0: not known)
 	ttl       time.Duration
 	lockDelay time.Duration
 	bound     bool
@@ -103,6 +104,9 @@ func NewSession(ctx context.Context, client redis.UniversalClient, opts ...Sessi
 		return nil, err
 	}
 	s.id = id
+	if s.bound {
+		s.nameAfterSerial(ctx)
+	}
 	go s.keepAlive()
 	return s, nil
 }
@@ -126,6 +130,29 @@ func (s *Session) closeConns() {
 	}
 	_ = s.node.Close()
 }
+
+// nameAfterSerial names the bound connection redislock-session-<serial> (the serial from
+// LOCK.SESSION INFO; never the id), so that CLIENT LIST says whose it is. Best effort: a server
+// without the serial, or a user refused CLIENT SETNAME, leaves it unnamed.
+func (s *Session) nameAfterSerial(ctx context.Context) {
+	c, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.ttl)
+	defer cancel()
+	reply, err := s.conn.Do(c, "LOCK.SESSION", "INFO", s.id).Result()
+	if err != nil {
+		return
+	}
+	serial, ok := fields(reply)["serial"]
+	if !ok {
+		return
+	}
+	s.serial = toInt(serial)
+	setName(c, s.conn, fmt.Sprintf("%s%d", sessionName, s.serial))
+}
+
+// Serial is the session's serial, what LOCK.SESSION LIST and LOCK.INFO show (never the id): a
+// bound session learns it when it opens and names its connection redislock-session-<serial>.
+// 0 for an unbound session, or a server that does not say it.
+func (s *Session) Serial() int64 { return s.serial }
 
 // ID is the session id (a secret: whoever knows it can lock in the session's name).
 func (s *Session) ID() string { return s.id }

@@ -153,7 +153,7 @@ func parseInfo(reply any) *Info {
 				Owner:   toStr(hf["owner"]),
 				Token:   toInt(hf["token"]),
 				TTL:     time.Duration(toInt(hf["ttl"])) * time.Millisecond,
-				Session: toInt(hf["session"]) == 1,
+				Session: toInt(hf["session"]) != 0, // the session's serial (1 before issue 32)
 			})
 		}
 	}

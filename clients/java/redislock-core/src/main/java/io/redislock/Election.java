@@ -194,8 +194,9 @@ public final class Election {
     private volatile boolean closed;
 
     Observation() throws InterruptedException {
-      watchConn = client.dedicated(name);
-      subConn = client.dedicated(name);
+      String id = Feed.newId();
+      watchConn = client.dedicated(name, Feed.WATCH_NAME + "-" + id);
+      subConn = client.dedicated(name, Feed.SUB_NAME + "-" + id);
       String channel = (String) stateRead()[0];
       CountDownLatch subscribed = new CountDownLatch(1);
       pubsub = new JedisShardedPubSub() {

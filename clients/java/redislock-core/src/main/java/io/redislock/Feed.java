@@ -7,6 +7,7 @@ import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicLong;
 import redis.clients.jedis.CommandArguments;
 import redis.clients.jedis.Connection;
 import redis.clients.jedis.JedisShardedPubSub;
@@ -23,8 +24,15 @@ import redis.clients.jedis.JedisShardedPubSub;
 final class Feed {
   private static final Set<String> ENDINGS = Set.of("released", "expired", "lost", "deleted", "flushed", "swapped", "demoted", "handoff", "acquired");
 
+  private static final AtomicLong IDS = new AtomicLong();
+  /** Prefixes of the feed's connection names, as in the other clients. */
+  static final String WATCH_NAME = "redislock-feed-watch";
+  static final String SUB_NAME = "redislock-feed-sub";
+
   private final LockClient client;
   private final String routeKey;
+  /** Names its connections: {@code redislock-feed-watch-<id>}, {@code redislock-feed-sub-<id>}. */
+  final String id = newId();
   private Connection watchConn;
   private Connection subConn;
   private JedisShardedPubSub pubsub;
@@ -34,6 +42,11 @@ final class Feed {
   /** channel -> key, and back. */
   private final Map<String, String> keyOf = new HashMap<>();
   private final Map<String, String> channelOf = new HashMap<>();
+
+  /** A feed id: the process id and a counter (never a session id). */
+  static String newId() {
+    return ProcessHandle.current().pid() + "-" + IDS.incrementAndGet();
+  }
 
   Feed(LockClient client, String routeKey) {
     this.client = client;
@@ -88,7 +101,7 @@ final class Feed {
       pubsub.ssubscribe(channel);
       return;
     }
-    subConn = client.dedicated(routeKey);
+    subConn = client.dedicated(routeKey, SUB_NAME + "-" + id);
     CountDownLatch subscribed = new CountDownLatch(1);
     pubsub = new JedisShardedPubSub() {
       @Override
@@ -123,7 +136,7 @@ final class Feed {
   /** MULTI, LOCK.WATCH, LOCK.INFO, EXEC on the watch connection: {channel, info, seq}. */
   private Object[] stateRead(String key) {
     if (watchConn == null) {
-      watchConn = client.dedicated(routeKey);
+      watchConn = client.dedicated(routeKey, WATCH_NAME + "-" + id);
     }
     LockClient.on(watchConn, client.args(Cmd.MULTI));
     LockClient.on(watchConn, client.args(Cmd.WATCH).key(key));

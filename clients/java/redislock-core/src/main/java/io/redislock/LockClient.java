@@ -28,6 +28,7 @@ import redis.clients.jedis.HostAndPort;
 import redis.clients.jedis.JedisClientConfig;
 import redis.clients.jedis.UnifiedJedis;
 import redis.clients.jedis.exceptions.JedisConnectionException;
+import redis.clients.jedis.exceptions.JedisDataException;
 import redis.clients.jedis.providers.ClusterConnectionProvider;
 import redis.clients.jedis.providers.PooledConnectionProvider;
 import redis.clients.jedis.util.JedisClusterCRC16;
@@ -51,6 +52,8 @@ import redis.clients.jedis.util.JedisClusterCRC16;
 public final class LockClient implements AutoCloseable {
   /** Idle wait connections kept per node for the next wait (each costs one socket). */
   private static final int MAX_IDLE_WAIT_CONNECTIONS = 64;
+  /** The name (CLIENT SETNAME) of every wait connection, as the other clients name theirs. */
+  static final String WAITER_NAME = "redislock-waiter";
 
   private final UnifiedJedis jedis;
   private final JedisClientConfig config;
@@ -197,6 +200,33 @@ public final class LockClient implements AutoCloseable {
     return conn;
   }
 
+  /**
+   * As {@link #dedicated(String)}, named {@code name} ({@code CLIENT SETNAME}) so that
+   * {@code CLIENT LIST} says whose it is.
+   */
+  Connection dedicated(String key, String name) {
+    Connection conn = dedicated(key);
+    try {
+      setName(conn, name);
+    } catch (RuntimeException e) {
+      conn.close();
+      throw e;
+    }
+    return conn;
+  }
+
+  /**
+   * {@code CLIENT SETNAME name} on {@code conn}. Best effort: a server or user that refuses it
+   * (an ACL without {@code CLIENT}) leaves the connection unnamed; a lost connection throws.
+   */
+  static void setName(Connection conn, String name) {
+    try {
+      on(conn, new CommandArguments(Cmd.CLIENT).add("SETNAME").add(name));
+    } catch (JedisDataException refused) {
+      // unnamed, and still usable
+    }
+  }
+
   /** The change feed of the node serving {@code key} (made on first use, again if it broke). */
   Feed feedFor(String key) {
     return feeds.compute(nodeFor(key), (node, f) -> f == null || f.isClosed() ? new Feed(this, key) : f);
@@ -228,6 +258,7 @@ public final class LockClient implements AutoCloseable {
     Connection conn = new Connection(node, config);
     try {
       Object id = conn.executeCommand(new CommandObject<>(new CommandArguments(Cmd.CLIENT).add("ID"), BuilderFactory.ENCODED_OBJECT));
+      setName(conn, WAITER_NAME);
       return new WaitConnection(conn, (Long) id, node);
     } catch (RuntimeException e) {
       conn.close();

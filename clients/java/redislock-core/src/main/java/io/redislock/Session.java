@@ -11,6 +11,7 @@ import java.util.concurrent.TimeUnit;
 import java.util.function.Consumer;
 import redis.clients.jedis.CommandArguments;
 import redis.clients.jedis.Connection;
+import redis.clients.jedis.exceptions.JedisDataException;
 
 /**
  * One lease for many holds ({@code LOCK.SESSION}), like an etcd lease or a ZooKeeper session,
@@ -75,6 +76,7 @@ public final class Session implements AutoCloseable {
   private final Options options;
   private final Set<Lock> holds = ConcurrentHashMap.newKeySet();
   private volatile String id;
+  private volatile Long serial;
   private volatile boolean closed;
   private volatile String lostReason;
   private Connection conn;
@@ -142,6 +144,9 @@ public final class Session implements AutoCloseable {
       Connection c = client.dedicated(options.key != null ? options.key : "");
       try {
         reply = LockClient.on(c, openArgs());
+        if (reply != null) {
+          nameAfterSerial(c, reply.toString());
+        }
       } catch (RuntimeException e) {
         c.close();
         throw e;
@@ -167,6 +172,25 @@ public final class Session implements AutoCloseable {
     return this;
   }
 
+  /**
+   * Name the bound connection {@code redislock-session-<serial>} (the serial from {@code
+   * LOCK.SESSION INFO}; never the id), so that {@code CLIENT LIST} says whose it is. Best effort:
+   * a server without the serial, or a user refused {@code CLIENT SETNAME}, leaves it unnamed.
+   */
+  private void nameAfterSerial(Connection c, String sessionId) {
+    Object info;
+    try {
+      info = LockClient.on(c, client.args(Cmd.SESSION).add("INFO").key(sessionId));
+    } catch (JedisDataException refused) {
+      return;
+    }
+    Object s = info == null ? null : LockInfo.fields(info).get("serial");
+    if (s instanceof Long) {
+      serial = (Long) s;
+      LockClient.setName(c, "redislock-session-" + s);
+    }
+  }
+
   /** The bound connection carries nothing after OPEN: a read returns only when it closes. */
   private void watchConnection() {
     Connection c = conn;
@@ -188,6 +212,15 @@ public final class Session implements AutoCloseable {
     } catch (RuntimeException e) {
       lose("keepalive failed: " + e.getMessage());
     }
+  }
+
+  /**
+   * The session's serial (what {@code LOCK.SESSION LIST} and {@code LOCK.INFO} show, never the
+   * id), learnt by a BOUND session when it opens; its connection is named {@code
+   * redislock-session-<serial>}. Null for an unbound session, or a server that does not say it.
+   */
+  public Long serial() {
+    return serial;
   }
 
   /** The id for an acquire's {@code SESSION id}; LockException if the session cannot take holds. */
