@@ -30,7 +30,7 @@ def test_readme_from_python(server, capsys):
     # The leader-election snippet: a term, the fenced write's reply, then the leader resigns.
     run(server, election)
     assert re.fullmatch(r"\d+\n", capsys.readouterr().out)
-    assert server.client().get("scheduler:config") == b"v2"
+    assert server.client().get("{scheduler}:config") == b"v2"
 
 
 PRELUDE = "import redis\nfrom redislock_native import Lock\nr = redis.Redis()\n"
@@ -46,7 +46,7 @@ def test_package_readme_snippets(server, index, capsys, request):
         return
     if "lock.fenced(" in code and "Lock(r" not in code:
         # The fencing snippet continues from a held lock.
-        prelude = PRELUDE + "lock = Lock(r, 'invoice:42', ttl=30)\nassert lock.acquire()\n"
+        prelude = PRELUDE + "lock = Lock(r, '{invoice:42}', ttl=30)\nassert lock.acquire()\n"
         run(server, code, prelude.replace("redis.Redis()", f"redis.Redis(port={server.port})"))
         return
     if "def stop_working" in code:
