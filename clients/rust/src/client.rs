@@ -413,6 +413,11 @@ impl Inner {
         }
     }
 
+    /// Whether this client is a cluster node's ([`Client::for_key`], or it met `MOVED`).
+    pub(crate) fn is_cluster(&self) -> bool {
+        self.cluster.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// After `error`: whether it says this cluster node no longer serves the client's slot as
     /// a master, and the client now points at the node that does (issue 34). `MOVED` names
     /// that node; `READONLY` (a replica now: a session's `OPEN` names no key to redirect by)

@@ -1,7 +1,7 @@
 //! The sync client follows a planned `CLUSTER FAILOVER` of its key's shard (issue 34): a
 //! `Client::for_key` client whose node turned replica is pointed at the new master (by the
 //! `MOVED` it gets there, or the demoted node's `ROLE`), so a session's keepalives, a watchdog's
-//! renewals and a queued waiter go on there. Holds kept with their tokens, no loss reported, the
+//! renewals and a queued waiter go on there, and a bound session is re-attached there. Holds kept with their tokens, no loss reported, the
 //! waiter granted without the caller sending again. Every wait is on observable state.
 
 mod support;
@@ -109,6 +109,15 @@ fn a_planned_failover_keeps_sessions_renewals_and_waiters() {
         .acquire(&format!("{tag}s"), Duration::ZERO)
         .unwrap()
         .expect("granted");
+    let bound = Session::builder(&client, ms(3_000))
+        .bound(true)
+        .open()
+        .unwrap();
+    let in_bound = client
+        .with_session(&bound)
+        .acquire(&format!("{tag}b"), Duration::ZERO)
+        .unwrap()
+        .expect("granted");
     let dog = client
         .acquire_with_watchdog(&format!("{tag}dog"), ms(3_000))
         .unwrap()
@@ -141,6 +150,29 @@ fn a_planned_failover_keeps_sessions_renewals_and_waiters() {
     wait_for("a renewal on the new master", PATIENCE, || {
         (new.calls("lock.extend") >= 1).then_some(())
     });
+    wait_for(
+        "the bound session attached on the new master",
+        PATIENCE,
+        || {
+            let reply: Value = redis::cmd("LOCK.SESSION")
+                .arg("INFO")
+                .arg(bound.id())
+                .query(&mut new.conn())
+                .unwrap();
+            let attached = match reply {
+                Value::Array(items) => items
+                    .chunks(2)
+                    .any(|p| p[0] == Value::BulkString(b"bound".to_vec()) && p[1] != Value::Nil),
+                Value::Map(pairs) => pairs
+                    .iter()
+                    .any(|(k, v)| *k == Value::BulkString(b"bound".to_vec()) && *v != Value::Nil),
+                _ => false,
+            };
+            attached.then_some(())
+        },
+    );
+    assert_eq!(info(new, in_bound.key()).0, vec![in_bound.token()]);
+    assert!(!bound.is_lost() && !in_bound.is_lost());
     assert_eq!(info(new, in_session.key()).0, vec![in_session.token()]);
     assert_eq!(info(new, dog.key()).0, vec![dog.token()]);
     assert!(!session.is_lost() && !in_session.is_lost() && !dog.is_lost());
@@ -158,4 +190,6 @@ fn a_planned_failover_keeps_sessions_renewals_and_waiters() {
     assert!(dog.release().unwrap());
     assert!(in_session.release().unwrap());
     assert_eq!(session.close().unwrap(), Some(0));
+    assert!(in_bound.release().unwrap());
+    assert_eq!(bound.close().unwrap(), Some(0));
 }
