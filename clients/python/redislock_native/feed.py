@@ -69,6 +69,7 @@ from redis.exceptions import ConnectionError, ReadOnlyError, ResponseError, Time
 from redis.retry import Retry
 
 from . import _wire
+from . import feed_failover as _failover
 
 log = logging.getLogger("redislock_native")
 
@@ -538,9 +539,6 @@ def feed_for(client, key=None):
         return feed
 
 
-#: How long a subscriber whose key's slot moved (a failover) waits for a master of that slot to
-#: be reachable before it is given up: holds are then reported lost, observers get the error.
-HANDOVER_PATIENCE = 30.0
 
 
 class Feed:
@@ -811,56 +809,15 @@ class Feed:
             if key is not None:
                 self._sync(watch, key)
 
-    # --- a failover in a cluster ---
+    # --- a failover in a cluster (feed_failover.py) ---
 
     def _following(self, error):
         """Whether ``error`` on this feed's node means the slot may have moved (in a cluster)."""
         return self._cluster is not None and self._cluster() is not None and _wire.moved_away(error)
 
     def _hand_over(self, subs, error):
-        """Give ``subs`` (taken from this feed) to the feeds of their keys' masters now, from a
-        thread of its own (it may wait for the cluster to elect a master). Each is checked
-        there against ``LOCK.INFO`` as a new subscriber: a hold is reported lost only if the
-        new master does not show its token; an observer reports the leader there
-        (``resync=True``)."""
-        subs = [s for s in subs if not getattr(s, "dropped", False)]
-        if not subs:
-            return
-        cluster = self._cluster()
-        if cluster is None:
-            return
-
-        def run():
-            give_up = time.monotonic() + HANDOVER_PATIENCE
-            pending, last, first = subs, error, True
-            while pending:
-                _wire.refresh_slots(cluster)
-                left = []
-                for sub in pending:
-                    if getattr(sub, "dropped", False):
-                        continue
-                    key = sub.key if sub.kind == "observer" else next(iter(sub.tokens))
-                    try:
-                        feed = feed_for(cluster, key)
-                        if feed is self and first:
-                            # The slot table still names this node: look again once before
-                            # trying it again (a failover may not have been decided yet).
-                            left.append(sub)
-                            continue
-                        _adopt(feed, sub)
-                    except Exception as e:  # noqa: BLE001 - no master for the slot yet
-                        last = e
-                        left.append(sub)
-                pending, first = left, False
-                if pending and time.monotonic() >= give_up:
-                    self._dispatch(
-                        [(s, f"feed connection lost: {last!r}" if s.kind == "hold" else last) for s in pending]
-                    )
-                    return
-                if pending:
-                    time.sleep(MAX_BACKOFF / 4)
-
-        threading.Thread(target=run, name="redislock-feed-handover", daemon=True).start()
+        """Give ``subs`` (taken from this feed) to the feeds of their keys' masters now."""
+        _failover.hand_over(self, subs, error)
 
     def _dispatch(self, effects):
         for sub, effect in effects:
@@ -871,21 +828,6 @@ class Feed:
                     sub.put(effect)
             except Exception:
                 log.exception("redislock_native: a loss callback raised")
-
-
-def _adopt(feed, sub):
-    """``sub`` (given up by another feed) subscribes through ``feed`` and is checked again."""
-    sub.feed = feed
-    sub.done = False
-    if sub.kind == "hold":
-        sub.floor = {key: -1 for key in sub.tokens}
-        sub.checked = set()
-    else:
-        sub.floor = -1
-        sub.reported = False
-    keys = list(sub.tokens) if sub.kind == "hold" else [sub.key]
-    if not feed._add(sub, keys):
-        raise ResponseError(f"the server has no change feed: {feed._core.unsupported}")
 
 
 def _socket(conn):
