@@ -252,6 +252,11 @@ cluster: build ## Start a local Redis Cluster (3 masters, 3 replicas, module on 
 cluster-stop: ## Stop the cluster that 'make cluster' started
 	tests/cluster/start.sh stop
 
+bench-failover: build ## How fast the Python client follows a planned CLUSTER FAILOVER (3+3 cluster): to the first keepalive and observer change on the new master; writes benches/results/failover.md (QUICK=1: target/bench/)
+	$(CARGO) build -p redis-lock-harness
+	PYTHONPATH=$(CURDIR)/target/pydeps REDIS_SERVER=$(REDIS_SERVER) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) \
+		QUICK=$(QUICK) python3 benches/failover/follow.py
+
 bench-cluster: build ## Print lock throughput on 1 vs 3 cluster masters (a measurement, no checks)
 	REDIS_SERVER=$(REDIS_SERVER) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_RELEASE) $(CARGO) test --release --test cluster -- --ignored --nocapture throughput
 

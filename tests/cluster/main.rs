@@ -28,6 +28,7 @@ mod common;
 mod nodes;
 
 mod atomic_migration;
+mod failover_feed;
 mod feed;
 mod manual_failover;
 mod masters_and_replicas;

@@ -213,6 +213,12 @@ class IORedisClusterAdapter {
   constructor(cluster) {
     this.client = cluster;
     this.kind = IOREDIS_CLUSTER;
+    this.isCluster = true;
+  }
+
+  /** The slot table read again (after MOVED, READONLY or a lost connection: a failover). */
+  refresh() {
+    return this._refreshSlots();
   }
 
   /**
@@ -398,7 +404,15 @@ class NodeRedisClusterAdapter {
   constructor(cluster) {
     this.client = cluster;
     this.kind = NODE_REDIS_CLUSTER;
+    this.isCluster = true;
   }
+
+  /**
+   * node-redis rediscovers the slot table by itself on MOVED (and on a lost node); it has no
+   * public call to ask for it, so a retry after a failover just waits a little (see
+   * wire.following) and finds its table updated.
+   */
+  async refresh() {}
 
   call(args, key) {
     if (key === undefined) {

@@ -184,9 +184,46 @@ class Lock {
     const waitMs = timeout === undefined ? null : wire.toMs(timeout, 'timeout', true);
     const cleanup = before !== null ? async () => {} : () => this._call(this._releaseArgs());
 
+    const sent = performance.now();
+    let outcome;
+    for (let left = waitMs; ; ) {
+      try {
+        outcome = await this._acquireOnce(key, left, signal, cleanup);
+        break;
+      } catch (error) {
+        // In a cluster, a waiter whose master became a replica (UNBLOCKED, or its connection
+        // closed), or a try sent to a node that no longer serves the slot (MOVED, READONLY),
+        // was not granted (a grant whose reply was lost was given back): it queues again on the
+        // slot's master, within its own timeout (issue 34).
+        if (!this._adapter.isCluster || !wire.movedAway(error) || (signal && signal.aborted)) throw error;
+        const elapsed = performance.now() - sent;
+        if (waitMs === 0 && elapsed >= wire.FOLLOW_TRY_MS) throw error;
+        if (waitMs !== null && waitMs !== 0) {
+          left = Math.ceil(waitMs - elapsed);
+          if (left <= 0) return false;
+        }
+        await this._adapter.refresh();
+        await new Promise((resolve) => setTimeout(resolve, wire.FOLLOW_BACKOFF_MS));
+      }
+    }
+    const { reply, acked, blocked } = outcome;
+    if (reply === null) return false;
+    const token = this._granted(reply);
+    if (acked !== undefined && acked < this.durable) {
+      await this._notDurable(acked, before !== null && token === before);
+    }
+    this._held();
+    this._watchFeed(blocked ? null : sent);
+    return true;
+  }
+
+  /**
+   * One try on the user's client, then (if it answered nil and `waitMs` is not 0) one
+   * LOCK.ACQUIRE ... BLOCK on a connection of its own: `{ reply, acked, blocked }`.
+   */
+  async _acquireOnce(key, waitMs, signal, cleanup) {
     // One try first, on the user's client: most acquires are granted at once.
     let reply;
-    const sent = performance.now();
     let blocked = false;
     try {
       reply = await this._adapter.callOnKey(key, this._acquireArgs());
@@ -214,14 +251,7 @@ class Lock {
             : undefined,
       });
     }
-    if (reply === null) return false;
-    const token = this._granted(reply);
-    if (acked !== undefined && acked < this.durable) {
-      await this._notDurable(acked, before !== null && token === before);
-    }
-    this._held();
-    this._watchFeed(blocked ? null : sent);
-    return true;
+    return { reply, acked, blocked };
   }
 
   /** WAIT durable durableTimeout through `call`; how many replicas acknowledged (0 on error). */
@@ -420,19 +450,27 @@ class Lock {
 
   _startWatchdog() {
     if (this._dog !== null) return;
-    const dog = { timer: null, inFlight: null, stopped: false };
+    const dog = { timer: null, inFlight: null, stopped: false, lastOk: performance.now() };
     this._dog = dog;
     const tick = () => {
       dog.timer = setTimeout(() => {
         const sent = Date.now();
         const sentMono = performance.now();
         const period = this._period();
+        // In a cluster a renewal that meets a failover is sent again to the slot's master until
+        // the hold's deadline from the last renewal (issue 34).
         dog.inFlight = wire
-          .withTimeout(this._call(this._extendArgs()), period, 'LOCK.EXTEND')
+          .following(this._adapter, () => this._call(this._extendArgs()), {
+            perTryMs: period,
+            untilMono: (dog.lastOk !== undefined ? dog.lastOk : sentMono) + this._ttl,
+            what: 'LOCK.EXTEND',
+            stopped: () => dog.stopped,
+          })
           .then(
             (reply) => {
               if (dog.stopped) return;
               if (!this._renewed(reply)) return this._lose('not held');
+              dog.lastOk = sentMono;
               this._armDeadline(sent + this._ttl);
               this._renewedFeed(sentMono);
               tick();

@@ -14,8 +14,15 @@
 //   closed): every hold it had is gone;
 // - "keepalive failed: <error>": no answer within the period (fail-safe, as the watchdog);
 // - "connection lost: <error>" (bound): the dedicated connection closed; the server ends a bound
-//   session the moment it sees that. No re-ATTACH: a session found again would not prove that
-//   each of its holds survived (a promoted replica can miss the newest grants).
+//   session the moment it sees that. On a single server, no re-ATTACH: a session found again
+//   would not prove that each of its holds survived (a promoted replica can miss the newest
+//   grants).
+//
+// In a cluster (issue 34) a failover is followed instead: a keepalive or session command that
+// meets MOVED, READONLY or a lost connection is sent again to the slot's master, looked up
+// afresh, until the ttl from the last keepalive that succeeded; a bound session whose connection
+// met a failover re-attaches (LOCK.SESSION ATTACH) on the slot's master. Only the server's nil
+// (KEEPALIVE or ATTACH: "ended") or that ttl passing loses it.
 //
 // `bound: true`: opened on a dedicated connection (lib/adapter.js `dedicated`: made like the
 // client's own, never reconnected, nothing re-sent) that carries only the session's keepalives
@@ -51,7 +58,10 @@ class Session {
     this._delay = wire.toLockDelay(options.lockDelay);
     this.key = options.key;
     if ((this._adapter.kind === IOREDIS_CLUSTER || this._adapter.kind === NODE_REDIS_CLUSTER) && this.key === undefined) {
-      throw new RangeError('a session in a cluster belongs to one node: name a key it will lock (key)');
+      throw new RangeError(
+        "a session in a cluster belongs to one node, the master of a slot: name a key it will lock (key); " +
+          "OPEN goes to that key's master, and every lock of the session must be on it"
+      );
     }
     this.onLost = options.onLost;
     this.keepalivePeriod =
@@ -68,6 +78,8 @@ class Session {
     this.serial = null;
     this._timer = null;
     this._inFlight = null;
+    this._lastOk = null; // performance.now() when the last successful keepalive was sent
+    this._reattaching = null; // the re-ATTACH in flight (a cluster failover)
   }
 
   /** The session id (`{tag}` + 32 hex digits), or null before open(). A secret. */
@@ -119,13 +131,77 @@ class Session {
   /** Run a command about this session where it lives (its bound connection, or its node). */
   _call(args) {
     if (this._conn !== null) return this._conn.call(args);
-    return this._adapter.callOnKey(this.key !== undefined ? this.key : this._id, args);
+    const route = this._id !== null ? this._id : this.key;
+    if (!this._adapter.isCluster) return this._adapter.callOnKey(route, args);
+    const since = this._lastOk !== null ? this._lastOk : performance.now();
+    return wire.following(this._adapter, () => this._adapter.callOnKey(route, args), {
+      untilMono: since + this._ttl,
+      what: String(args[1]),
+    });
+  }
+
+  /** A bound session's dedicated connection: watched for its close. */
+  _attach(conn) {
+    this._conn = conn;
+    conn.onClose((error) => {
+      if (this._conn !== conn) return; // replaced or closed by us
+      const e = error || new Error('closed');
+      if (this._adapter.isCluster && this._id !== null) this._reattach(e);
+      else this._lose(`connection lost: ${e.message}`);
+    });
+  }
+
+  /**
+   * A bound session's connection met a failover (cluster only): bind the session to a new
+   * connection to its slot's master (LOCK.SESSION ATTACH; a promoted replica has it unbound).
+   * "ended" when the server has no such session: also when the old master is alive and ended it
+   * because its bound connection closed.
+   */
+  _reattach(error) {
+    if (this._reattaching !== null) return this._reattaching;
+    const old = this._conn;
+    this._conn = null;
+    if (old !== null) old.close();
+    const until = (this._lastOk !== null ? this._lastOk : performance.now()) + this._ttl;
+    const run = async () => {
+      let last = error;
+      while (!this._closed && this._lostReason === null) {
+        await this._adapter.refresh();
+        let conn = null;
+        try {
+          conn = await this._adapter.dedicated(this._id, 'redislock-session');
+          const reply = await wire.withTimeout(
+            conn.call(['LOCK.SESSION', 'ATTACH', this._id]),
+            this._period(),
+            'LOCK.SESSION ATTACH'
+          );
+          if (reply === null) {
+            conn.close();
+            return this._lose('ended');
+          }
+          if (this._closed || this._lostReason !== null) return conn.close();
+          this._attach(conn);
+          return;
+        } catch (e) {
+          if (conn !== null) conn.close();
+          if (!wire.movedAway(e)) return this._lose(`attach failed: ${e.message}`);
+          last = e;
+        }
+        if (performance.now() >= until) return this._lose(`connection lost: ${last.message}`);
+        await new Promise((resolve) => setTimeout(resolve, wire.FOLLOW_BACKOFF_MS));
+      }
+    };
+    this._reattaching = run().finally(() => {
+      this._reattaching = null;
+    });
+    return this._reattaching;
   }
 
   /** Open the session and start its keepalive; resolves to this. */
   async open() {
     if (this._id !== null) throw new LockError('this session object was opened already; make a new one');
     let reply;
+    const sent = performance.now();
     if (this.bound) {
       const conn = await this._adapter.dedicated(this.key, 'redislock-session');
       try {
@@ -134,14 +210,15 @@ class Session {
         conn.close();
         throw error;
       }
-      this._conn = conn;
-      conn.onClose((error) => this._lose(`connection lost: ${error.message}`));
+      if (reply !== null) this._id = String(reply);
+      this._attach(conn);
     } else {
-      reply = await this._adapter.callOnKey(this.key, this._openArgs());
+      reply = await this._call(this._openArgs());
     }
     if (reply === null) throw new LockError('LOCK.SESSION OPEN answered nil');
     this._id = String(reply);
     if (this._conn !== null) await this._nameConnection();
+    this._lastOk = sent;
     this._schedule();
     return this;
   }
@@ -168,21 +245,57 @@ class Session {
 
   _schedule() {
     this._timer = setTimeout(() => {
-      const period = this._period();
-      this._inFlight = wire
-        .withTimeout(this._call(['LOCK.SESSION', 'KEEPALIVE', this._id]), period, 'LOCK.SESSION KEEPALIVE')
-        .then(
-          (remaining) => {
-            if (this._timer === null) return;
-            if (remaining === null) return this._lose('ended');
-            this._schedule();
-          },
-          (error) => {
-            if (this._timer !== null) this._lose(`keepalive failed: ${error.message}`);
-          }
-        );
+      this._inFlight = this._keepalive().then(
+        (remaining) => {
+          if (this._timer === null) return;
+          if (remaining === null) return this._lose('ended');
+          this._schedule();
+        },
+        (error) => {
+          if (this._timer !== null) this._lose(`keepalive failed: ${error.message}`);
+        }
+      );
     }, this._period());
     this._timer.unref();
+  }
+
+  /**
+   * One keepalive: the remaining ms, or null if the server has no such session. In a cluster it
+   * follows a failover (see the top of this file): a bound session re-attaches first.
+   */
+  async _keepalive() {
+    const args = ['LOCK.SESSION', 'KEEPALIVE', this._id];
+    const period = this._period();
+    const sent = performance.now();
+    let remaining;
+    if (!this._adapter.isCluster) {
+      remaining = await wire.withTimeout(this._call(args), period, 'LOCK.SESSION KEEPALIVE');
+    } else {
+      if (this._reattaching !== null) await this._reattaching;
+      if (this._lostReason !== null || this._timer === null) return undefined;
+      const conn = this._conn;
+      try {
+        remaining = await wire.withTimeout(
+          conn !== null ? conn.call(args) : this._call(args),
+          period,
+          'LOCK.SESSION KEEPALIVE'
+        );
+      } catch (error) {
+        if (!wire.movedAway(error)) throw error;
+        if (this.bound) {
+          await this._reattach(error);
+          if (this._lostReason !== null) return undefined;
+        }
+        remaining = await wire.following(this._adapter, () => this._call(args), {
+          perTryMs: period,
+          untilMono: (this._lastOk !== null ? this._lastOk : sent) + this._ttl,
+          what: 'LOCK.SESSION KEEPALIVE',
+          stopped: () => this._timer === null,
+        });
+      }
+    }
+    if (remaining !== null) this._lastOk = sent;
+    return remaining;
   }
 
   /** End the session (CLOSE): its holds are released with no lock-delay. The number released,

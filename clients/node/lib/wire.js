@@ -213,7 +213,51 @@ end
 return n
 `;
 
+// --- following a cluster through a failover (issue 34) --------------------------------------
+
+/** ms between two looks at the slot table while a slot has no reachable master. */
+const FOLLOW_BACKOFF_MS = 50;
+/** How long a single try (no wait of its own) looks for the slot's master before failing. */
+const FOLLOW_TRY_MS = 5000;
+
+/**
+ * Whether `error` says the node asked no longer serves the slot as a master: MOVED, READONLY
+ * (a replica now), CLUSTERDOWN, TRYAGAIN, a waiter's UNBLOCKED after a role change (Redis's
+ * "instance state changed (master -> replica?)" or the module's "this server became a replica"),
+ * or no reply at all (a connection lost or timed out: a killed master). In a cluster these mean
+ * "ask the slot's master again"; they say nothing about whether a hold or a session still exists.
+ */
+function movedAway(error) {
+  if (!error) return false;
+  if (!isReplyError(error)) return true;
+  const m = String(error.message || '');
+  if (/^(MOVED|READONLY|CLUSTERDOWN|TRYAGAIN) /.test(m)) return true;
+  return /^UNBLOCKED /.test(m) && /(master -> replica|became a replica)/.test(m);
+}
+
+/**
+ * `call()` within `perTryMs`; in a cluster, after an error that `movedAway` explains, the slot
+ * table is read again and `call()` sent again (to the slot's master now) until `untilMono`
+ * (performance.now() scale). `stopped()` ends the retries early.
+ */
+async function following(adapter, call, { perTryMs, untilMono, what, stopped = () => false }) {
+  for (;;) {
+    try {
+      const p = call();
+      return await (perTryMs === undefined ? p : withTimeout(p, perTryMs, what));
+    } catch (error) {
+      if (!adapter.isCluster || !movedAway(error) || performance.now() >= untilMono || stopped()) throw error;
+    }
+    await adapter.refresh();
+    await new Promise((resolve) => setTimeout(resolve, FOLLOW_BACKOFF_MS));
+  }
+}
+
 module.exports = {
+  movedAway,
+  following,
+  FOLLOW_BACKOFF_MS,
+  FOLLOW_TRY_MS,
   newOwner,
   toMs,
   toLockDelay,

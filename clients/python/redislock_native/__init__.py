@@ -17,6 +17,7 @@
   (``LOCK.WATCH``, :mod:`redislock_native.feed`) while held.
 - :class:`Redlock` / :class:`AsyncRedlock`: one lock over several independent masters,
   granted by a majority.
+- :func:`lock_info` / :func:`alock_info`: ``LOCK.INFO`` as one dict shape, whichever client class.
 - :mod:`redislock_native.fence`: writes that happen only while a token is live.
 
 The server needs the module loaded (``loadmodule /path/to/libredis_lock.so``).
@@ -26,6 +27,7 @@ from .aio import AsyncLock
 from .compat import AsyncRedisPyLock, RedisPyLock
 from .election import AsyncElection, AsyncLeadership, Change, Election, Leader, Leadership, awatch, watch
 from .fence import FENCE_CHECK_LUA, FENCED_CALL_LUA, StaleTokenError, afenced_call, fenced_call, fenced_script
+from .info import alock_info, lock_info
 from .lock import Lock, LockBusyError, LockLostError, NotDurableError
 from .multi import AsyncMultiLock, MultiLock
 from .redlock import AsyncRedlock, Redlock, RedlockError
@@ -33,6 +35,8 @@ from .session import AsyncSession, Session
 from .shared import AsyncReadLock, AsyncReadWriteLock, AsyncSemaphore, ReadLock, ReadWriteLock, Semaphore
 
 __all__ = [
+    "lock_info",
+    "alock_info",
     "Lock",
     "AsyncLock",
     "LockLostError",

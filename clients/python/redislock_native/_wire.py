@@ -136,6 +136,66 @@ def node_client(client, key):
     )
 
 
+# --- following a cluster through a failover ---------------------------------------------
+
+#: How long to wait between two looks at the slot table while a slot has no reachable master
+#: (a failover under way).
+FOLLOW_BACKOFF = 0.05
+
+#: How long a single try (no wait of its own) looks for the slot's master after a failover
+#: before its error is raised.
+FOLLOW_TRY = 5.0
+
+
+def is_cluster(client):
+    """A redis-py cluster client (sync or asyncio): it routes by key and has no one pool."""
+    return hasattr(client, "get_node_from_key") and not hasattr(client, "connection_pool")
+
+
+def moved_away(error):
+    """Whether ``error`` says the node asked no longer serves the slot (as a master): ``MOVED``
+    (the slot went to another node), ``READONLY`` (the node is a replica now), ``CLUSTERDOWN``,
+    ``TRYAGAIN``, ``UNBLOCKED`` after a role change, or the connection lost (a killed master).
+    In a cluster these mean: look up the slot's master again and ask it; they say nothing about
+    whether a hold or a session still exists."""
+    if isinstance(error, (ConnectionError, TimeoutError, OSError)):
+        return True
+    text = str(error)
+    return text.startswith(("MOVED", "READONLY", "CLUSTERDOWN", "TRYAGAIN")) or type(error).__name__ in (
+        "MovedError", "ReadOnlyError", "ClusterDownError", "TryAgainError", "AskError",
+    ) or role_changed(error)
+
+
+def role_changed(error):
+    """Whether a waiter's error says its server stopped being a master while it waited: Redis's
+    own ``UNBLOCKED force unblock from blocking operation, instance state changed (master ->
+    replica?)`` (a cluster failover, ``REPLICAOF``) or the module's ``UNBLOCKED this server
+    became a replica while the client waited``."""
+    text = str(error)
+    return text.startswith("UNBLOCKED") and ("master -> replica" in text or "became a replica" in text)
+
+
+def refresh_slots(client):
+    """Read the cluster's slot table again (sync ``RedisCluster``); errors are dropped: the
+    next look-up finds out."""
+    manager = getattr(client, "nodes_manager", None)
+    if manager is not None:
+        try:
+            manager.initialize()
+        except Exception:  # noqa: BLE001 - every startup node unreachable: try again later
+            pass
+
+
+async def arefresh_slots(client):
+    """``refresh_slots`` for an asyncio ``RedisCluster``."""
+    manager = getattr(client, "nodes_manager", None)
+    if manager is not None:
+        try:
+            await manager.initialize()
+        except Exception:  # noqa: BLE001
+            pass
+
+
 # --- durable grants ------------------------------------------------------------------
 
 #: The first server whose ``WAIT`` after a blocked command counts the grant another client's

@@ -224,7 +224,7 @@ class Observation:
         return self.get()
 
     def close(self):
-        self._feed.drop(self._observer)
+        self._observer.feed.drop(self._observer)  # its feed now: a failover may have moved it
 
     def __enter__(self):
         return self
@@ -256,7 +256,7 @@ class AsyncObservation:
         return await self.get()
 
     def close(self):
-        self._feed.drop(self._observer)
+        self._observer.feed.drop(self._observer)  # its feed now: a failover may have moved it
 
     async def __aenter__(self):
         return self

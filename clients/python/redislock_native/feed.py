@@ -68,6 +68,9 @@ from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError, ReadOnlyError, ResponseError, TimeoutError
 from redis.retry import Retry
 
+from . import _wire
+from . import feed_failover as _failover
+
 log = logging.getLogger("redislock_native")
 
 #: Seconds the feed keeps its connections after its last subscriber left (a lock taken again
@@ -413,6 +416,20 @@ class _Core:
                     self.unchecked.add(sub)
         return effects
 
+    def take(self, keys=None):
+        """Remove and return the subscribers of ``keys`` (every key when None) for another feed
+        to adopt (a failover moved their slot), and forget what the current connections knew
+        of those keys."""
+        taken = []
+        for key in list(self.subs) if keys is None else keys:
+            for sub in list(self.subs.get(key, ())):
+                if sub not in taken:
+                    taken.append(sub)
+                    self.remove(sub)
+        for key in list(self.watched) if keys is None else keys:
+            self.unwatching(key)
+        return taken
+
     def holds(self):
         return {s for subs in self.subs.values() for s in subs if s.kind == "hold"}
 
@@ -506,16 +523,22 @@ def feed_for(client, key=None):
     """The ``Feed`` of a ``redis.Redis`` client (made on first use). For a ``RedisCluster``
     client, the feed of its client of the node that serves ``key`` (the channel lives on the
     key's shard); None for an asyncio cluster client (no node clients to build on)."""
+    cluster = None
     if not hasattr(client, "connection_pool"):
         if key is None or not hasattr(client, "get_redis_connection"):
             return None
+        cluster = client
         client = client.get_redis_connection(client.get_node_from_key(key))
     with _FEEDS_MUTEX:
         feed = _FEEDS.get(client)
         if feed is None:
             feed = _FEEDS[client] = Feed(client)
             weakref.finalize(client, feed.close)
+        if cluster is not None and feed._cluster is None:
+            feed._cluster = weakref.ref(cluster)
         return feed
+
+
 
 
 class Feed:
@@ -532,6 +555,9 @@ class Feed:
         self._closing = False
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
+        #: The ``RedisCluster`` (a weak reference) whose node client this feed is built on: a
+        #: failover hands the subscribers over to the feed of their slot's new master.
+        self._cluster = None
 
     def _name_connections(self):
         self.id = f"{os.getpid()}-{next(_ids)}"
@@ -555,6 +581,7 @@ class Feed:
         return observer
 
     def drop(self, sub):
+        sub.dropped = True  # a hand-over in flight must not adopt it
         with self._core.mutex:
             self._core.remove(sub)
         self._wake()
@@ -628,9 +655,15 @@ class Feed:
                         conns = self._connect()
                         backoff = 0.0
                     except Exception as e:
-                        with core.mutex:
-                            effects = core.disconnected(e)
-                        self._dispatch(effects)
+                        if self._following(e):
+                            with core.mutex:
+                                taken = core.take()
+                                core.disconnected(e)
+                            self._hand_over(taken, e)
+                        else:
+                            with core.mutex:
+                                effects = core.disconnected(e)
+                            self._dispatch(effects)
                         backoff = min(MAX_BACKOFF, backoff * 2 or 0.05)
                         self._sleep(backoff)
                         continue
@@ -642,6 +675,12 @@ class Feed:
                     for conn in conns or ():
                         conn.disconnect()
                     conns = None
+                    if self._following(e):
+                        with core.mutex:
+                            taken = core.take()
+                            core.disconnected(e)
+                        self._hand_over(taken, e)
+                        continue
                     with core.mutex:
                         effects = core.disconnected(e)
                     self._dispatch(effects)
@@ -677,6 +716,11 @@ class Feed:
             try:
                 channel, _seq = _channel_of(self._command(watch, "LOCK.WATCH", key))
             except ResponseError as e:
+                if self._following(e):
+                    with core.mutex:
+                        taken = core.take([key])
+                    self._hand_over(taken, e)
+                    continue
                 with core.mutex:
                     if _is_unknown_command(e):
                         core.unsupported = e
@@ -706,6 +750,13 @@ class Feed:
             except ResponseError as e:
                 replies.append(e)
         state = _state_of(replies)
+        if state is REPLICA and self._cluster is not None:
+            # A cluster node that turned replica: the slot has a new master, where the
+            # holds are (a failover keeps them) and the key's feed now is.
+            with self._core.mutex:
+                taken = self._core.take([key])
+            self._hand_over(taken, ReadOnlyError("the node is a replica now"))
+            return
         with self._core.mutex:
             effects = self._core.synced(key, state, sent_at, subs)
         self._dispatch(effects)
@@ -743,11 +794,30 @@ class Feed:
             self._dispatch(effects)
             if resync is not None:
                 self._sync(watch, resync)
+        elif kind == b"sunsubscribe":
+            # Sent by the server, not asked for (an unwatched key's channel has left
+            # channel_key before its SUNSUBSCRIBE): the slot left this node (a failover, a
+            # migration). The holds are on the slot's new master; so is the key's feed.
+            with core.mutex:
+                key = core.channel_key.get(reply[1])
+                taken = core.take([key]) if key is not None and self._cluster is not None else []
+            if taken:
+                self._hand_over(taken, ResponseError("sunsubscribe: the key's slot left this node"))
         elif kind == b"ssubscribe":
             with core.mutex:
                 key = core.confirmed(reply[1])
             if key is not None:
                 self._sync(watch, key)
+
+    # --- a failover in a cluster (feed_failover.py) ---
+
+    def _following(self, error):
+        """Whether ``error`` on this feed's node means the slot may have moved (in a cluster)."""
+        return self._cluster is not None and self._cluster() is not None and _wire.moved_away(error)
+
+    def _hand_over(self, subs, error):
+        """Give ``subs`` (taken from this feed) to the feeds of their keys' masters now."""
+        _failover.hand_over(self, subs, error)
 
     def _dispatch(self, effects):
         for sub, effect in effects:

@@ -87,11 +87,27 @@ def _args(lock_key, token, command, key, args):
     return [lock_key, key], [str(token), command, *args]
 
 
+def _one_slot(client, lock_key, key):
+    """In a cluster the check and the write run in one script on one node: both keys must hash
+    to one slot. Raise a ValueError naming that rule (redis-py's own error would only say
+    ``EVAL - all keys must map to the same key slot``)."""
+    slot_of = getattr(client, "keyslot", None)
+    if slot_of is None or not hasattr(client, "get_node_from_key"):
+        return
+    if slot_of(lock_key) != slot_of(key):
+        raise ValueError(
+            f"a fenced write runs LOCK.FENCE on {lock_key!r} and the write on {key!r} in one script, "
+            "so in a cluster both keys need one hash tag (e.g. '{invoice:42}' and '{invoice:42}:total')"
+        )
+
+
 def fenced_call(client, lock_key, token, command, key, *args):
     """Run ``command key *args`` only while ``token`` is the live hold on ``lock_key``.
 
-    Returns the command's reply; raises :class:`StaleTokenError` if the token is not live.
+    Returns the command's reply; raises :class:`StaleTokenError` if the token is not live. In a
+    cluster ``key`` must share ``lock_key``'s hash tag (ValueError otherwise).
     """
+    _one_slot(client, lock_key, key)
     keys, argv = _args(lock_key, token, command, key, args)
     try:
         return client.eval(FENCED_CALL_LUA, len(keys), *keys, *argv)
@@ -101,6 +117,7 @@ def fenced_call(client, lock_key, token, command, key, *args):
 
 async def afenced_call(client, lock_key, token, command, key, *args):
     """The asyncio :func:`fenced_call`, for a ``redis.asyncio`` client."""
+    _one_slot(client, lock_key, key)
     keys, argv = _args(lock_key, token, command, key, args)
     try:
         return await client.eval(FENCED_CALL_LUA, len(keys), *keys, *argv)

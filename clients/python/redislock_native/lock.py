@@ -3,7 +3,7 @@
 import threading
 import time
 
-from redis.exceptions import ConnectionError, LockError, LockNotOwnedError, TimeoutError
+from redis.exceptions import ConnectionError, LockError, LockNotOwnedError, ResponseError, TimeoutError
 
 from . import _wire
 from . import feed as _feed
@@ -100,6 +100,8 @@ class _Base:
         self._lost_reason = None
         self._lost_mutex = threading.Lock()
         self._feed_sub = None  # this hold's watch in the client's change feed (feed.py)
+        self._cluster = _wire.is_cluster(client)
+        self._renewed_sent = None  # time.monotonic() when the last grant or renewal was sent
 
     # --- state ---
 
@@ -314,6 +316,42 @@ class Lock(_Base):
         sent_at = time.monotonic()
         if self.durable:
             _wire.check_durable(self.client.info("server"))
+        ends = None if wait is None else sent_at + wait
+        while True:
+            try:
+                reply = self._acquire_once(args, wait, held_before, cleanup)
+                break
+            except (ResponseError, ConnectionError) as e:
+                # In a cluster, a waiter whose master became a replica (UNBLOCKED, or its
+                # connection closed by the demoted node), or a try sent to a node that no longer
+                # serves the slot (MOVED, READONLY), did not get the lock (a grant whose reply
+                # was lost was given back: see _wire.acquire_blocking): it queues again on the
+                # slot's master, within its own timeout.
+                if not self._cluster or not _wire.moved_away(e):
+                    raise
+                left = None if ends is None else ends - time.monotonic()
+                if wait == 0 and time.monotonic() - sent_at >= _wire.FOLLOW_TRY:
+                    raise
+                if left is not None and left <= 0 and wait != 0:
+                    return False
+                _wire.refresh_slots(self.client)
+                time.sleep(_wire.FOLLOW_BACKOFF)
+                if wait != 0:
+                    args, wait = self._acquire_args(True, left)
+        if not self._granted(reply):
+            return False
+        self._renewed_sent = sent_at
+        if self._in_session():
+            self._report_lost(f"session lost: {self.session.lost_reason}")
+        elif self.on_lost is not None and self.feed:
+            self._watch_feed(_feed.feed_for(self.client, self.name), self._first_deadline(sent_at, wait))
+        if self.watchdog:
+            self._start_watchdog()
+        return True
+
+    def _acquire_once(self, args, wait, held_before, cleanup):
+        """One ``LOCK.ACQUIRE`` (and its ``WAIT`` when durable): the reply."""
+        if self.durable:
             reply, acked = _wire.acquire_blocking(self._pooled(), args, wait, cleanup, self._durable_args())
             if reply is not None and acked < self.durable:
                 # `cleanup` releases only a grant this call made (nothing if held before).
@@ -326,15 +364,7 @@ class Lock(_Base):
                 raise
         else:
             reply = _wire.acquire_blocking(self._pooled(), args, wait, cleanup)
-        if not self._granted(reply):
-            return False
-        if self._in_session():
-            self._report_lost(f"session lost: {self.session.lost_reason}")
-        elif self.on_lost is not None and self.feed:
-            self._watch_feed(_feed.feed_for(self.client, self.name), self._first_deadline(sent_at, wait))
-        if self.watchdog:
-            self._start_watchdog()
-        return True
+        return reply
 
     def release(self):
         """Give the lock back; True if this owner held it, False if it was already lost.
@@ -400,10 +430,26 @@ class Lock(_Base):
             dog.stop()
 
     def _renew(self):
-        """One renewal within the period; True if still held."""
+        """One renewal within the period; True if still held. In a cluster a renewal that meets
+        a failover (``_wire.moved_away``) is sent again to the slot's master, looked up afresh,
+        until the hold's deadline from the last renewal sent: a failover alone loses nothing."""
         sent_at = time.monotonic()
-        if not self._renewed(_wire.call_timed(self._pooled(), self._extend_args(None), self._period())):
+        while True:
+            try:
+                reply = _wire.call_timed(self._pooled(), self._extend_args(None), self._period())
+                break
+            except Exception as e:
+                since = self._renewed_sent if self._renewed_sent is not None else sent_at
+                if not self._cluster or not _wire.moved_away(e) or time.monotonic() >= since + self._ttl_ms / 1000:
+                    raise
+                dog = self._dog
+                if dog is not None and dog._stopped.is_set():
+                    raise
+            _wire.refresh_slots(self.client)
+            time.sleep(_wire.FOLLOW_BACKOFF)
+        if not self._renewed(reply):
             return False
+        self._renewed_sent = sent_at
         self._renewed_at(sent_at)
         return True
 

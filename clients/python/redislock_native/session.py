@@ -53,9 +53,13 @@ from . import _wire
 MAX_LOCK_DELAY = 60.0
 
 
-def is_cluster(client):
-    """A redis-py cluster client (sync or asyncio): it routes by key and has no one pool."""
-    return hasattr(client, "get_node_from_key") and not hasattr(client, "connection_pool")
+is_cluster = _wire.is_cluster
+
+#: ``Session(...)`` with a cluster client and no ``key=``.
+NEEDS_KEY = (
+    "a session in a cluster belongs to one node, the master of a slot: name a key it will lock "
+    "(key=...); OPEN goes to that key's master, and every lock of the session must be on it"
+)
 
 
 def _text(value):
@@ -90,7 +94,7 @@ class _SessionBase:
             self._delay_ms = _wire.to_ms(lock_delay, "lock_delay", allow_zero=True)
         self._cluster = is_cluster(client)
         if self._cluster and key is None:
-            raise ValueError("a session in a cluster belongs to one node: name a key it will lock (key=...)")
+            raise ValueError(NEEDS_KEY)
         self.key = key
         self.on_lost = on_lost
         if keepalive_period is not None:
@@ -181,6 +185,11 @@ class _SessionBase:
         ``COMMAND``); naming it here does not depend on that."""
         return {"target_nodes": self.client.get_node_from_key(self._id)} if self._cluster else {}
 
+    def _follow_deadline(self, since):
+        """Until when a cluster session whose last keepalive was sent at ``since`` (monotonic)
+        is worth looking for on the slot's (new) master: past its ttl the server has ended it."""
+        return since + self._ttl_ms / 1000
+
     def _opened(self, reply):
         if reply is None:
             raise LockError("LOCK.SESSION OPEN answered nil")
@@ -258,6 +267,7 @@ class Session(_SessionBase):
         self._thread = None
         self._stopping = threading.Event()
         self._wake = None
+        self._last_ok = None  # time.monotonic() when the last successful keepalive was sent
 
     def open(self):
         """Open the session (``LOCK.SESSION OPEN``) and start its keepalive; returns self."""
@@ -274,9 +284,11 @@ class Session(_SessionBase):
                 raise
             self._wake = socket.socketpair()
         elif self._cluster:
-            self._opened(self.client.execute_command(*self._open_args(), target_nodes=self._node()))
+            self._opened(self._following(lambda: self.client.execute_command(*self._open_args(), target_nodes=self._node()),
+                                         time.monotonic() + self._ttl_ms / 1000))
         else:
             self._opened(self.client.execute_command(*self._open_args()))
+        self._last_ok = time.monotonic()
         self._thread = threading.Thread(target=self._keep, name=f"redislock-session:{self._id[:8]}", daemon=True)
         self._thread.start()
         return self
@@ -330,11 +342,28 @@ class Session(_SessionBase):
     # --- internals ---
 
     def _node(self):
-        return self.client.get_node_from_key(self.key)
+        return self.client.get_node_from_key(self._id if self._id is not None else self.key)
 
     def _command(self, *args):
-        """A command about this session, through the client, to the session's node."""
+        """A command about this session, through the client, to the session's node (in a
+        cluster: the master of the id's slot now, looked up again after a failover)."""
+        if self._cluster:
+            return self._following(lambda: self.client.execute_command(*args, **self._route()),
+                                   self._follow_deadline(self._last_ok))
         return self.client.execute_command(*args, **self._route())
+
+    def _following(self, call, deadline):
+        """``call()``, again on the slot's master after a failover (``MOVED``, ``READONLY``,
+        a lost connection: ``_wire.moved_away``) until ``deadline``; then the last error."""
+        while True:
+            try:
+                return call()
+            except Exception as e:
+                keeper = threading.current_thread() is self._thread  # close() stops it
+                if not _wire.moved_away(e) or time.monotonic() >= deadline or (keeper and self._stopping.is_set()):
+                    raise
+            _wire.refresh_slots(self.client)
+            time.sleep(_wire.FOLLOW_BACKOFF)
 
     def _connect(self):
         """The dedicated connection of a bound session, made like the client's own."""
@@ -380,26 +409,84 @@ class Session(_SessionBase):
         return _wire.call_timed(client, self._keepalive_args(), self._period())
 
     def _keep_unbound(self):
-        """Keep the session alive until stopped; the reason it was lost, or None if stopped."""
+        """Keep the session alive until stopped; the reason it was lost, or None if stopped.
+
+        In a cluster a keepalive that meets a failover (``_wire.moved_away``) is sent again to
+        the slot's master, looked up afresh, until the session's ttl from the last keepalive
+        that succeeded: only the server's nil, or that ttl passing, loses it."""
         while not self._stopping.wait(self._period()):
+            sent_at = time.monotonic()
             try:
-                remaining = self._keepalive()
+                if self._cluster:
+                    remaining = self._following(self._keepalive, self._follow_deadline(self._last_ok))
+                else:
+                    remaining = self._keepalive()
             except Exception as e:
-                return f"keepalive failed: {e!r}"
+                return None if self._stopping.is_set() else f"keepalive failed: {e!r}"
             if remaining is None:
                 return "ended"
+            self._last_ok = sent_at
+        return None
+
+    def _reattach(self, error):
+        """A bound session's connection met a failover (cluster only): bind the session to a
+        new connection to the master of its id's slot (``LOCK.SESSION ATTACH``: a promoted
+        replica has the session unbound). None when attached (``self._conn`` replaced), else
+        the reason the session is lost: ``"ended"`` when the server has no such session (also
+        when the old master is alive and ended it as its bound connection closed)."""
+        deadline = self._follow_deadline(self._last_ok)
+        self._conn.disconnect()
+        while not self._stopping.is_set():
+            _wire.refresh_slots(self.client)
+            try:
+                conn = self._connect()
+            except Exception as e:  # noqa: BLE001 - the slot's master unreachable for now
+                error = e
+            else:
+                try:
+                    conn.send_command("LOCK.SESSION", "ATTACH", self._id)
+                    reply = _wire._read(conn, self._period())
+                except Exception as e:  # noqa: BLE001
+                    conn.disconnect()
+                    if not _wire.moved_away(e):
+                        return f"attach failed: {e!r}"
+                    error = e
+                else:
+                    if reply is None:
+                        conn.disconnect()
+                        return "ended"
+                    self._conn = conn
+                    return None
+            if time.monotonic() >= deadline:
+                return f"connection lost: {error!r}"
+            self._stopping.wait(_wire.FOLLOW_BACKOFF)
         return None
 
     def _keep_bound(self):
-        """The same on the dedicated connection, watching it between keepalives."""
-        conn = self._conn
+        """The same on the dedicated connection, watching it between keepalives. In a cluster
+        a failover (``MOVED``, the connection lost) re-attaches the session on the slot's master
+        (``_reattach``) rather than counting it lost."""
+        while True:
+            reason = self._keep_bound_on(self._conn)
+            if reason is None or self._stopping.is_set():
+                return None
+            reason, error = reason if isinstance(reason, tuple) else (reason, None)
+            if not self._cluster or error is None or not _wire.moved_away(error):
+                return reason
+            reason = self._reattach(error)
+            if reason is not None:
+                return reason
+
+    def _keep_bound_on(self, conn):
+        """Keepalives on ``conn`` until stopped (None) or a loss: a reason, or ``(reason,
+        error)`` when an error the cluster may explain (``_wire.moved_away``) ended it."""
         wake = self._wake[0]
         while True:
             due = time.monotonic() + self._period()
             while (left := due - time.monotonic()) > 0:
                 sock = _wire._socket(conn)
                 if sock is None:
-                    return "connection lost: closed"
+                    return ("connection lost: closed", ConnectionError("closed"))
                 readable, _, _ = select.select([sock, wake], [], [], left)
                 if self._stopping.is_set():
                     return None
@@ -408,19 +495,21 @@ class Session(_SessionBase):
                         if conn.can_read(timeout=0):
                             return "connection lost: an unexpected reply on the idle connection"
                     except (ConnectionError, OSError) as e:
-                        return f"connection lost: {e}"
+                        return (f"connection lost: {e}", e)
                     # Readable without a reply (e.g. a TLS record): keep waiting.
+            sent_at = time.monotonic()
             try:
                 conn.send_command(*self._keepalive_args())
                 remaining = _wire._read(conn, self._period())
             except ResponseError as e:
-                return f"keepalive failed: {e!r}"
+                return (f"keepalive failed: {e!r}", e)
             except (ConnectionError, OSError) as e:
-                return f"connection lost: {e}"
+                return (f"connection lost: {e}", e)
             except TimeoutError as e:
-                return f"keepalive failed: {e!r}"
+                return (f"keepalive failed: {e!r}", e)
             if remaining is None:
                 return "ended"
+            self._last_ok = sent_at
 
 
 class AsyncSession(_SessionBase):
@@ -432,6 +521,7 @@ class AsyncSession(_SessionBase):
         super().__init__(client, ttl, **kwargs)
         self._conn = None
         self._task = None
+        self._last_ok = None  # time.monotonic() when the last successful keepalive was sent
 
     async def _name_connection(self):
         """As ``Session._name_connection``: the bound connection named after the serial."""
@@ -461,9 +551,12 @@ class AsyncSession(_SessionBase):
                 raise
         elif self._cluster:
             await self.client.initialize()  # its slot table, for _node(); once per client
-            self._opened(await self.client.execute_command(*self._open_args(), target_nodes=self._node()))
+            self._opened(await self._following(
+                lambda: self.client.execute_command(*self._open_args(), target_nodes=self._node()),
+                time.monotonic() + self._ttl_ms / 1000))
         else:
             self._opened(await self.client.execute_command(*self._open_args()))
+        self._last_ok = time.monotonic()
         self._task = asyncio.ensure_future(self._keep())
         return self
 
@@ -496,10 +589,27 @@ class AsyncSession(_SessionBase):
     # --- internals ---
 
     def _node(self):
-        return self.client.get_node_from_key(self.key)
+        return self.client.get_node_from_key(self._id if self._id is not None else self.key)
 
     async def _command(self, *args):
+        if self._cluster:
+            return await self._following(lambda: self.client.execute_command(*args, **self._route()),
+                                         self._follow_deadline(self._last_ok))
         return await self.client.execute_command(*args, **self._route())
+
+    async def _following(self, call, deadline):
+        """``Session._following`` for asyncio: ``await call()``, again on the slot's master
+        after a failover, until ``deadline``."""
+        while True:
+            try:
+                return await call()
+            except (asyncio.CancelledError, KeyboardInterrupt, SystemExit):
+                raise
+            except Exception as e:
+                if not _wire.moved_away(e) or time.monotonic() >= deadline:
+                    raise
+            await _wire.arefresh_slots(self.client)
+            await asyncio.sleep(_wire.FOLLOW_BACKOFF)
 
     async def _connect(self):
         if self._cluster:
@@ -535,14 +645,18 @@ class AsyncSession(_SessionBase):
                 await lock._report_lost(f"session lost: {reason}")
 
     async def _keepalive(self):
-        if self._cluster:
-            return await _wire.within(self._command(*self._keepalive_args()), self._period())
+        if self._cluster:  # each try within the period, tried again on the slot's master after a failover
+            return await self._following(
+                lambda: _wire.within(self.client.execute_command(*self._keepalive_args(), **self._route()), self._period()),
+                self._follow_deadline(self._last_ok))
         return await _wire.acall_timed(self.client, self._keepalive_args(), self._period())
 
     async def _keep_unbound(self):
-        """Keep the session alive until cancelled; the reason it was lost."""
+        """Keep the session alive until cancelled; the reason it was lost (in a cluster, only
+        the server's nil or the ttl passing without an answer: ``Session._keep_unbound``)."""
         while True:
             await asyncio.sleep(self._period())
+            sent_at = time.monotonic()
             try:
                 remaining = await self._keepalive()
             except (asyncio.CancelledError, KeyboardInterrupt, SystemExit):
@@ -551,27 +665,68 @@ class AsyncSession(_SessionBase):
                 return f"keepalive failed: {e!r}"
             if remaining is None:
                 return "ended"
+            self._last_ok = sent_at
 
     async def _keep_bound(self):
-        """The same on the dedicated connection, reading it between keepalives: a read that
-        times out means nothing arrived (redis-py answers None and leaves the connection as it
-        was), a closed connection raises at once."""
-        conn = self._conn
+        """``_keep_bound_on`` the dedicated connection; in a cluster a failover re-attaches the
+        session on the slot's master (``Session._keep_bound``)."""
+        while True:
+            reason, error = await self._keep_bound_on(self._conn)
+            if not self._cluster or error is None or not _wire.moved_away(error):
+                return reason
+            reason = await self._reattach()
+            if reason is not None:
+                return reason
+
+    async def _reattach(self):
+        """``Session._reattach`` for asyncio."""
+        deadline = self._follow_deadline(self._last_ok)
+        await self._conn.disconnect()
+        while True:
+            await _wire.arefresh_slots(self.client)
+            conn = None
+            try:
+                conn = await self._connect()
+                await conn.send_command("LOCK.SESSION", "ATTACH", self._id)
+                reply = await _wire._aread(conn, self._period())
+            except (asyncio.CancelledError, KeyboardInterrupt, SystemExit):
+                raise
+            except Exception as e:  # noqa: BLE001
+                if conn is not None:
+                    await conn.disconnect()
+                if not _wire.moved_away(e):
+                    return f"attach failed: {e!r}"
+                if time.monotonic() >= deadline:
+                    return f"connection lost: {e!r}"
+                await asyncio.sleep(_wire.FOLLOW_BACKOFF)
+                continue
+            if reply is None:
+                await conn.disconnect()
+                return "ended"
+            self._conn = conn
+            return None
+
+    async def _keep_bound_on(self, conn):
+        """Keepalives on ``conn``, reading it between them: a read that times out means nothing
+        arrived (redis-py answers None and leaves the connection as it was), a closed connection
+        raises at once. ``(reason, error)``: ``error`` when one the cluster may explain ended it."""
         while True:
             try:
                 unexpected = await conn.read_response(timeout=self._period(), disconnect_on_error=False)
             except (ConnectionError, OSError) as e:
-                return f"connection lost: {e}"
+                return f"connection lost: {e}", e
             if unexpected is not None:
-                return "connection lost: an unexpected reply on the idle connection"
+                return "connection lost: an unexpected reply on the idle connection", None
+            sent_at = time.monotonic()
             try:
                 await conn.send_command(*self._keepalive_args())
                 remaining = await _wire._aread(conn, self._period())
             except (asyncio.CancelledError, KeyboardInterrupt, SystemExit):
                 raise
             except (ConnectionError, OSError) as e:
-                return f"connection lost: {e}"
+                return f"connection lost: {e}", e
             except Exception as e:
-                return f"keepalive failed: {e!r}"
+                return f"keepalive failed: {e!r}", e
             if remaining is None:
-                return "ended"
+                return "ended", None
+            self._last_ok = sent_at

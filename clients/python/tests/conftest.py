@@ -88,7 +88,9 @@ class Cluster:
         line = self._harness.stdout.readline()
         if not line:
             raise RuntimeError(f"the harness did not start a cluster (exit status {self._harness.wait()})")
-        self.ports = [node["port"] for node in json.loads(line)["nodes"]]
+        nodes = json.loads(line)["nodes"]
+        self.ports = [node["port"] for node in nodes]
+        self.pids = {node["port"]: node["pid"] for node in nodes}  # to kill a node (failover tests)
 
     def client(self, **kwargs):
         return redis.RedisCluster(host="127.0.0.1", port=self.ports[0], **kwargs)

@@ -7,6 +7,12 @@
 //!
 //! It is a plain thread with a sync connection in the async API too: nothing else is sent on
 //! the connection, and a read that ends with the connection is the quickest way to learn of it.
+//!
+//! With a cluster node's client ([`Follow`], the sync API) a failover is followed (issue 34):
+//! when the client's pool has moved to the slot's new master (its keepalives met `MOVED`), or
+//! the connection closed, the thread binds the session to a new connection with `LOCK.SESSION
+//! ATTACH id` (a promoted replica has the session unbound) and reports a loss only when the
+//! server answers nil (the session ended) or no master answered within the session's ttl.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -15,7 +21,7 @@ use std::time::Duration;
 
 use redis::Connection;
 
-use crate::client::Endpoint;
+use crate::client::{Endpoint, Inner};
 use crate::command::Command;
 use crate::error::Error;
 
@@ -48,10 +54,12 @@ impl Bound {
     }
 
     /// Wait on `conn` in a thread of its own until stopped; if the connection closes first,
-    /// call `closed` with the error the read ended with.
+    /// call `closed` with the error the read ended with (`None`: the server answered that the
+    /// session is gone, when `follow` re-attached it).
     pub(crate) fn watch(
         mut conn: Connection,
-        closed: impl FnOnce(Error) + Send + 'static,
+        follow: Option<Follow>,
+        closed: impl FnOnce(Option<Error>) + Send + 'static,
     ) -> std::io::Result<Bound> {
         let stop = Arc::new(AtomicBool::new(false));
         let stopped = Arc::clone(&stop);
@@ -59,20 +67,38 @@ impl Bound {
             .name("redis-lock-bound".to_string())
             .spawn(move || {
                 if let Err(e) = conn.set_read_timeout(Some(POLL)) {
-                    return closed(Error::from_redis(e));
+                    return closed(Some(Error::from_redis(e)));
                 }
+                let mut at = follow.as_ref().map(Follow::address);
                 while !stopped.load(Ordering::Acquire) {
-                    match conn.recv_response() {
+                    let failed = match conn.recv_response() {
                         // Nothing is sent on it, so nothing should come; a stray message (a
                         // push) changes nothing.
-                        Ok(_) => {}
-                        Err(e) if e.is_timeout() => {}
-                        Err(e) => {
-                            if !stopped.load(Ordering::Acquire) {
-                                closed(Error::from_redis(e));
-                            }
-                            return;
+                        Ok(_) => None,
+                        Err(e) if e.is_timeout() => None,
+                        Err(e) => Some(Error::from_redis(e)),
+                    };
+                    if stopped.load(Ordering::Acquire) {
+                        return;
+                    }
+                    let Some(follow) = &follow else {
+                        if let Some(e) = failed {
+                            return closed(Some(e));
                         }
+                        continue;
+                    };
+                    // The pool followed a failover (or this connection closed): attach anew.
+                    let moved = at.as_ref() != Some(&follow.address());
+                    if failed.is_none() && !moved {
+                        continue;
+                    }
+                    match follow.attach(&stopped) {
+                        Ok(Some(fresh)) => {
+                            conn = fresh;
+                            at = Some(follow.address());
+                        }
+                        Ok(None) => return closed(None),
+                        Err(e) => return closed(Some(e)),
                     }
                 }
                 // Stopped: the connection is closed here, as `conn` is dropped.
@@ -120,5 +146,54 @@ fn name_after_serial(conn: &mut Connection, id: &str) {
             .arg("SETNAME")
             .arg(format!("redislock-session-{serial}"))
             .query(conn);
+    }
+}
+
+/// How a bound session of a cluster node's client follows a failover: the client (whose pool
+/// follows `MOVED`), the session's id and ttl.
+pub(crate) struct Follow {
+    pub(crate) inner: Arc<Inner>,
+    pub(crate) id: String,
+    pub(crate) ttl: Duration,
+}
+
+impl Follow {
+    /// Where the client's pool points now.
+    fn address(&self) -> redis::ConnectionAddr {
+        self.inner.redis().get_connection_info().addr.clone()
+    }
+
+    /// `LOCK.SESSION ATTACH id` on a new connection to where the client points (following a
+    /// `MOVED` there), until the session's ttl passed: the connection, `None` if the server has
+    /// no such session, or the last error.
+    fn attach(&self, stopped: &AtomicBool) -> Result<Option<Connection>, Error> {
+        let deadline = std::time::Instant::now() + self.ttl;
+        loop {
+            let tried = self
+                .inner
+                .connect(self.inner.connect_timeout)
+                .and_then(|mut conn| {
+                    conn.set_read_timeout(Some(self.inner.io_timeout))
+                        .map_err(Error::from_redis)?;
+                    let reply: Option<String> = redis::cmd("LOCK.SESSION")
+                        .arg("ATTACH")
+                        .arg(&self.id)
+                        .query(&mut conn)
+                        .map_err(Error::from_redis)?;
+                    conn.set_read_timeout(Some(POLL))
+                        .map_err(Error::from_redis)?;
+                    Ok(reply.map(|_| conn))
+                });
+            match tried {
+                Ok(attached) => return Ok(attached),
+                Err(e) => {
+                    self.inner.follow(&e);
+                    if std::time::Instant::now() >= deadline || stopped.load(Ordering::Acquire) {
+                        return Err(e);
+                    }
+                }
+            }
+            thread::sleep(Duration::from_millis(50));
+        }
     }
 }

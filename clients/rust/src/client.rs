@@ -48,8 +48,9 @@ pub struct Client {
 
 /// The server a client talks to and its limits: what the sync and the async client share.
 pub(crate) struct Endpoint {
-    /// Connection parameters (no connection of its own).
-    pub(crate) redis: redis::Client,
+    /// Connection parameters (no connection of its own). Replaced when a cluster node's slot
+    /// moved to another master (a failover: [`Inner::follow`]).
+    redis: std::sync::RwLock<redis::Client>,
     /// Limit on opening a connection, handshake included.
     pub(crate) connect_timeout: Duration,
     /// Limit on a reply (and a write), except for a blocking acquire.
@@ -65,7 +66,7 @@ impl Endpoint {
     pub(crate) fn open(url: &str) -> Result<Endpoint, Error> {
         let redis = redis::Client::open(url).map_err(Error::from_redis)?;
         Ok(Endpoint {
-            redis,
+            redis: std::sync::RwLock::new(redis),
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             io_timeout: DEFAULT_IO_TIMEOUT,
             durable: None,
@@ -76,7 +77,7 @@ impl Endpoint {
     /// The same server with other timeouts, each at least 1 ms.
     pub(crate) fn with_timeouts(&self, connect: Duration, io: Duration) -> Endpoint {
         Endpoint {
-            redis: self.redis.clone(),
+            redis: std::sync::RwLock::new(self.redis()),
             connect_timeout: connect.max(Duration::from_millis(1)),
             io_timeout: io.max(Duration::from_millis(1)),
             durable: self.durable,
@@ -95,6 +96,14 @@ impl Endpoint {
         }
     }
 
+    /// The connection parameters now (a clone: they change when a failover is followed).
+    pub(crate) fn redis(&self) -> redis::Client {
+        self.redis
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
     /// The node a cluster's `MOVED` redirect names, with this endpoint's credentials, database,
     /// TLS settings and timeouts.
     pub(crate) fn redirected(&self, moved: &redis::RedisError) -> Result<Endpoint, Error> {
@@ -105,7 +114,15 @@ impl Endpoint {
         let (node, _slot) = moved.redirect_node().ok_or_else(bad)?;
         let (host, port) = node.rsplit_once(':').ok_or_else(bad)?;
         let port: u16 = port.parse().map_err(|_| bad())?;
-        let mut info = self.redis.get_connection_info().clone();
+        Ok(Endpoint {
+            redis: std::sync::RwLock::new(self.at(host, port)?),
+            ..self.with_timeouts(self.connect_timeout, self.io_timeout)
+        })
+    }
+
+    /// This endpoint's connection parameters (credentials, database, TLS) for `host:port`.
+    fn at(&self, host: &str, port: u16) -> Result<redis::Client, Error> {
+        let mut info = self.redis().get_connection_info().clone();
         info.addr = match info.addr {
             redis::ConnectionAddr::TcpTls {
                 insecure,
@@ -119,11 +136,7 @@ impl Endpoint {
             },
             _ => redis::ConnectionAddr::Tcp(host.to_string(), port),
         };
-        let redis = redis::Client::open(info).map_err(Error::from_redis)?;
-        Ok(Endpoint {
-            redis,
-            ..self.with_timeouts(self.connect_timeout, self.io_timeout)
-        })
+        redis::Client::open(info).map_err(Error::from_redis)
     }
 
     /// Open a connection within `timeout`, handshake included.
@@ -136,7 +149,7 @@ impl Endpoint {
     /// server answers or the connection breaks, and the late connection is then closed.
     pub(crate) fn connect(&self, timeout: Duration) -> Result<Connection, Error> {
         let (tx, rx) = mpsc::sync_channel(1);
-        let redis = self.redis.clone();
+        let redis = self.redis();
         thread::Builder::new()
             .name("redis-lock-connect".to_string())
             .spawn(move || {
@@ -162,7 +175,13 @@ pub(crate) struct Inner {
     idle: Mutex<Vec<Connection>>,
     /// The change feed's connections and thread, started by the first watch.
     pub(crate) feed: std::sync::OnceLock<Arc<Subscriber>>,
+    /// The server is a cluster node ([`Client::for_key`] made this client, or it answered
+    /// `MOVED`): `READONLY` and a role-change `UNBLOCKED` then mean "follow the failover".
+    cluster: std::sync::atomic::AtomicBool,
 }
+
+/// How many failovers (redirects) one command follows before its error is returned.
+const MAX_FOLLOWS: usize = 5;
 
 impl std::ops::Deref for Inner {
     type Target = Endpoint;
@@ -275,14 +294,22 @@ impl Client {
         let fence = command::fence(key, 1);
         let inner = &self.inner;
         match inner.with_conn(inner.io_timeout, inner.connect_timeout, &fence) {
-            Ok(_) => Ok(Client {
-                session: None,
-                ..self.clone()
-            }),
+            Ok(_) => {
+                inner
+                    .cluster
+                    .store(true, std::sync::atomic::Ordering::Relaxed);
+                Ok(Client {
+                    session: None,
+                    ..self.clone()
+                })
+            }
             Err(Error::Server(e)) if e.kind() == redis::ErrorKind::Moved => {
                 let endpoint = inner.redirected(&e)?;
+                let node = Inner::new(endpoint);
+                node.cluster
+                    .store(true, std::sync::atomic::Ordering::Relaxed);
                 Ok(Client {
-                    inner: Arc::new(Inner::new(endpoint)),
+                    inner: Arc::new(node),
                     owner: self.owner.clone(),
                     session: None,
                     watch: self.watch,
@@ -391,6 +418,76 @@ impl Inner {
             endpoint,
             idle: Mutex::new(Vec::new()),
             feed: std::sync::OnceLock::new(),
+            cluster: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// Whether this client is a cluster node's ([`Client::for_key`], or it met `MOVED`).
+    pub(crate) fn is_cluster(&self) -> bool {
+        self.cluster.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// After `error`: whether it says this cluster node no longer serves the client's slot as
+    /// a master, and the client now points at the node that does (issue 34). `MOVED` names
+    /// that node; `READONLY` (a replica now: a session's `OPEN` names no key to redirect by)
+    /// and a waiter's `UNBLOCKED ... (master -> replica?)` are followed to the master the node's
+    /// `ROLE` names. The command did not run in any of these cases, so it may be sent again.
+    /// A node that is gone (`kill -9`) is not followed: nothing here knows the other nodes.
+    pub(crate) fn follow(&self, error: &Error) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        let Error::Server(e) = error else {
+            return false;
+        };
+        let next = if e.kind() == redis::ErrorKind::Moved {
+            self.cluster.store(true, Relaxed);
+            self.redirected(e).map(|endpoint| endpoint.redis())
+        } else if self.cluster.load(Relaxed) && demoted(e) {
+            self.master_by_role()
+        } else {
+            return false;
+        };
+        let Ok(next) = next else {
+            return false;
+        };
+        *self
+            .endpoint
+            .redis
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = next;
+        self.idle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
+        true
+    }
+
+    /// The master this node replicates now (`ROLE` answers `slave host port ...`).
+    fn master_by_role(&self) -> Result<redis::Client, Error> {
+        let mut conn = self.connect(self.connect_timeout)?;
+        conn.set_read_timeout(Some(self.io_timeout))
+            .map_err(Error::from_redis)?;
+        let role: Vec<redis::Value> = redis::cmd("ROLE")
+            .query(&mut conn)
+            .map_err(Error::from_redis)?;
+        let text = |v: &redis::Value| match v {
+            redis::Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+            redis::Value::SimpleString(s) => Some(s.clone()),
+            redis::Value::Int(n) => Some(n.to_string()),
+            _ => None,
+        };
+        let words: Vec<Option<String>> = role.iter().take(3).map(text).collect();
+        match words.as_slice() {
+            [Some(kind), Some(host), Some(port)] if kind == "slave" => {
+                let port = port.parse().map_err(|_| Error::UnexpectedReply {
+                    command: "ROLE",
+                    reply: format!("{role:?}"),
+                })?;
+                self.at(host, port)
+            }
+            _ => Err(Error::UnexpectedReply {
+                command: "ROLE",
+                reply: format!("{role:?}"),
+            }),
         }
     }
 
@@ -430,6 +527,26 @@ impl Inner {
         connect_timeout: Duration,
         command: &Command<T>,
         then: impl Fn(&T) -> Option<(Command<U>, Duration)>,
+    ) -> (Result<T, Failure>, Option<Result<U, Error>>) {
+        let mut follows = 0;
+        loop {
+            let (result, second) =
+                self.with_conn_then_once(read_timeout, connect_timeout, command, &then);
+            match &result {
+                Err(failure) if follows < MAX_FOLLOWS && self.follow(&failure.error) => {
+                    follows += 1
+                }
+                _ => return (result, second),
+            }
+        }
+    }
+
+    fn with_conn_then_once<T: 'static, U: 'static>(
+        &self,
+        read_timeout: Duration,
+        connect_timeout: Duration,
+        command: &Command<T>,
+        then: &impl Fn(&T) -> Option<(Command<U>, Duration)>,
     ) -> (Result<T, Failure>, Option<Result<U, Error>>) {
         let pooled = self
             .idle
@@ -485,4 +602,14 @@ impl Inner {
         }
         result.map_err(Failure::sent)
     }
+}
+
+/// A reply that says the node stopped being a master: `READONLY ...`, or Redis's (and the
+/// module's) answer to a waiter whose node turned replica.
+fn demoted(e: &redis::RedisError) -> bool {
+    let text = e.to_string();
+    e.kind() == redis::ErrorKind::ReadOnly
+        || text.contains("READONLY")
+        || (text.contains("UNBLOCKED")
+            && (text.contains("master -> replica") || text.contains("became a replica")))
 }

@@ -17,7 +17,8 @@ use crate::error::Error;
 /// A new pub/sub connection to `endpoint` (authenticated if the URL has credentials): the
 /// reading and the writing handle.
 pub(crate) fn connect(endpoint: &Endpoint) -> Result<(Stream, Stream), Error> {
-    let info = endpoint.redis.get_connection_info();
+    let redis = endpoint.redis();
+    let info = redis.get_connection_info();
     let timeout = endpoint.connect_timeout;
     let mut stream = match &info.addr {
         ConnectionAddr::Tcp(host, port) => {

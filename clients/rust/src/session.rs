@@ -423,8 +423,23 @@ impl SessionBuilder<Client> {
         };
         if let Some(conn) = bound {
             let to = Arc::clone(&state);
-            let closed = move |e| to.report(LossReason::BoundConnectionClosed(Arc::new(e)));
-            session.bound = Some(Bound::watch(conn, closed).map_err(Error::Spawn)?);
+            let closed = move |e: Option<Error>| {
+                to.report(match e {
+                    Some(e) => LossReason::BoundConnectionClosed(Arc::new(e)),
+                    None => LossReason::SessionEnded,
+                })
+            };
+            // A cluster node's client follows a failover: re-attach on the slot's new master.
+            let follow = session
+                .client
+                .inner
+                .is_cluster()
+                .then(|| crate::bound::Follow {
+                    inner: Arc::clone(&session.client.inner),
+                    id: state.id().to_string(),
+                    ttl: Duration::from_millis(ttl_ms),
+                });
+            session.bound = Some(Bound::watch(conn, follow, closed).map_err(Error::Spawn)?);
         }
         let lease = Lease {
             client: Arc::clone(&session.client.inner),

@@ -470,7 +470,7 @@ impl Inner {
     /// with the connection timeout).
     async fn connect(&self, timeout: Duration) -> Result<MultiplexedConnection, Error> {
         let config = AsyncConnectionConfig::new().set_connection_timeout(timeout);
-        self.redis
+        self.redis()
             .get_multiplexed_async_connection_with_config(&config)
             .await
             .map_err(Error::from_redis)

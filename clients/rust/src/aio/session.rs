@@ -157,8 +157,13 @@ impl SessionBuilder<Client> {
         };
         if let Some(conn) = bound {
             let to = Arc::clone(&state);
-            let closed = move |e| to.report(LossReason::BoundConnectionClosed(Arc::new(e)));
-            session.bound = Some(Bound::watch(conn, closed).map_err(Error::Spawn)?);
+            let closed = move |e: Option<Error>| {
+                to.report(match e {
+                    Some(e) => LossReason::BoundConnectionClosed(Arc::new(e)),
+                    None => LossReason::SessionEnded,
+                })
+            };
+            session.bound = Some(Bound::watch(conn, None, closed).map_err(Error::Spawn)?);
         }
         let lease = Lease {
             client: Arc::clone(&session.client.inner),

@@ -1,0 +1,195 @@
+//! The sync client follows a planned `CLUSTER FAILOVER` of its key's shard (issue 34): a
+//! `Client::for_key` client whose node turned replica is pointed at the new master (by the
+//! `MOVED` it gets there, or the demoted node's `ROLE`), so a session's keepalives, a watchdog's
+//! renewals and a queued waiter go on there, and a bound session is re-attached there. Holds kept with their tokens, no loss reported, the
+//! waiter granted without the caller sending again. Every wait is on observable state.
+
+mod support;
+
+use std::thread;
+use std::time::Duration;
+
+use redis::Value;
+use redis_lock_client::{Client, Session};
+use support::{cluster, ms, test_dir, wait_for, Server};
+
+const PATIENCE: Duration = Duration::from_secs(30);
+
+fn role(server: &Server) -> String {
+    let role: Vec<Value> = redis::cmd("ROLE").query(&mut server.conn()).expect("ROLE");
+    match &role[0] {
+        Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+        other => format!("{other:?}"),
+    }
+}
+
+/// The port of the master `server` (a replica) follows.
+fn master_of(server: &Server) -> Option<u16> {
+    let role: Vec<Value> = redis::cmd("ROLE").query(&mut server.conn()).ok()?;
+    match role.as_slice() {
+        [Value::BulkString(kind), _, Value::Int(port), ..] if kind == b"slave" => {
+            Some(*port as u16)
+        }
+        _ => None,
+    }
+}
+
+/// `LOCK.INFO key` on one node: the holders' tokens and the number of waiters.
+fn info(server: &Server, key: &str) -> (Vec<u64>, i64) {
+    let reply: Value = redis::cmd("LOCK.INFO")
+        .arg(key)
+        .query(&mut server.conn())
+        .unwrap();
+    let pairs = |v: &Value| -> Vec<(String, Value)> {
+        let items = match v {
+            Value::Array(items) => items.clone(),
+            Value::Map(pairs) => pairs
+                .iter()
+                .flat_map(|(k, v)| [k.clone(), v.clone()])
+                .collect(),
+            _ => vec![],
+        };
+        items
+            .chunks(2)
+            .map(|p| match &p[0] {
+                Value::BulkString(k) => (String::from_utf8_lossy(k).into_owned(), p[1].clone()),
+                other => (format!("{other:?}"), p[1].clone()),
+            })
+            .collect()
+    };
+    if reply == Value::Nil {
+        return (vec![], 0);
+    }
+    let fields = pairs(&reply);
+    let mut tokens = vec![];
+    let mut waiters = 0;
+    for (k, v) in &fields {
+        match (k.as_str(), v) {
+            ("waiters", Value::Int(n)) => waiters = *n,
+            ("holders", Value::Array(holders)) => {
+                for h in holders {
+                    for (hk, hv) in pairs(h) {
+                        if let ("token", Value::Int(t)) = (hk.as_str(), hv) {
+                            tokens.push(t as u64);
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    (tokens, waiters)
+}
+
+#[test]
+fn a_planned_failover_keeps_sessions_renewals_and_waiters() {
+    let dir = test_dir("client-cluster-failover");
+    let nodes = cluster::start(3, 1, &dir);
+    let tag = "{fo-rust}";
+    let seed = Client::open(&nodes[0].url()).unwrap();
+    let client = seed.for_key(tag).unwrap();
+    let old = nodes
+        .iter()
+        .find(|n| {
+            role(n) == "master" && {
+                let r: redis::RedisResult<Value> =
+                    redis::cmd("LOCK.FENCE").arg(tag).query(&mut n.conn());
+                r.is_ok()
+            }
+        })
+        .expect("the tag's master");
+    let new = nodes
+        .iter()
+        .find(|n| master_of(n) == Some(old.port()))
+        .expect("its replica");
+
+    let session = Session::builder(&client, ms(3_000)).open().unwrap();
+    let in_session = client
+        .with_session(&session)
+        .acquire(&format!("{tag}s"), Duration::ZERO)
+        .unwrap()
+        .expect("granted");
+    let bound = Session::builder(&client, ms(3_000))
+        .bound(true)
+        .open()
+        .unwrap();
+    let in_bound = client
+        .with_session(&bound)
+        .acquire(&format!("{tag}b"), Duration::ZERO)
+        .unwrap()
+        .expect("granted");
+    let dog = client
+        .acquire_with_watchdog(&format!("{tag}dog"), ms(3_000))
+        .unwrap()
+        .expect("granted");
+    let holder = client
+        .acquire(&format!("{tag}busy"), ms(60_000))
+        .unwrap()
+        .expect("granted");
+    let waiter = {
+        let client = client.clone();
+        let key = format!("{tag}busy");
+        thread::spawn(move || client.acquire_blocking(&key, ms(60_000), PATIENCE))
+    };
+    wait_for("the waiter queued", PATIENCE, || {
+        (info(old, &format!("{tag}busy")).1 == 1).then_some(())
+    });
+
+    let keepalives = new.calls("lock.session|keepalive");
+    let ok: Value = redis::cmd("CLUSTER")
+        .arg("FAILOVER")
+        .query(&mut new.conn())
+        .unwrap();
+    assert_eq!(ok, Value::Okay);
+    wait_for("the replica promoted", PATIENCE, || {
+        (role(new) == "master").then_some(())
+    });
+    wait_for("keepalives on the new master", PATIENCE, || {
+        (new.calls("lock.session|keepalive") >= keepalives + 2).then_some(())
+    });
+    wait_for("a renewal on the new master", PATIENCE, || {
+        (new.calls("lock.extend") >= 1).then_some(())
+    });
+    wait_for(
+        "the bound session attached on the new master",
+        PATIENCE,
+        || {
+            let reply: Value = redis::cmd("LOCK.SESSION")
+                .arg("INFO")
+                .arg(bound.id())
+                .query(&mut new.conn())
+                .unwrap();
+            let attached = match reply {
+                Value::Array(items) => items
+                    .chunks(2)
+                    .any(|p| p[0] == Value::BulkString(b"bound".to_vec()) && p[1] != Value::Nil),
+                Value::Map(pairs) => pairs
+                    .iter()
+                    .any(|(k, v)| *k == Value::BulkString(b"bound".to_vec()) && *v != Value::Nil),
+                _ => false,
+            };
+            attached.then_some(())
+        },
+    );
+    assert_eq!(info(new, in_bound.key()).0, vec![in_bound.token()]);
+    assert!(!bound.is_lost() && !in_bound.is_lost());
+    assert_eq!(info(new, in_session.key()).0, vec![in_session.token()]);
+    assert_eq!(info(new, dog.key()).0, vec![dog.token()]);
+    assert!(!session.is_lost() && !in_session.is_lost() && !dog.is_lost());
+
+    wait_for(
+        "the waiter queued again on the new master",
+        PATIENCE,
+        || (info(new, &format!("{tag}busy")).1 == 1).then_some(()),
+    );
+    assert!(holder.release().unwrap());
+    let granted = waiter.join().unwrap().unwrap().expect("the waiter granted");
+    assert_eq!(info(new, granted.key()).0, vec![granted.token()]);
+
+    assert!(granted.release().unwrap());
+    assert!(dog.release().unwrap());
+    assert!(in_session.release().unwrap());
+    assert_eq!(session.close().unwrap(), Some(0));
+    assert!(in_bound.release().unwrap());
+    assert_eq!(bound.close().unwrap(), Some(0));
+}
