@@ -21,18 +21,23 @@ ALL = [(p, i) for p in ("README.md", "clients/python/README.md") for i, code in 
        if "redislock_native" in code or "Lock(" in code or "lock." in code]
 
 
-def run(cluster, code):
+def run(cluster, code, monkeypatch):
     rc = redis.RedisCluster(host="127.0.0.1", port=cluster.ports[0])
     rc.flushall(target_nodes=redis.RedisCluster.PRIMARIES)  # the snippets use fixed key names
+    # The snippets make their client from REDIS_URL (test_readme.py runs them as pasted): here
+    # that URL names a cluster node and the client class is redis-py's cluster client.
+    monkeypatch.setenv("REDIS_URL", f"redis://127.0.0.1:{cluster.ports[0]}")
+    monkeypatch.setenv("REDIS_CLUSTER_URL", f"redis://127.0.0.1:{cluster.ports[0]}")
     prelude = "import redis\nfrom redislock_native import Lock\n"
     prelude += "r = redis.RedisCluster(host='127.0.0.1', port=%d)\n" % cluster.ports[0]
-    code = prelude + code.replace("r = redis.Redis()", "")
+    code = prelude + code.replace("r = redis.Redis()", "").replace(
+        "redis.Redis.from_url(", "redis.RedisCluster.from_url(")
     exec(compile(code, "<readme>", "exec"), {"__name__": "readme"})
     rc.close()
 
 
 @pytest.mark.parametrize("path,index", ALL)
-def test_readme_snippet_on_a_cluster(cluster, path, index):
+def test_readme_snippet_on_a_cluster(cluster, path, index, monkeypatch):
     code = snippets(path)[index]
     if any(s in code for s in SKIP):
         pytest.skip("not a cluster snippet (several servers, or the asyncio cluster client)")
@@ -40,7 +45,7 @@ def test_readme_snippet_on_a_cluster(cluster, path, index):
         code = "lock = Lock(r, '{invoice:42}', ttl=30)\nassert lock.acquire()\n" + code
     if "def stop_working" in code:
         code += "assert lock.acquire() and lock.release()\n"
-    run(cluster, code)
+    run(cluster, code, monkeypatch)
 
 
 def test_a_fenced_write_across_slots_names_the_rule(cluster):
