@@ -55,6 +55,12 @@ def wait_promoted(new, old=None):
         wait_until("the old master to become a replica", lambda: (role(old) or [b""])[0] == b"slave", PATIENCE)
 
 
+def session_info(port, session_id):
+    """``LOCK.SESSION INFO`` as a dict (redis-py 8 gives one, 5.0 the flat list)."""
+    reply = redis.Redis(port=port).execute_command("LOCK.SESSION", "INFO", session_id)
+    return dict(zip(reply[::2], reply[1::2])) if isinstance(reply, list) else reply
+
+
 def calls(port, command):
     stats = redis.Redis(port=port).info("commandstats")
     return stats.get(f"cmdstat_{command}", {}).get("calls", 0)
@@ -118,7 +124,7 @@ def test_planned_failover_keeps_holds_sessions_waiters_and_elections(cluster6):
     wait_until("keepalives on the new master", lambda: calls(new, "lock.session|keepalive") >= keepalives + 4, PATIENCE)
     wait_until("an extend on the new master", lambda: calls(new, "lock.extend") >= 2, PATIENCE)
     wait_until("the bound session attached there",
-               lambda: redis.Redis(port=new).execute_command("LOCK.SESSION", "INFO", bound.id)[b"bound"] is not None, PATIENCE)
+               lambda: session_info(new, bound.id)[b"bound"] is not None, PATIENCE)
     for name, token in held.items():
         assert tokens_on(new, name) == [token], name
     assert lost == []
@@ -211,7 +217,7 @@ def test_planned_failover_keeps_async_sessions(cluster6):
         assert redis.Redis(port=new).execute_command("CLUSTER", "FAILOVER") == b"OK"
         deadline = time.monotonic() + PATIENCE
         while not (calls(new, "lock.session|keepalive") >= keepalives + 4
-                   and redis.Redis(port=new).execute_command("LOCK.SESSION", "INFO", bound.id)[b"bound"] is not None):
+                   and session_info(new, bound.id)[b"bound"] is not None):
             assert time.monotonic() < deadline, "no keepalives of both sessions on the new master"
             await asyncio.sleep(0.05)
         assert (role(old) or [b""])[0] == b"slave"
