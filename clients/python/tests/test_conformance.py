@@ -13,6 +13,7 @@ first use.
 """
 
 import asyncio
+import time
 import signal
 import threading
 
@@ -188,14 +189,22 @@ class SyncRunner:
         t = threading.Thread(target=helper, daemon=True)
         t.start()
         interrupted = False
+        got = "not returned"
+        began = time.monotonic()
+        # Python's own Ctrl-C handler for the wait: a suite started in the background by a
+        # non-interactive shell (tests/suites.sh) inherits SIGINT ignored, and Python then
+        # leaves it ignored.
+        handler = signal.signal(signal.SIGINT, signal.default_int_handler)
         try:
-            lock.acquire(timeout=ms(start["wait"]))
+            got = lock.acquire(timeout=ms(start["wait"]))
         except KeyboardInterrupt:
             interrupted = True
+        finally:
+            signal.signal(signal.SIGINT, handler)
         t.join(STEP_DEADLINE)
         if failure:
             raise failure[0]
-        assert interrupted, "the wait ended before it was cancelled"
+        assert interrupted, f"the wait ended before it was cancelled: {got!r} after {time.monotonic() - began:.3f} s"
 
     def step(self, step):
         do, o, v = step["do"], self.objs, self.vars
