@@ -39,6 +39,7 @@
 
 pub mod clock;
 pub mod cluster;
+pub mod dump;
 pub mod feed;
 mod lock;
 pub mod netns;

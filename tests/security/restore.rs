@@ -17,24 +17,6 @@ const AHEAD_MS: i64 = 7 * 86_400_000;
 /// Tokens are `ms << 11` at least (`lock::CLOCK_SHIFT`).
 const SHIFT: u32 = 11;
 
-/// CRC-64 as Redis computes it over `DUMP` payloads (Jones, reflected: polynomial
-/// 0xad93d23594c935a9 bit-reversed, initial value 0, no final xor).
-fn crc64(data: &[u8]) -> u64 {
-    const POLY: u64 = 0x95ac_9329_ac4b_c9b5;
-    let mut crc = 0u64;
-    for &byte in data {
-        crc ^= byte as u64;
-        for _ in 0..8 {
-            crc = if crc & 1 == 1 {
-                (crc >> 1) ^ POLY
-            } else {
-                crc >> 1
-            };
-        }
-    }
-    crc
-}
-
 /// `payload` (a `DUMP`: the RDB-encoded value, the 2-byte RDB version, the CRC-64) with the
 /// token `from` replaced by `to` and the checksum fixed, as an attacker with `DUMP` would.
 /// Tokens of the clock era (above 2^32) are saved as the 9-byte length `0x81` + 8 bytes big
@@ -50,9 +32,7 @@ fn forge(payload: &[u8], from: i64, to: u64) -> Vec<u8> {
         .unwrap_or_else(|| panic!("token {from} not found in the dump {payload:?}"));
     let mut out = payload[..body].to_vec();
     out[at + 2..at + 10].copy_from_slice(&to.to_be_bytes());
-    let crc = crc64(&out);
-    out.extend_from_slice(&crc.to_le_bytes());
-    out
+    harness::dump::with_checksum(out)
 }
 
 #[track_caller]

@@ -1,6 +1,6 @@
 //! The tools the nemeses use: signals to processes, the server's client list, `MULTI`/`EXEC`
 //! with every reply kept, what the server holds, the largest token in an AOF, a `DUMP`
-//! payload cut short with a valid checksum, and holder processes.
+//! payload cut short with a valid checksum (`harness::dump`), and holder processes.
 
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
@@ -244,30 +244,6 @@ fn resp_commands(mut bytes: &[u8]) -> Vec<Vec<Vec<u8>>> {
     commands
 }
 
-/// CRC-64 as Redis computes it over `DUMP` payloads ("Jones": reflected polynomial
-/// 0xad93d23594c935a9, initial value 0, no final xor).
-pub fn crc64(data: &[u8]) -> u64 {
-    const POLY: u64 = 0x95ac_9329_ac4b_c9b5; // 0xad93d23594c935a9 bit-reversed
-    let mut crc = 0u64;
-    for &byte in data {
-        crc ^= byte as u64;
-        for _ in 0..8 {
-            crc = if crc & 1 == 1 {
-                (crc >> 1) ^ POLY
-            } else {
-                crc >> 1
-            };
-        }
-    }
-    crc
-}
-
-/// True if `payload`'s footer holds its own CRC-64 (so [`crc64`] agrees with the server).
-pub fn checksum_matches(payload: &[u8]) -> bool {
-    let n = payload.len();
-    n > 10 && crc64(&payload[..n - 8]).to_le_bytes() == payload[n - 8..]
-}
-
 /// `payload` (a `DUMP`: value, 2-byte RDB version, 8-byte CRC-64) with its value cut to the
 /// first `cut` bytes and a footer that is valid again, so that the server's checksum passes
 /// and the value's loader itself meets the short data.
@@ -275,9 +251,7 @@ pub fn truncated_dump(payload: &[u8], cut: usize) -> Vec<u8> {
     let n = payload.len();
     let mut out = payload[..cut].to_vec();
     out.extend_from_slice(&payload[n - 10..n - 8]);
-    let crc = crc64(&out);
-    out.extend_from_slice(&crc.to_le_bytes());
-    out
+    harness::dump::with_checksum(out)
 }
 
 /// A connection authenticated as `user`.

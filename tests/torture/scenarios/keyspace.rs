@@ -194,8 +194,8 @@ fn restores(env: &mut Env) {
                 .observe(complete, t, format!("LOCK.FENCE {key} before DUMP"));
         }
         assert!(
-            faults::checksum_matches(&payload),
-            "crc64 here disagrees with the server's DUMP checksum: fix faults::crc64"
+            harness::dump::checksum_matches(&payload),
+            "crc64 here disagrees with the server's DUMP checksum: fix harness::dump::crc64"
         );
         // The value is followed by the 10-byte footer, and the server's parser reads on into
         // it: a value missing 10 bytes or fewer can be completed by the footer's own bytes
