@@ -319,8 +319,15 @@ for (const kind of KINDS) {
         return i !== null && i.delayed !== undefined ? i : null;
       });
       assert.ok(delayed.delayed > 0 && delayed.delayed <= 1000, String(delayed.delayed));
+      // Each queue entry: mode, owner, then the waiter's client id, ms waited and ms left
+      // (issue 32), which change from run to run.
+      const [entry] = delayed.queue;
+      assert.deepEqual(entry.slice(0, 6), ['mode', 'exclusive', 'owner', 'waiter', 'client', entry[5]]);
+      assert.deepEqual(entry.slice(6, 8), ['waited', entry[7]]);
+      assert.deepEqual(entry.slice(8), ['timeout', entry[9]]);
+      assert.ok(Number.isInteger(entry[5]) && entry[7] >= 0 && entry[9] > 0, JSON.stringify(entry));
       assert.deepEqual(
-        { ...delayed, delayed: 'ms' },
+        { ...delayed, delayed: 'ms', queue: 'checked above' },
         {
           token: 0,
           ttl: 0,
@@ -328,7 +335,7 @@ for (const kind of KINDS) {
           mode: 'exclusive',
           limit: null,
           holders: [],
-          queue: [['mode', 'exclusive', 'owner', 'waiter']],
+          queue: 'checked above',
           delayed: 'ms',
         }
       );

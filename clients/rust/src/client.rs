@@ -287,36 +287,28 @@ impl Client {
 
     /// In a Redis Cluster: a client for the node that serves `key`, with this client's
     /// credentials, timeouts and owner (and no session). Asks this client's node with
-    /// `LOCK.FENCE key`: the same client if it serves the key, else the node its `MOVED`
-    /// redirect names. Open a session there for the locks of that node's keys
+    /// `LOCK.FENCE key`: this client's node if it serves the key, else the node its `MOVED`
+    /// redirect names (a client of its own either way). Open a session there for the locks of that node's keys
     /// (`LOCK.SESSION OPEN` has no key, so it opens on whichever node it is sent to).
     pub fn for_key(&self, key: &str) -> Result<Client, Error> {
-        let fence = command::fence(key, 1);
+        // A client of its own for the node, even when it is this client's: following a
+        // failover (or this probe's `MOVED`) repoints a client's endpoint, and two keys' clients
+        // sharing one endpoint would drag each other to the wrong node.
         let inner = &self.inner;
-        match inner.with_conn(inner.io_timeout, inner.connect_timeout, &fence) {
-            Ok(_) => {
-                inner
-                    .cluster
-                    .store(true, std::sync::atomic::Ordering::Relaxed);
-                Ok(Client {
-                    session: None,
-                    ..self.clone()
-                })
-            }
-            Err(Error::Server(e)) if e.kind() == redis::ErrorKind::Moved => {
-                let endpoint = inner.redirected(&e)?;
-                let node = Inner::new(endpoint);
-                node.cluster
-                    .store(true, std::sync::atomic::Ordering::Relaxed);
-                Ok(Client {
-                    inner: Arc::new(node),
-                    owner: self.owner.clone(),
-                    session: None,
-                    watch: self.watch,
-                })
-            }
-            Err(e) => Err(e),
-        }
+        let node = Inner::new(inner.with_timeouts(inner.connect_timeout, inner.io_timeout));
+        node.cluster
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        node.with_conn(
+            node.io_timeout,
+            node.connect_timeout,
+            &command::fence(key, 1),
+        )?;
+        Ok(Client {
+            inner: Arc::new(node),
+            owner: self.owner.clone(),
+            session: None,
+            watch: self.watch,
+        })
     }
 
     /// Try once to take the lock `key` for `ttl` (whole milliseconds, at least 1), without
