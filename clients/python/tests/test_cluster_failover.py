@@ -21,6 +21,9 @@ from redislock_native import Election, Lock, Session, lock_info
 
 #: How long the cluster may take to carry out a failover (seconds).
 PATIENCE = 30.0
+# The queued waiter's and candidate's own timeouts: longer than every wait of the test put
+# together, so that on a loaded machine they are still queued when the failover is checked.
+WAIT = 240.0
 
 
 @pytest.fixture(scope="module")
@@ -100,7 +103,7 @@ def test_planned_failover_keeps_holds_sessions_waiters_and_elections(cluster6):
     assert holder.acquire(blocking=False)
     waited = {}
     waiter = Lock(rc, tag + "busy", 60)
-    t = threading.Thread(target=lambda: waited.setdefault("granted", waiter.acquire(timeout=PATIENCE)))
+    t = threading.Thread(target=lambda: waited.setdefault("granted", waiter.acquire(timeout=WAIT)))
     t.start()
 
     # An election: a leader, a queued candidate, an observer.
@@ -108,7 +111,7 @@ def test_planned_failover_keeps_holds_sessions_waiters_and_elections(cluster6):
     first = election.campaign("alpha", on_lost=report("alpha"))
     assert first is not None
     candidate = {}
-    c = threading.Thread(target=lambda: candidate.setdefault("b", Election(rc, tag + "leader", 3).campaign("beta", timeout=PATIENCE)))
+    c = threading.Thread(target=lambda: candidate.setdefault("b", Election(rc, tag + "leader", 3).campaign("beta", timeout=WAIT)))
     c.start()
     observation = election.observe()
     change = observation.get(timeout=10)
