@@ -196,7 +196,7 @@ matrix_suites = $(call matrix_server,redis-8.2,$(REDIS_8)) $(call matrix_server,
 
 test-asm: test-deps servers ## Valkey 9.1's atomic slot migration (CLUSTER MIGRATESLOTS) test; other servers skip it
 	$(build_for_tests)
-	REDIS_SERVER=$(VALKEY_9) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) $(CARGO) test --test cluster atomic_migration -- --nocapture
+	REDIS_SERVER=$(VALKEY_9) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) $(CARGO) test --test cluster atomic_migration -- --include-ignored --nocapture
 
 test-valkey: test-servers ## Old name of test-servers
 

@@ -38,13 +38,16 @@ fn planned_failover_unsubscribes_watchers_and_unblocks_waiters_with_redis_text()
         .expect("CLUSTER FAILOVER");
     assert_eq!(ok, Value::Okay);
 
-    // The waiter: Redis's own text, not the module's.
+    // The waiter: Redis's own text on Redis; on Valkey 9.1 (seen in CI's matrix run) the
+    // module's role-change answer comes first. Either way an UNBLOCKED, never a grant.
     let (reply, _) = waiter.recv_timeout(PATIENCE).expect("the waiter's answer");
     let e = reply.expect_err("a waiter on the demoted master is not granted");
     assert_eq!(e.code(), Some("UNBLOCKED"), "{e}");
-    assert_eq!(
-        format!("UNBLOCKED {}", e.detail().unwrap_or("")),
-        REDIS_UNBLOCKED
+    let text = format!("UNBLOCKED {}", e.detail().unwrap_or(""));
+    assert!(
+        text == REDIS_UNBLOCKED
+            || text == "UNBLOCKED this server became a replica while the client waited",
+        "{text}"
     );
 
     // The watcher: the server's sunsubscribe of the key's channel is the first thing it hears.
