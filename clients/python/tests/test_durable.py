@@ -11,6 +11,10 @@ from redis.exceptions import LockError
 from conftest import Server, wait_until
 from redislock_native import AsyncLock, Lock, MultiLock, NotDurableError, Semaphore
 
+# durable_timeout of the grants that must be acknowledged: the replica is up, so only a stalled
+# machine takes long; the default 1 s ran out under make test-servers' load (CI run 35).
+OK = 10
+
 
 @pytest.fixture(scope="module")
 def pair():
@@ -19,6 +23,11 @@ def pair():
     c = replica.client()
     wait_until("the replica's link", lambda: c.info("replication")["master_link_status"] == "up")
     c.close()
+    # The primary counts the replica for WAIT once it sees it online; until then (and under
+    # make test-servers' load, CI run 35) a first durable grant can time out.
+    p = primary.client()
+    wait_until("the primary's replica", lambda: p.execute_command("WAIT", 1, 100) == 1)
+    p.close()
     yield primary, replica
     replica.stop()
     primary.stop()
@@ -31,13 +40,13 @@ def fence(client, key):
 def test_durable_grant_is_on_the_replica_when_acquire_returns(pair, key):
     primary, replica = pair
     p, r = primary.client(), replica.client()
-    lock = Lock(p, key, 10, durable=1)
+    lock = Lock(p, key, 10, durable=1, durable_timeout=OK)
     assert lock.acquire(blocking=False) is True
     assert fence(r, key) == lock.token  # WAIT 1 returned 1: the replica has it
     other = Lock(p, key, 10, durable=1)
     assert other.acquire(blocking=False) is False  # busy is still False, not an error
     # A blocking waiter: granted on release, and that grant is acknowledged too.
-    waiter = Lock(p, key, 10, durable=1)
+    waiter = Lock(p, key, 10, durable=1, durable_timeout=OK)
     result = {}
     t = threading.Thread(target=lambda: result.setdefault("ok", waiter.acquire(timeout=10)))
     t.start()
@@ -52,12 +61,12 @@ def test_durable_grant_is_on_the_replica_when_acquire_returns(pair, key):
 def test_semaphore_and_multilock_take_durable(pair, key):
     primary, replica = pair
     p, r = primary.client(), replica.client()
-    sem = Semaphore(p, key, 2, 10, durable=1)
+    sem = Semaphore(p, key, 2, 10, durable=1, durable_timeout=OK)
     assert sem.acquire(blocking=False)
     assert r.execute_command("LOCK.FENCE", key, sem.token) == 1
     assert sem.release()
     keys = [f"{{{key}}}:a", f"{{{key}}}:b"]
-    multi = MultiLock(p, keys, 10, durable=1)
+    multi = MultiLock(p, keys, 10, durable=1, durable_timeout=OK)
     assert multi.acquire(blocking=False)
     assert [fence(r, k) for k in keys] == multi.tokens
     assert multi.release()
@@ -100,7 +109,7 @@ def test_async_durable(pair, key):
 
     async def main():
         ap = primary.aclient()
-        lock = AsyncLock(ap, key, 10, durable=1)
+        lock = AsyncLock(ap, key, 10, durable=1, durable_timeout=OK)
         assert await lock.acquire(blocking=False)
         assert fence(r, key) == lock.token
         assert await lock.release()

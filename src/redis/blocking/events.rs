@@ -101,7 +101,13 @@ extern "C" fn on_role_changed(
             session::arm_timer(ctx);
             return;
         }
-        crate::redis::feed::database_event(None, crate::redis::feed::Kind::Demoted);
+        // In a cluster the server has already sunsubscribed the slot's watchers here, and a
+        // shard message from this node, now a replica, would be forwarded to its new primary's
+        // subscribers: a `demoted` there, numbered by this node's seq (seen under load in CI run
+        // 35, tests/cluster/failover_feed.rs). The `sunsubscribe` is the marker there.
+        if key::context_flags(ctx) & raw::REDISMODULE_CTX_FLAGS_CLUSTER == 0 {
+            crate::redis::feed::database_event(None, crate::redis::feed::Kind::Demoted);
+        }
         // Demoted: the new primary decides when sessions end; connections here no longer
         // bind them.
         session::with(|s| {
