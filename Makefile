@@ -180,9 +180,9 @@ test-servers: test-deps servers ## Every suite (module, Rust, Python, Node) on R
 	OLD_REDIS_SERVER=$(REDIS_6) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) $(CARGO) test --test compat -- --ignored
 	@# Every suite on every server (the module's and the Rust client's, Python with redis-py 8.1,
 	@# Node, Go, and Java's on the three servers one after another: its Maven builds share
-	@# clients/java/*/target), all side by side; the torture scenarios 1 s each here (2 s on
+	@# clients/java/*/target), six at a time; the torture scenarios 1 s each here (2 s on
 	@# Redis 7.0 in `make test`).
-	@tests/suites.sh $(matrix_suites)
+	@SUITE_JOBS=$${SUITE_JOBS:-6} tests/suites.sh $(matrix_suites)
 
 matrix_suite = $(1) --version && TORTURE_SECS=$${TORTURE_SECS:-1} PYTHONPATH=$(PY_DEPS) REDIS_SERVER=$(1) \
 	REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) $(CARGO) test --workspace --tests -- $(RUST_SKIPS)
@@ -190,9 +190,9 @@ matrix_suite = $(1) --version && TORTURE_SECS=$${TORTURE_SECS:-1} PYTHONPATH=$(P
 # the Node package's, so every client runs on every server of the matrix.
 matrix_server = $(1) '$(call matrix_suite,$(2))' $(1)-python '$(call python_suite,$(PY_DEPS),$(2))' \
 	$(if $(NODE_OK),$(1)-node '$(call node_suite,$(2))') $(if $(GO_OK),$(1)-go '$(call go_suite,$(2))')
-matrix_suites = $(call matrix_server,redis-8.2,$(REDIS_8)) $(call matrix_server,valkey-8.1,$(VALKEY_8)) \
-	$(call matrix_server,valkey-9.1,$(VALKEY_9)) \
-	$(if $(JAVA_OK),java-servers 'set -e; $(call java_suite,$(REDIS_8)); $(call java_suite,$(VALKEY_8)); $(call java_suite,$(VALKEY_9))')
+matrix_suites = $(if $(JAVA_OK),java-servers 'set -e; $(call java_suite,$(REDIS_8)); $(call java_suite,$(VALKEY_8)); $(call java_suite,$(VALKEY_9))') \
+	$(call matrix_server,redis-8.2,$(REDIS_8)) $(call matrix_server,valkey-8.1,$(VALKEY_8)) \
+	$(call matrix_server,valkey-9.1,$(VALKEY_9))
 
 test-asm: test-deps servers ## Valkey 9.1's atomic slot migration (CLUSTER MIGRATESLOTS) test; other servers skip it
 	$(build_for_tests)
