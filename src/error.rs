@@ -240,6 +240,21 @@ pub fn not_from_script(what: &str) -> Error {
     ))
 }
 
+pub fn grace_needs_bound() -> Error {
+    err("syntax error: GRACE needs BOUND (only a bound session outlives its connection)")
+}
+
+pub fn grace_invalid() -> Error {
+    err(format!(
+        "GRACE must be an integer from 0 to {}",
+        crate::lock::session::MAX_GRACE
+    ))
+}
+
+pub fn grace_over_ttl() -> Error {
+    err("GRACE must not be longer than the session's ttl-ms")
+}
+
 pub fn attach_not_bound() -> Error {
     err("the session was opened without BOUND; only a BOUND session can be attached")
 }

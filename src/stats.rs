@@ -54,6 +54,12 @@ pub static SESSIONS_EXPIRED: Counter = Counter::new();
 pub static SESSIONS_DISCONNECTED: Counter = Counter::new();
 /// Sessions ended by an administrator's `LOCK.SESSION KILL`.
 pub static SESSIONS_KILLED: Counter = Counter::new();
+/// `BOUND` sessions with a grace detached by their connection's close.
+pub static SESSIONS_DETACHED: Counter = Counter::new();
+/// Detached sessions that a connection attached within their grace.
+pub static SESSIONS_REATTACHED: Counter = Counter::new();
+/// Detached sessions that ended because no connection attached them in time.
+pub static SESSIONS_GRACE_EXPIRED: Counter = Counter::new();
 /// Holds that ended because their session did.
 pub static SESSION_HOLDS_RELEASED: Counter = Counter::new();
 /// Times a blocked `LOCK.MACQUIRE` set was passed by a later set whose keys were all free

@@ -147,7 +147,7 @@ fn mode_name(mode: Mode) -> RedisValue {
 /// The `INFO lock` section: fields are printed as `lock_<name>`.
 #[allow(deprecated)] // the builder API cannot name a section after the module alone
 pub fn info_section(ctx: &InfoContext) -> Status {
-    let counters: [(&str, i64); 20] = [
+    let counters: [(&str, i64); 23] = [
         ("locks", stats::LOCK_VALUES.load(Relaxed).max(0)),
         ("waiters", blocking::total_waiters() as i64),
         ("waiting_keys", blocking::waiting_keys() as i64),
@@ -168,6 +168,12 @@ pub fn info_section(ctx: &InfoContext) -> Status {
             stats::SESSIONS_DISCONNECTED.get() as i64,
         ),
         ("sessions_killed", stats::SESSIONS_KILLED.get() as i64),
+        ("sessions_detached", stats::SESSIONS_DETACHED.get() as i64),
+        ("sessions_reattached", stats::SESSIONS_REATTACHED.get() as i64),
+        (
+            "sessions_grace_expired",
+            stats::SESSIONS_GRACE_EXPIRED.get() as i64,
+        ),
         (
             "session_holds_released",
             stats::SESSION_HOLDS_RELEASED.get() as i64,

@@ -1,14 +1,14 @@
-//! `LOCK.SESSION OPEN ttl-ms [BOUND] [LOCKDELAY ms]` -> id
+//! `LOCK.SESSION OPEN ttl-ms [BOUND [GRACE ms]] [LOCKDELAY ms]` -> id
 //! `LOCK.SESSION KEEPALIVE id [ttl-ms]` -> remaining ms | nil
 //! `LOCK.SESSION CLOSE id` -> holds released | nil
 //! `LOCK.SESSION ATTACH id` -> OK | nil
-//! `LOCK.SESSION INFO id` -> {bound, holds, lockdelay, ttl, serial} | nil
+//! `LOCK.SESSION INFO id` -> {bound, holds, lockdelay, ttl, serial, grace, detached} | nil
 //! `LOCK.SESSION LIST [cursor] [COUNT n]` -> [next-cursor, [{serial, user, bound, ttl,
-//! lockdelay, holds}, ...]] (administrators)
+//! lockdelay, holds, grace, detached}, ...]] (administrators)
 //! `LOCK.SESSION KILL serial` -> holds released | nil (administrators)
 //!
 //! And the internal forms, which only the replication link and AOF loading may send:
-//! `RESTORE id serial ttl deadline lock-delay bound user`, `RENEW serial ttl deadline`,
+//! `RESTORE id serial ttl deadline lock-delay bound user [grace]`, `RENEW serial ttl deadline`,
 //! `ENDED serial at CLOSED|LOST`.
 //!
 //! One command with real subcommands (`lock.session|keepalive`, ...) rather than five commands:
@@ -50,13 +50,14 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         Sub::Open {
             ttl,
             bound,
+            grace,
             lock_delay,
         } => {
             check_ttl(ttl)?;
             if bound {
                 not_from_script(ctx, "BOUND")?;
             }
-            let id = session::open(ctx, ttl, bound, lock_delay)?;
+            let id = session::open(ctx, ttl, bound, grace, lock_delay)?;
             Ok(RedisValue::StringBuffer(id))
         }
         Sub::KeepAlive { id, ttl } => {
@@ -82,15 +83,23 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
                 return Ok(RedisValue::Null);
             };
             let me = session::client_id(ctx);
-            let (bound, client) =
-                session::with(|s| s.get(serial).map_or((false, None), |x| (x.bound, x.client)));
+            let (bound, client, too_late) = session::with(|s| {
+                s.get(serial).map_or((false, None, false), |x| {
+                    let too_late = x.detached.is_some() && x.deadline <= key::now();
+                    (x.bound, x.client, too_late)
+                })
+            });
+            if too_late {
+                // The grace is over; the expiry timer ends the session in a moment.
+                return Ok(RedisValue::Null);
+            }
             if !bound {
                 return Err(error::attach_not_bound().into());
             }
             if client.is_some_and(|c| c != me && session::client_exists(c)) {
                 return Err(error::attach_bound_elsewhere().into());
             }
-            session::with(|s| s.bind(serial, Some(me)));
+            session::attach(ctx, serial, me);
             Ok(RedisValue::SimpleStringStatic("OK"))
         }
         Sub::Info { id } => match session::find(ctx, id)? {
@@ -113,6 +122,7 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
             lock_delay,
             bound,
             user,
+            grace,
         } => {
             // Another node's session, described by an atomic slot migration's snapshot: it
             // stays there; only its deadline is kept, for the holds that follow.
@@ -121,9 +131,10 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
             }
             // A session that is already here (an AOF rewrite writes it before its holds,
             // which may follow an earlier copy) keeps its holds and binding.
-            let (holds, client) = session::with(|s| {
-                s.get(serial)
-                    .map_or((Default::default(), None), |x| (x.holds.clone(), x.client))
+            let (holds, client, detached) = session::with(|s| {
+                s.get(serial).map_or((Default::default(), None, None), |x| {
+                    (x.holds.clone(), x.client, x.detached)
+                })
             });
             session::with(|s| {
                 s.insert(Session {
@@ -134,6 +145,8 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
                     lock_delay,
                     bound,
                     client,
+                    grace,
+                    detached,
                     user: user.to_vec(),
                     holds,
                 })
@@ -174,13 +187,15 @@ fn not_from_script(ctx: &Context, what: &str) -> Result<(), Error> {
 
 fn info(ctx: &Context, serial: u64) -> RedisValue {
     let now = key::now();
-    let Some((ttl, client, lock_delay, holds)) = session::with(|s| {
+    let Some((ttl, client, lock_delay, holds, grace, detached)) = session::with(|s| {
         s.get(serial).map(|x| {
             (
                 x.remaining(now),
                 x.client,
                 x.lock_delay,
                 x.holds.iter().cloned().collect::<Vec<_>>(),
+                x.grace,
+                detached_field(x, now),
             )
         })
     }) else {
@@ -209,6 +224,10 @@ fn info(ctx: &Context, serial: u64) -> RedisValue {
         ("lockdelay", RedisValue::Integer(lock_delay)),
         ("ttl", RedisValue::Integer(ttl)),
         ("serial", RedisValue::Integer(serial as i64)),
+        // Then the grace (issue 29): `grace` ms, and `detached`, the ms left for a connection
+        // to attach it (nil while it is not detached).
+        ("grace", RedisValue::Integer(grace)),
+        ("detached", detached),
     ];
     raw::reply_with_map(ctx.ctx, fields.len() as _);
     for (name, value) in fields {
@@ -237,6 +256,8 @@ fn list(ctx: &Context, cursor: u64, count: usize) {
                     x.remaining(now),
                     x.lock_delay,
                     x.holds.len(),
+                    x.grace,
+                    detached_field(x, now),
                 )
             })
             .collect();
@@ -245,8 +266,8 @@ fn list(ctx: &Context, cursor: u64, count: usize) {
     raw::reply_with_array(ctx.ctx, 2);
     ctx.reply(Ok(RedisValue::BulkString(next.to_string())));
     raw::reply_with_array(ctx.ctx, entries.len() as _);
-    for (serial, user, client, ttl, lock_delay, holds) in entries {
-        raw::reply_with_map(ctx.ctx, 6);
+    for (serial, user, client, ttl, lock_delay, holds, grace, detached) in entries {
+        raw::reply_with_map(ctx.ctx, 8);
         let fields = [
             ("serial", RedisValue::Integer(serial as i64)),
             ("user", RedisValue::StringBuffer(user)),
@@ -257,11 +278,23 @@ fn list(ctx: &Context, cursor: u64, count: usize) {
             ("ttl", RedisValue::Integer(ttl)),
             ("lockdelay", RedisValue::Integer(lock_delay)),
             ("holds", RedisValue::Integer(holds as i64)),
+            ("grace", RedisValue::Integer(grace)),
+            ("detached", detached),
         ];
         for (name, value) in fields {
             ctx.reply_with_key(RedisValueKey::String(name.to_string()));
             ctx.reply(Ok(value));
         }
+    }
+}
+
+/// `detached` in `INFO` and `LIST`: the ms left until a detached session ends unless a
+/// connection attaches it (its grace's end, or its deadline if that comes first), else nil.
+/// Always nil on a replica, which never detaches anything (its `ttl` is the shortened one).
+fn detached_field(s: &Session, now: crate::lock::Millis) -> RedisValue {
+    match s.detached {
+        Some(_) => RedisValue::Integer(s.remaining(now)),
+        None => RedisValue::Null,
     }
 }
 
@@ -364,8 +397,9 @@ pub const SUBCOMMANDS: [Subcommand; 10] = [
     sub(
         c"open",
         c"lock.session|open",
-        c"Opens a session: one lease for many holds (BOUND: ended when this connection closes; \
-          LOCKDELAY: how long a lost hold keeps others out). Returns its secret id.",
+        c"Opens a session: one lease for many holds (BOUND: ended when this connection closes, \
+          or GRACE ms later unless a connection ATTACHes it; LOCKDELAY: how long a lost hold \
+          keeps others out). Returns its secret id.",
         c"O(1)",
         -3,
         docs::Keys::None,
@@ -375,6 +409,12 @@ pub const SUBCOMMANDS: [Subcommand; 10] = [
                 name: c"bound",
                 kind: docs::PURE_TOKEN,
                 token: Some(c"BOUND"),
+                optional: true,
+            },
+            docs::Arg {
+                name: c"grace-ms",
+                kind: docs::INTEGER,
+                token: Some(c"GRACE"),
                 optional: true,
             },
             docs::Arg {
@@ -406,7 +446,8 @@ pub const SUBCOMMANDS: [Subcommand; 10] = [
     sub(
         c"attach",
         c"lock.session|attach",
-        c"Binds a BOUND session to this connection (after a restart or promotion).",
+        c"Binds a BOUND session to this connection (after a restart or promotion, or within \
+          its GRACE after its connection closed: then it is renewed for its ttl).",
         c"O(1)",
         3,
         docs::Keys::SessionId,
@@ -415,7 +456,8 @@ pub const SUBCOMMANDS: [Subcommand; 10] = [
     sub(
         c"info",
         c"lock.session|info",
-        c"A session's ttl, bound connection, lock-delay and live holds; nil when it is gone.",
+        c"A session's ttl, bound connection, lock-delay, live holds, serial, grace and how long \
+          it has left while detached; nil when it is gone.",
         c"O(N) with N holds on record in the session (at most lock.max-session-holds)",
         3,
         docs::Keys::SessionId,
@@ -425,8 +467,8 @@ pub const SUBCOMMANDS: [Subcommand; 10] = [
         c"list",
         c"lock.session|list",
         c"Administrators: a page of every session on this node (serial, ACL user, bound client \
-          id, ttl, lock-delay, holds on record), never the id; the cursor of the next page (0: \
-          done).",
+          id, ttl, lock-delay, holds on record, grace, ms left while detached), never the id; \
+          the cursor of the next page (0: done).",
         c"O(N + log M) with N the COUNT (default 10, at most 1000) and M open sessions",
         -2,
         docs::Keys::None,
@@ -460,7 +502,7 @@ pub const SUBCOMMANDS: [Subcommand; 10] = [
         c"lock.session|restore",
         INTERNAL,
         c"O(1)",
-        9,
+        -9,
         docs::Keys::None,
         &[],
     ),

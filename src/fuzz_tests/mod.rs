@@ -164,6 +164,9 @@ const OPTIONISH: &[&str] = &[
     "LOCK-DELAY",
     "BOUND",
     "bound",
+    "GRACE",
+    "grace",
+    "GRACES",
 ];
 
 fn random_bytes(rng: &mut StdRng, max_len: usize) -> Vec<u8> {

@@ -203,10 +203,14 @@ fn session_parser_matches_the_reference() {
             let args = random_session_args(rng);
             let got = parse::session(&view(&args));
             if let Some(parse::Session::Open {
-                ttl, lock_delay, ..
+                ttl,
+                lock_delay,
+                bound,
+                grace,
             }) = agrees(&args, ref_session(&args), got)
             {
                 assert!(ttl > 0 && (0..=60_000).contains(&lock_delay));
+                assert!((0..=60_000.min(ttl)).contains(&grace) && (grace == 0 || bound));
             }
         },
     );

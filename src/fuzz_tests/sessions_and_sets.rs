@@ -428,6 +428,8 @@ impl World {
             lock_delay,
             bound: false,
             client: None,
+            grace: 0,
+            detached: None,
             user: b"default".to_vec(),
             holds: Default::default(),
         });

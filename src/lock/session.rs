@@ -27,6 +27,10 @@ pub type HoldRef = (i32, Vec<u8>, Vec<u8>);
 /// The longest `LOCKDELAY` (ms), for sessions and plain locks alike.
 pub const MAX_LOCK_DELAY: Millis = 60_000;
 
+/// The longest `GRACE` (ms) of a `BOUND` session. A grace is for a connection blip (a
+/// reconnect takes milliseconds); a minute is far past any blip, and the ttl caps it anyway.
+pub const MAX_GRACE: Millis = 60_000;
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Session {
     /// The secret id, as the client sends it.
@@ -44,6 +48,15 @@ pub struct Session {
     /// never persisted or replicated: after a restart or a promotion a bound session is
     /// unbound until `ATTACH`.
     pub client: Option<u64>,
+    /// `BOUND GRACE ms`: how long the session outlives its bound connection's close, for a
+    /// connection to `ATTACH` it (0: it ends with the connection). Persisted and replicated.
+    pub grace: Millis,
+    /// Detached: its bound connection closed with a grace to run; the grace ends at this
+    /// millisecond, and the deadline is no later. Only `ATTACH` clears it; a keepalive cannot
+    /// move the deadline past it. Kept by the primary only: what replicas and the files learn
+    /// is the shortened deadline (a `RENEW`), so after a restart or a promotion the session is
+    /// as any unbound bound one.
+    pub detached: Option<Millis>,
     /// The ACL user that opened it: nobody else may use it.
     pub user: Vec<u8>,
     /// Where its holds are. May include holds that went away without telling the session
@@ -148,16 +161,70 @@ impl Sessions {
     }
 
     /// Move the deadline to `deadline` (a keepalive, or its replicated effect), and the ttl to
-    /// `ttl`. O(log n) in sessions, independent of the session's holds.
+    /// `ttl`. O(log n) in sessions, independent of the session's holds. A detached session's
+    /// deadline never moves past its grace's end: only [`Sessions::attach`] rescues it.
     pub fn renew(&mut self, serial: Serial, ttl: Millis, deadline: Millis) -> bool {
         let Some(session) = self.by_serial.get_mut(&serial) else {
             return false;
         };
+        let deadline = session.detached.map_or(deadline, |end| deadline.min(end));
         self.by_deadline.remove(&(session.deadline, serial));
         session.deadline = deadline;
         session.ttl = ttl;
         self.by_deadline.insert((deadline, serial));
         true
+    }
+
+    /// Move the deadline to exactly `deadline`, whatever it was (the deadline index follows).
+    fn set_deadline(&mut self, serial: Serial, deadline: Millis) {
+        if let Some(session) = self.by_serial.get_mut(&serial) {
+            self.by_deadline.remove(&(session.deadline, serial));
+            session.deadline = deadline;
+            self.by_deadline.insert((deadline, serial));
+        }
+    }
+
+    /// The bound connection of `serial` closed at `now` and the session has a grace: it is
+    /// unbound and detached, and ends at the earlier of its deadline and `now + grace` unless
+    /// a connection attaches it first. Returns the deadline now; `None` when there is no such
+    /// session or it has no grace (then the close ends it, as without `GRACE`).
+    pub fn detach(&mut self, serial: Serial, now: Millis) -> Option<Millis> {
+        let session = self.by_serial.get(&serial)?;
+        if session.grace <= 0 {
+            return None;
+        }
+        let end = now.saturating_add(session.grace);
+        let deadline = session.deadline.min(end);
+        self.bind(serial, None);
+        self.set_deadline(serial, deadline);
+        self.by_serial.get_mut(&serial)?.detached = Some(end);
+        Some(deadline)
+    }
+
+    /// A connection (`client`) attaches `serial` at `now`: it is bound there, and if it was
+    /// detached, rescued: no longer detached, and renewed to `now + ttl`. Returns the deadline
+    /// it was renewed to (`None`: it was not detached, and its deadline is unchanged, as an
+    /// `ATTACH` after a restart always was).
+    pub fn attach(&mut self, serial: Serial, client: u64, now: Millis) -> Option<Millis> {
+        self.bind(serial, Some(client));
+        let session = self.by_serial.get_mut(&serial)?;
+        session.detached.take()?;
+        let deadline = now.saturating_add(session.ttl);
+        self.set_deadline(serial, deadline);
+        Some(deadline)
+    }
+
+    /// A detached session's grace (or deadline) came due while writes were paused, when no
+    /// `ATTACH` could run: it gets its grace again from `now`, the pause's end. Returns the new
+    /// deadline; `None` when it is not detached.
+    pub fn detach_again(&mut self, serial: Serial, now: Millis) -> Option<Millis> {
+        let session = self.by_serial.get_mut(&serial)?;
+        session.detached?;
+        let end = now.saturating_add(session.grace);
+        session.detached = Some(end);
+        let deadline = now.saturating_add(session.ttl).min(end);
+        self.set_deadline(serial, deadline);
+        Some(deadline)
     }
 
     /// Bind a session to `client` (or unbind it with `None`).
@@ -185,6 +252,18 @@ impl Sessions {
             self.bind(*serial, None);
         }
         serials
+    }
+
+    /// This server became a replica: connections here bind nothing, and nothing is detached
+    /// (the new primary decides when sessions end; a replica applies its `RENEW`s as sent).
+    pub fn unbind_all(&mut self) {
+        let serials: Vec<Serial> = self.by_client.iter().map(|(_, s)| *s).collect();
+        for serial in serials {
+            self.bind(serial, None);
+        }
+        for session in self.by_serial.values_mut() {
+            session.detached = None;
+        }
     }
 
     /// True when some session is bound to a connection (a disconnect needs a look).
@@ -287,6 +366,8 @@ mod tests {
             lock_delay: 0,
             bound: false,
             client: None,
+            grace: 0,
+            detached: None,
             user: b"default".to_vec(),
             holds: HashSet::new(),
         }
@@ -366,6 +447,104 @@ mod tests {
         t.bind(1, Some(44));
         t.remove(1);
         assert_eq!(t.unbind_client(44), Vec::<Serial>::new());
+    }
+
+    fn bound(serial: Serial, ttl: Millis, grace: Millis, client: u64) -> Session {
+        let mut s = session(serial, T0 + ttl);
+        s.ttl = ttl;
+        s.bound = true;
+        s.grace = grace;
+        s.client = Some(client);
+        s
+    }
+
+    #[test]
+    fn a_detached_session_ends_at_the_grace_unless_attached() {
+        let mut t = Sessions::default();
+        t.insert(bound(1, 10_000, 500, 42));
+        t.insert(bound(2, 10_000, 0, 42));
+        // The connection closes at T0 + 100: both are unbound; only the one with a grace is
+        // detached, and its deadline comes in to the grace's end.
+        assert_eq!(t.unbind_client(42), vec![1, 2]);
+        assert_eq!(t.detach(2, T0 + 100), None);
+        assert_eq!(t.detach(1, T0 + 100), Some(T0 + 600));
+        let s = t.get(1).unwrap();
+        assert_eq!((s.client, s.detached, s.deadline), (None, Some(T0 + 600), T0 + 600));
+        assert_eq!(t.next_deadline(), Some(T0 + 600));
+        assert_eq!(t.due(T0 + 599), Vec::<Serial>::new());
+        assert_eq!(t.due(T0 + 600), vec![1]);
+        assert!(!t.any_bound());
+        assert_eq!(t.detach(9, T0), None);
+    }
+
+    #[test]
+    fn a_keepalive_while_detached_does_not_pass_the_grace() {
+        let mut t = Sessions::default();
+        t.insert(bound(1, 10_000, 500, 42));
+        t.unbind_client(42);
+        t.detach(1, T0 + 100);
+        // A keepalive at T0 + 200 asks for T0 + 10_200: capped at the grace's end.
+        assert!(t.renew(1, 10_000, T0 + 10_200));
+        assert_eq!(t.get(1).unwrap().deadline, T0 + 600);
+        // One with a short ttl may still shorten it.
+        assert!(t.renew(1, 100, T0 + 300));
+        assert_eq!(t.get(1).unwrap().deadline, T0 + 300);
+        assert_eq!(t.due(T0 + 300), vec![1]);
+    }
+
+    #[test]
+    fn attach_in_time_binds_and_renews_for_the_ttl() {
+        let mut t = Sessions::default();
+        t.insert(bound(1, 10_000, 500, 42));
+        t.unbind_client(42);
+        t.detach(1, T0 + 100);
+        assert_eq!(t.attach(1, 43, T0 + 400), Some(T0 + 10_400));
+        let s = t.get(1).unwrap();
+        assert_eq!((s.client, s.detached, s.deadline), (Some(43), None, T0 + 10_400));
+        assert_eq!(t.due(T0 + 600), Vec::<Serial>::new());
+        // Attached again, keepalives renew as ever; a second close detaches it again.
+        assert!(t.renew(1, 10_000, T0 + 20_000));
+        assert_eq!(t.get(1).unwrap().deadline, T0 + 20_000);
+        assert_eq!(t.unbind_client(43), vec![1]);
+        assert_eq!(t.detach(1, T0 + 21_000), Some(T0 + 20_000));
+        // An attach of a session that was not detached (after a restart) binds it and leaves
+        // its deadline alone.
+        t.insert(bound(2, 10_000, 500, 7));
+        t.bind(2, None);
+        assert_eq!(t.attach(2, 8, T0 + 5000), None);
+        assert_eq!(t.get(2).unwrap().deadline, T0 + 10_000);
+        assert_eq!(t.unbind_client(8), vec![2]);
+    }
+
+    #[test]
+    fn the_grace_never_keeps_a_session_past_its_deadline() {
+        let mut t = Sessions::default();
+        t.insert(bound(1, 1000, 800, 42));
+        t.unbind_client(42);
+        // Closed at T0 + 900: the deadline (T0 + 1000) comes before the grace's end.
+        assert_eq!(t.detach(1, T0 + 900), Some(T0 + 1000));
+        assert_eq!(t.get(1).unwrap().detached, Some(T0 + 1700));
+        assert!(t.renew(1, 1000, T0 + 1950));
+        assert_eq!(t.get(1).unwrap().deadline, T0 + 1700);
+    }
+
+    #[test]
+    fn a_pause_gives_a_detached_session_its_grace_again() {
+        let mut t = Sessions::default();
+        t.insert(bound(1, 10_000, 500, 42));
+        t.insert(session(2, T0 + 50));
+        t.unbind_client(42);
+        t.detach(1, T0);
+        assert_eq!(t.detach_again(2, T0 + 9000), None);
+        assert_eq!(t.detach_again(1, T0 + 9000), Some(T0 + 9500));
+        assert_eq!(t.get(1).unwrap().detached, Some(T0 + 9500));
+        // Demotion: nothing is bound or detached, and replicated renewals apply as sent.
+        t.bind(2, Some(5));
+        t.unbind_all();
+        assert!(!t.any_bound());
+        assert_eq!(t.get(1).unwrap().detached, None);
+        assert!(t.renew(1, 10_000, T0 + 30_000));
+        assert_eq!(t.get(1).unwrap().deadline, T0 + 30_000);
     }
 
     #[test]

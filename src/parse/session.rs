@@ -10,6 +10,8 @@ pub enum Session<'a> {
     Open {
         ttl: Millis,
         bound: bool,
+        /// `BOUND GRACE ms` (0 when not given).
+        grace: Millis,
         lock_delay: Millis,
     },
     KeepAlive {
@@ -43,6 +45,8 @@ pub enum Session<'a> {
         lock_delay: Millis,
         bound: bool,
         user: &'a [u8],
+        /// Absent (0) in what modules before `GRACE` wrote.
+        grace: Millis,
     },
     /// Internal: a keepalive's effect.
     Renew {
@@ -75,7 +79,7 @@ pub fn session<'a>(args: &[&'a [u8]]) -> Result<Session<'a>> {
             return Err(Error::WrongArity);
         };
         let ttl = ttl(ttl_arg)?;
-        let (mut bound, mut lock_delay) = (false, None);
+        let (mut bound, mut grace, mut lock_delay) = (false, None, None);
         let mut options = options.iter();
         while let Some(opt) = options.next() {
             if opt.eq_ignore_ascii_case(b"BOUND") {
@@ -91,13 +95,30 @@ pub fn session<'a>(args: &[&'a [u8]]) -> Result<Session<'a>> {
                     .next()
                     .ok_or_else(|| error::option_needs_value("LOCKDELAY", "milliseconds"))?;
                 lock_delay = Some(lock_delay_value(value)?);
+            } else if opt.eq_ignore_ascii_case(b"GRACE") {
+                if grace.is_some() {
+                    return Err(error::option_repeated("GRACE"));
+                }
+                let value = options
+                    .next()
+                    .ok_or_else(|| error::option_needs_value("GRACE", "milliseconds"))?;
+                grace = Some(grace_value(value)?);
             } else {
                 return Err(error::unexpected_argument(opt));
             }
         }
+        // Judged once every option is read: `GRACE` may come before `BOUND`.
+        if grace.is_some() && !bound {
+            return Err(error::grace_needs_bound());
+        }
+        let grace = grace.unwrap_or(0);
+        if grace > ttl {
+            return Err(error::grace_over_ttl());
+        }
         Ok(Session::Open {
             ttl,
             bound,
+            grace,
             lock_delay: lock_delay.unwrap_or(0),
         })
     } else if is(b"KEEPALIVE") {
@@ -125,8 +146,15 @@ pub fn session<'a>(args: &[&'a [u8]]) -> Result<Session<'a>> {
             serial: positive(serial).ok_or_else(error::serial_invalid)?,
         })
     } else if is(b"RESTORE") {
-        let [id, serial, ttl, deadline, lock_delay, bound, user] = rest else {
-            return Err(Error::WrongArity);
+        // The grace is last and optional: a stream or file from before `GRACE` has none.
+        let (id, serial, ttl, deadline, lock_delay, bound, user, grace) = match rest {
+            [id, serial, ttl, deadline, lock_delay, bound, user] => {
+                (id, serial, ttl, deadline, lock_delay, bound, user, None)
+            }
+            [id, serial, ttl, deadline, lock_delay, bound, user, grace] => {
+                (id, serial, ttl, deadline, lock_delay, bound, user, Some(grace))
+            }
+            _ => return Err(Error::WrongArity),
         };
         let number = |a: &[u8]| {
             integer(a)
@@ -141,6 +169,7 @@ pub fn session<'a>(args: &[&'a [u8]]) -> Result<Session<'a>> {
             lock_delay: number(lock_delay)?,
             bound: number(bound)? != 0,
             user,
+            grace: grace.map_or(Ok(0), |g| number(g))?,
         })
     } else if is(b"RENEW") {
         let [serial, ttl, deadline] = rest else {
@@ -170,6 +199,13 @@ pub fn session<'a>(args: &[&'a [u8]]) -> Result<Session<'a>> {
     } else {
         Err(error::session_subcommand(sub))
     }
+}
+
+/// `GRACE ms`: 0 to [`MAX_GRACE`](crate::lock::session::MAX_GRACE).
+fn grace_value(arg: &[u8]) -> Result<Millis> {
+    integer(arg)
+        .filter(|g| (0..=crate::lock::session::MAX_GRACE).contains(g))
+        .ok_or_else(error::grace_invalid)
 }
 
 /// `COUNT` of `LOCK.SESSION LIST` when none is given (as `SCAN`'s).
@@ -221,9 +257,28 @@ mod tests {
                 Session::Open {
                     ttl: 1000,
                     bound: true,
+                    grace: 0,
                     lock_delay: 250
                 }
             )
+        });
+        // Options in any order; GRACE may come before BOUND.
+        with(&["S", "OPEN", "1000", "grace", "300", "LOCKDELAY", "5", "bound"], |a| {
+            assert_eq!(
+                session(a).unwrap(),
+                Session::Open {
+                    ttl: 1000,
+                    bound: true,
+                    grace: 300,
+                    lock_delay: 5
+                }
+            )
+        });
+        with(&["S", "OPEN", "60000", "BOUND", "GRACE", "60000"], |a| {
+            assert!(matches!(session(a).unwrap(), Session::Open { grace: 60000, .. }))
+        });
+        with(&["S", "OPEN", "10", "BOUND", "GRACE", "0"], |a| {
+            assert!(matches!(session(a).unwrap(), Session::Open { grace: 0, .. }))
         });
         with(&["S", "KEEPALIVE", "id", "500"], |a| {
             assert_eq!(
@@ -277,7 +332,36 @@ mod tests {
         with(&["S", "KILL", "12"], |a| {
             assert_eq!(session(a).unwrap(), Session::Kill { serial: 12 })
         });
-        let bad: [(&[&str], &str); 14] = [
+        let bad: [(&[&str], &str); 21] = [
+            (
+                &["S", "OPEN", "1000", "GRACE", "100"],
+                "ERR syntax error: GRACE needs BOUND (only a bound session outlives its \
+                 connection)",
+            ),
+            (
+                &["S", "OPEN", "1000", "BOUND", "GRACE", "-1"],
+                "ERR GRACE must be an integer from 0 to 60000",
+            ),
+            (
+                &["S", "OPEN", "100000", "BOUND", "GRACE", "60001"],
+                "ERR GRACE must be an integer from 0 to 60000",
+            ),
+            (
+                &["S", "OPEN", "1000", "BOUND", "GRACE", "1001"],
+                "ERR GRACE must not be longer than the session's ttl-ms",
+            ),
+            (
+                &["S", "OPEN", "1000", "BOUND", "GRACE", "1s"],
+                "ERR GRACE must be an integer from 0 to 60000",
+            ),
+            (
+                &["S", "OPEN", "1000", "BOUND", "GRACE"],
+                "ERR syntax error: GRACE needs milliseconds",
+            ),
+            (
+                &["S", "OPEN", "1000", "BOUND", "GRACE", "1", "GRACE", "1"],
+                "ERR syntax error: GRACE given more than once",
+            ),
             (&["S"], "ERR wrong number of arguments"),
             (&["S", "OPEN"], "ERR wrong number of arguments"),
             (&["S", "OPEN", "0"], "ERR ttl-ms must be a positive integer"),

@@ -58,8 +58,8 @@ pub use exports::fail_session_waiters_in;
 pub use multi::block_set;
 use queue_key::{KeyRef, KeyView};
 pub use sessions::{
-    apply_ended, close_session, expire_sessions, kill_session, session_disconnected,
-    session_hold_exists, CloseReply,
+    announce_session, apply_ended, close_session, expire_sessions, kill_session,
+    session_detached, session_disconnected, session_hold_exists, CloseReply,
 };
 pub use views::{contended, queue_view, Queued};
 
@@ -138,6 +138,9 @@ enum Work {
     SyncExpiry(QueueKey),
     /// A bound session's connection closed: release its holds (lock-delay applies).
     EndSession(Box<lock::Session>),
+    /// A bound session with a grace was detached: replicate its shortened deadline and tell
+    /// its holders (see `session::detach_told`).
+    SessionDetached(lock::Serial),
     /// `LOCK.SESSION CLOSE` in a cluster: release the holds, then answer the blocked client
     /// (if it could block) with how many there were (see `sessions::close_session`).
     CloseSession(Box<lock::Session>, Option<usize>),

@@ -37,6 +37,11 @@ pub enum Kind {
     Lost,
     /// A lost hold's lock-delay started (its end is the `expired` or `handoff` that follows).
     Delayed,
+    /// The hold's session was detached: its bound connection closed, and the session has a
+    /// grace for a connection to `ATTACH` it.
+    Detached,
+    /// A connection attached the detached session in time: the hold goes on.
+    Attached,
     Deleted,
     Flushed,
     Swapped,
@@ -53,6 +58,8 @@ impl Kind {
             Kind::Expired => "expired",
             Kind::Lost => "lost",
             Kind::Delayed => "delayed",
+            Kind::Detached => "detached",
+            Kind::Attached => "attached",
             Kind::Deleted => "deleted",
             Kind::Flushed => "flushed",
             Kind::Swapped => "swapped",

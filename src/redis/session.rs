@@ -31,6 +31,10 @@ thread_local! {
     /// in the deferred work, as when writes are paused: serial -> the moment it was lost.
     static LOST: RefCell<std::collections::HashMap<Serial, Millis>> =
         RefCell::new(Default::default());
+    /// Sessions detached by a disconnect whose `RENEW` and `detached` messages wait in the
+    /// deferred work.
+    static DETACH_UNTOLD: RefCell<std::collections::HashSet<Serial>> =
+        RefCell::new(Default::default());
     /// Keys whose lock-delay a session's end started: (db, key) -> when it ends.
     static DELAYED: RefCell<std::collections::HashMap<(i32, Vec<u8>), Millis>> =
         RefCell::new(Default::default());
@@ -277,7 +281,13 @@ pub fn client_exists(id: u64) -> bool {
 }
 
 /// `LOCK.SESSION OPEN`: a new session, bound to the caller when `bound`. Returns its id.
-pub fn open(ctx: &Context, ttl: Millis, bound: bool, lock_delay: Millis) -> Result<Vec<u8>> {
+pub fn open(
+    ctx: &Context,
+    ttl: Millis,
+    bound: bool,
+    grace: Millis,
+    lock_delay: Millis,
+) -> Result<Vec<u8>> {
     let max = state::max_sessions();
     if count() >= max {
         return Err(error::too_many_sessions(max));
@@ -304,6 +314,8 @@ pub fn open(ctx: &Context, ttl: Millis, bound: bool, lock_delay: Millis) -> Resu
         lock_delay,
         bound,
         client: bound.then(|| client_id(ctx)),
+        grace,
+        detached: None,
         user: current_user(ctx),
         holds: Default::default(),
     };
@@ -319,10 +331,54 @@ pub fn keepalive(ctx: &Context, serial: Serial, ttl: Option<Millis>) -> Result<M
     let now = key::now();
     let ttl = ttl.unwrap_or_else(|| with(|s| s.get(serial).map_or(0, |x| x.ttl)));
     let deadline = crate::lock::deadline_after(now, ttl).ok_or_else(error::ttl_too_large)?;
-    with(|s| s.renew(serial, ttl, deadline));
+    // A detached session's deadline stays at or before its grace's end (see `Sessions::renew`):
+    // what is replicated, and answered, is the deadline it got.
+    let (deadline, detached) = with(|s| {
+        s.renew(serial, ttl, deadline);
+        s.get(serial)
+            .map_or((deadline, false), |x| (x.deadline, x.detached.is_some()))
+    });
     replicate_renew(ctx.ctx, serial, ttl, deadline);
     arm_timer(ctx.ctx);
-    Ok(ttl)
+    Ok(if detached { (deadline - now).max(0) } else { ttl })
+}
+
+/// `LOCK.SESSION ATTACH` by the connection `client`: bind the session there; a detached one
+/// is rescued (renewed for its ttl, replicated as a `RENEW`, holders told `attached`).
+pub fn attach(ctx: &Context, serial: Serial, client: u64) {
+    let now = key::now();
+    // A detach whose news is still in the deferred work is told first, so that the feed
+    // never says `attached` before `detached`.
+    let untold = DETACH_UNTOLD.with(|d| d.borrow_mut().remove(&serial));
+    if untold {
+        blocking::announce_session(ctx.ctx, serial, crate::redis::feed::Kind::Detached);
+    }
+    let Some(deadline) = with(|s| s.attach(serial, client, now)) else {
+        return;
+    };
+    crate::stats::SESSIONS_REATTACHED.incr();
+    let ttl = with(|s| s.get(serial).map_or(0, |x| x.ttl));
+    replicate_renew(ctx.ctx, serial, ttl, deadline);
+    arm_timer(ctx.ctx);
+    blocking::announce_session(ctx.ctx, serial, crate::redis::feed::Kind::Attached);
+}
+
+/// The deferred work after a detach (writes allowed, primary): replicas and the AOF learn the
+/// shortened deadline, watchers of the session's keys hear `detached`. Nothing when an
+/// `ATTACH` came first (it told both) or the session is gone.
+pub fn detach_told(ctx: *mut raw::RedisModuleCtx, serial: Serial) {
+    if !DETACH_UNTOLD.with(|d| d.borrow_mut().remove(&serial)) {
+        return;
+    }
+    let Some((ttl, deadline)) = with(|s| {
+        s.get(serial)
+            .filter(|x| x.detached.is_some())
+            .map(|x| (x.ttl, x.deadline))
+    }) else {
+        return;
+    };
+    replicate_renew(ctx, serial, ttl, deadline);
+    blocking::announce_session(ctx, serial, crate::redis::feed::Kind::Detached);
 }
 
 /// Arm (or move) the expiry timer for the earliest session deadline. On a replica it is armed
@@ -363,6 +419,11 @@ pub fn take_due(ctx: *mut raw::RedisModuleCtx, now: Millis, after_pause: bool) -
     let mut ended = vec![];
     for serial in due {
         if after_pause {
+            if let Some(deadline) = with(|s| s.detach_again(serial, now)) {
+                let ttl = with(|s| s.get(serial).map_or(0, |x| x.ttl));
+                replicate_renew(ctx, serial, ttl, deadline);
+                continue;
+            }
             let ttl = with(|s| s.get(serial).map_or(0, |x| x.ttl));
             let deadline = crate::lock::deadline_after(now, ttl).unwrap_or(now);
             with(|s| s.renew(serial, ttl, deadline));
@@ -405,13 +466,29 @@ extern "C" fn on_client_change(
         // SAFETY: for this event the data is a RedisModuleClientInfo (version 1 or later),
         // valid for the duration of the callback.
         let client = unsafe { (*data.cast::<raw::RedisModuleClientInfo>()).id };
-        let gone: Vec<Session> = with(|s| {
-            s.unbind_client(client)
-                .into_iter()
-                .filter_map(|serial| s.remove(serial))
-                .collect()
-        });
         let now = key::now();
+        // A session with a grace is detached: it stays in the table, unbound, with its
+        // deadline brought in to the grace's end; the rest end now.
+        let (gone, detached): (Vec<Session>, Vec<Serial>) = with(|s| {
+            let mut gone = vec![];
+            let mut detached = vec![];
+            for serial in s.unbind_client(client) {
+                if s.detach(serial, now).is_some() {
+                    detached.push(serial);
+                } else if let Some(session) = s.remove(serial) {
+                    gone.push(session);
+                }
+            }
+            (gone, detached)
+        });
+        if !detached.is_empty() {
+            arm_timer(ctx);
+        }
+        for serial in detached {
+            crate::stats::SESSIONS_DETACHED.incr();
+            DETACH_UNTOLD.with(|d| d.borrow_mut().insert(serial));
+            blocking::session_detached(ctx, serial);
+        }
         for session in gone {
             mark_lost(session.serial, now);
             blocking::session_disconnected(ctx, session);
@@ -452,15 +529,17 @@ fn new_session_tag(ctx: &Context) -> String {
         .map_or_else(|| slots::slot_tag(random_slot(&mut rng)), slots::slot_tag)
 }
 
-/// `LOCK.SESSION RESTORE id serial ttl deadline lock-delay bound user`: the session as it is,
+/// `LOCK.SESSION RESTORE id serial ttl deadline lock-delay bound user [grace]`: the session as it is,
 /// for replicas and the AOF (the open, a promotion's state, an AOF rewrite).
 fn replicate_restore(ctx: *mut raw::RedisModuleCtx, s: &Session) {
     let args = restore_args(s);
     replicate(ctx, &args);
 }
 
+/// The grace goes last, and only when there is one: a replica with a module from before
+/// `GRACE` reads every session that does not use it.
 pub fn restore_args(s: &Session) -> Vec<Vec<u8>> {
-    vec![
+    let mut args = vec![
         b"RESTORE".to_vec(),
         s.id.clone(),
         s.serial.to_string().into_bytes(),
@@ -469,10 +548,14 @@ pub fn restore_args(s: &Session) -> Vec<Vec<u8>> {
         s.lock_delay.to_string().into_bytes(),
         (s.bound as u8).to_string().into_bytes(),
         s.user.clone(),
-    ]
+    ];
+    if s.grace > 0 {
+        args.push(s.grace.to_string().into_bytes());
+    }
+    args
 }
 
-fn replicate_renew(ctx: *mut raw::RedisModuleCtx, serial: Serial, ttl: Millis, deadline: Millis) {
+pub fn replicate_renew(ctx: *mut raw::RedisModuleCtx, serial: Serial, ttl: Millis, deadline: Millis) {
     replicate(
         ctx,
         &[

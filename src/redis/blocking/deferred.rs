@@ -56,6 +56,7 @@ pub(super) fn run(ctx: *mut raw::RedisModuleCtx, mut work: Vec<Work>) {
             Work::Revoke(qk, token) => revoke(ctx, &qk, token),
             Work::SyncExpiry(qk) => super::events::sync_expiry(ctx, &qk),
             Work::EndSession(session) => sessions::end_lost(ctx, *session),
+            Work::SessionDetached(serial) => session::detach_told(ctx, serial),
             Work::CloseSession(session, bc) => sessions::end_closed(ctx, *session, bc),
             Work::ExpireSessions => sessions::end_expired(ctx, false),
             Work::ExpireSessionsAfterPause => sessions::end_expired(ctx, true),

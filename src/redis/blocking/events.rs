@@ -109,17 +109,8 @@ extern "C" fn on_role_changed(
             crate::redis::feed::database_event(None, crate::redis::feed::Kind::Demoted);
         }
         // Demoted: the new primary decides when sessions end; connections here no longer
-        // bind them.
-        session::with(|s| {
-            let bound: Vec<lock::Serial> = s
-                .iter()
-                .filter(|x| x.client.is_some())
-                .map(|x| x.serial)
-                .collect();
-            for serial in bound {
-                s.bind(serial, None);
-            }
-        });
+        // bind them, and none is detached (its `RENEW`s apply as the new primary sends them).
+        session::with(|s| s.unbind_all());
         let keys: Vec<QueueKey> = QUEUES.with(|q| q.borrow().keys().cloned().collect());
         for qk in keys {
             fail_all(

@@ -21,6 +21,54 @@ pub fn session_disconnected(ctx: *mut raw::RedisModuleCtx, session: Session) {
     defer(ctx, Work::EndSession(Box::new(session)));
 }
 
+/// A bound session's connection closed and the session is detached (still in the table):
+/// its shortened deadline is replicated and its holders told from the deferred work.
+pub fn session_detached(ctx: *mut raw::RedisModuleCtx, serial: lock::Serial) {
+    defer(ctx, Work::SessionDetached(serial));
+}
+
+/// One feed message (`detached` or `attached`) for each live hold of session `serial` whose
+/// key is watched. `TTL`: for `detached`, the ms until the hold is lost unless a connection
+/// attaches the session; for `attached`, the hold's own remaining ms (-1: none of its own).
+/// Leaves the context's database as it found it.
+pub fn announce_session(
+    ctx: *mut raw::RedisModuleCtx,
+    serial: lock::Serial,
+    kind: crate::redis::feed::Kind,
+) {
+    if !crate::redis::feed::watching() {
+        return;
+    }
+    let Some((holds, session_deadline)) = session::with(|s| {
+        s.get(serial)
+            .map(|x| (x.holds.iter().cloned().collect::<Vec<_>>(), x.deadline))
+    }) else {
+        return;
+    };
+    let db = key::selected_db(ctx);
+    let now = key::now();
+    for (hold_db, key_name, owner) in holds {
+        if !key::select_db(ctx, hold_db) {
+            continue;
+        }
+        let name = RedisString::create_from_slice(ctx, &key_name);
+        let lock_key = LockKey::open_raw(ctx, name.inner, raw::KeyMode::READ);
+        let hold = lock_key.lock().ok().flatten().and_then(|l| {
+            l.live(now)
+                .find(|h| h.owner == owner.as_slice() && h.session == serial)
+                .map(|h| (h.token, h.deadline))
+        });
+        if let Some((token, deadline)) = hold {
+            let until = match kind {
+                crate::redis::feed::Kind::Detached => deadline.min(session_deadline),
+                _ => deadline,
+            };
+            crate::redis::feed::hold_event(hold_db, &key_name, kind, &owner, token, Some(until));
+        }
+    }
+    key::select_db(ctx, db);
+}
+
 /// The session expiry timer fired.
 pub fn expire_sessions(ctx: *mut raw::RedisModuleCtx) {
     run(ctx, vec![Work::ExpireSessions]);
@@ -38,7 +86,12 @@ pub(super) fn end_expired(ctx: *mut raw::RedisModuleCtx, after_pause: bool) {
     }
     let now = key::now();
     for ended in session::take_due(ctx, now, after_pause) {
-        stats::SESSIONS_EXPIRED.incr();
+        // A detached session ends here too: nobody attached it within its grace (or before
+        // its deadline, when that came first).
+        match ended.detached {
+            Some(_) => stats::SESSIONS_GRACE_EXPIRED.incr(),
+            None => stats::SESSIONS_EXPIRED.incr(),
+        }
         end(ctx, ended, false, now);
     }
 }
