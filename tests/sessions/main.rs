@@ -4,7 +4,7 @@
 //! client pauses, and every refusal.
 //!
 //! Layout: `commands.rs` (replies and refusals), `ending.rs` (how a session ends and who is
-//! served), `holds_cap.rs` (`lock.max-session-holds`), `lock_delay.rs`, `durability.rs` (restart, reload, rewrite, replica, promotion),
+//! served), `grace.rs` (`BOUND GRACE`: detached, re-attached, or ended after the grace), `holds_cap.rs` (`lock.max-session-holds`), `lock_delay.rs`, `durability.rs` (restart, reload, rewrite, replica, promotion),
 //! `pause.rs`; the helpers they share are below.
 
 #[path = "../common/mod.rs"]
@@ -14,6 +14,7 @@ mod admin;
 mod commands;
 mod durability;
 mod ending;
+mod grace;
 mod holds_cap;
 mod lock_delay;
 mod pause;
