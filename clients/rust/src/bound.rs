@@ -13,6 +13,11 @@
 //! the connection closed, the thread binds the session to a new connection with `LOCK.SESSION
 //! ATTACH id` (a promoted replica has the session unbound) and reports a loss only when the
 //! server answers nil (the session ended) or no master answered within the session's ttl.
+//!
+//! A session opened with a grace (`BOUND GRACE ms`, issue 29) is followed the same way in both
+//! APIs: when its connection closes while this process lives (a `CLIENT KILL`, a proxy or the
+//! network dropping it), the server keeps the session detached for the grace, and the thread
+//! reconnects and `ATTACH`es it within the grace, so every hold goes on with its token.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -21,7 +26,7 @@ use std::time::Duration;
 
 use redis::Connection;
 
-use crate::client::{Endpoint, Inner};
+use crate::client::Endpoint;
 use crate::command::Command;
 use crate::error::Error;
 
@@ -149,18 +154,31 @@ fn name_after_serial(conn: &mut Connection, id: &str) {
     }
 }
 
-/// How a bound session of a cluster node's client follows a failover: the client (whose pool
-/// follows `MOVED`), the session's id and ttl.
+/// Where a bound session's thread reconnects: the client's endpoint, and, for a cluster node's
+/// sync client, the pool that follows `MOVED` to the slot's new master.
+pub(crate) trait Target: Send + Sync {
+    /// The server and the timeouts.
+    fn endpoint(&self) -> &Endpoint;
+    /// Follow a failover that `error` reveals (true when the client now points elsewhere).
+    fn follow(&self, _error: &Error) -> bool {
+        false
+    }
+}
+
+/// How a bound session re-attaches: to a cluster node's new master after a failover (the
+/// session's ttl to find one), or to the same server after its connection dropped (within the
+/// session's grace, when it has one).
 pub(crate) struct Follow {
-    pub(crate) inner: Arc<Inner>,
+    pub(crate) inner: Arc<dyn Target>,
     pub(crate) id: String,
+    /// How long to keep trying: the ttl (a failover) or the grace (a dropped connection).
     pub(crate) ttl: Duration,
 }
 
 impl Follow {
     /// Where the client's pool points now.
     fn address(&self) -> redis::ConnectionAddr {
-        self.inner.redis().get_connection_info().addr.clone()
+        self.inner.endpoint().redis().get_connection_info().addr.clone()
     }
 
     /// `LOCK.SESSION ATTACH id` on a new connection to where the client points (following a
@@ -169,11 +187,11 @@ impl Follow {
     fn attach(&self, stopped: &AtomicBool) -> Result<Option<Connection>, Error> {
         let deadline = std::time::Instant::now() + self.ttl;
         loop {
-            let tried = self
-                .inner
-                .connect(self.inner.connect_timeout)
+            let endpoint = self.inner.endpoint();
+            let tried = endpoint
+                .connect(endpoint.connect_timeout)
                 .and_then(|mut conn| {
-                    conn.set_read_timeout(Some(self.inner.io_timeout))
+                    conn.set_read_timeout(Some(endpoint.io_timeout))
                         .map_err(Error::from_redis)?;
                     let reply: Option<String> = redis::cmd("LOCK.SESSION")
                         .arg("ATTACH")
@@ -193,7 +211,9 @@ impl Follow {
                     }
                 }
             }
-            thread::sleep(Duration::from_millis(50));
+            // Short against a grace (a reconnect takes about a millisecond here), long enough
+            // not to spin against a server that is restarting.
+            thread::sleep(Duration::from_millis(20));
         }
     }
 }

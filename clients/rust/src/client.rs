@@ -167,6 +167,16 @@ impl Endpoint {
     }
 }
 
+impl crate::bound::Target for Inner {
+    fn endpoint(&self) -> &Endpoint {
+        &self.endpoint
+    }
+
+    fn follow(&self, error: &Error) -> bool {
+        Inner::follow(self, error)
+    }
+}
+
 /// What a [`Client`] and its guards share.
 pub(crate) struct Inner {
     /// The server and the timeouts (`inner.io_timeout` reads through to it).

@@ -327,16 +327,20 @@ pub(crate) fn fenced<T: redis::FromRedisValue + 'static>(
 // ---------------------------------------------------------------------------------------------
 // Sessions: one lease for many holds (see "Sessions" in docs/commands.md).
 
-/// `LOCK.SESSION OPEN ttl [BOUND] [LOCKDELAY ms]` -> the new session's id.
+/// `LOCK.SESSION OPEN ttl [BOUND [GRACE ms]] [LOCKDELAY ms]` -> the new session's id.
 pub(crate) fn session_open(
     ttl_ms: u64,
     bound: bool,
+    grace_ms: Option<u64>,
     lock_delay_ms: Option<u64>,
 ) -> Command<String> {
     let mut cmd = redis::cmd("LOCK.SESSION");
     cmd.arg("OPEN").arg(ttl_ms);
     if bound {
         cmd.arg("BOUND");
+    }
+    if let Some(ms) = grace_ms {
+        cmd.arg("GRACE").arg(ms);
     }
     if let Some(ms) = lock_delay_ms {
         cmd.arg("LOCKDELAY").arg(ms);

@@ -146,6 +146,8 @@ pub struct SessionBuilder<C = Client> {
     bound: bool,
     /// `LOCKDELAY ms`, if given.
     lock_delay: Option<Duration>,
+    /// `GRACE ms` (with `bound`), if given.
+    grace: Option<Duration>,
     /// Time between keepalives; `None` for a third of the TTL.
     pub(crate) keepalive_every: Option<Duration>,
 }
@@ -157,6 +159,7 @@ impl<C: Clone> SessionBuilder<C> {
             ttl,
             bound: false,
             lock_delay: None,
+            grace: None,
             keepalive_every: None,
         }
     }
@@ -179,6 +182,18 @@ impl<C: Clone> SessionBuilder<C> {
         self
     }
 
+    /// `GRACE ms` (with [`bound`](Self::bound); at most 60 s and at most the TTL): a connection
+    /// blip is not a death. When the bound connection closes while this process lives (a
+    /// `CLIENT KILL`, a proxy or the network dropping it), the server keeps the session
+    /// detached for `grace`, and the session's thread reconnects and `LOCK.SESSION ATTACH`es it
+    /// within that time: every hold goes on with its token, and no loss is reported. If this
+    /// process dies, its holds are handed on `grace` later than without one (plus any lock
+    /// delay). A loss is reported when the re-attach fails within the grace.
+    pub fn grace(mut self, grace: Duration) -> Self {
+        self.grace = Some(grace);
+        self
+    }
+
     /// Send a keepalive every `period` (shorter than the TTL) instead of every third of it.
     pub fn keepalive_every(mut self, period: Duration) -> Self {
         self.keepalive_every = Some(period);
@@ -198,7 +213,22 @@ impl<C: Clone> SessionBuilder<C> {
             ),
             None => None,
         };
-        Ok((command::session_open(ttl, self.bound, delay), ttl))
+        let grace = match self.grace {
+            Some(_) if !self.bound => {
+                return Err(Error::InvalidArgument("a grace needs a bound session"))
+            }
+            Some(g) => Some(
+                u64::try_from(g.as_millis())
+                    .map_err(|_| Error::InvalidArgument("grace too long"))?,
+            ),
+            None => None,
+        };
+        Ok((command::session_open(ttl, self.bound, grace, delay), ttl))
+    }
+
+    /// The grace, for a bound session opened with one (0 is none).
+    pub(crate) fn grace_period(&self) -> Option<Duration> {
+        self.grace.filter(|g| self.bound && !g.is_zero())
     }
 
     /// True for `BOUND`.
@@ -430,15 +460,17 @@ impl SessionBuilder<Client> {
                 })
             };
             // A cluster node's client follows a failover: re-attach on the slot's new master.
-            let follow = session
-                .client
-                .inner
-                .is_cluster()
-                .then(|| crate::bound::Follow {
-                    inner: Arc::clone(&session.client.inner),
-                    id: state.id().to_string(),
-                    ttl: Duration::from_millis(ttl_ms),
-                });
+            // A session with a grace re-attaches after its connection dropped, within the
+            // grace (the server ends it then).
+            let within = match session.client.inner.is_cluster() {
+                true => Some(Duration::from_millis(ttl_ms)),
+                false => self.grace_period(),
+            };
+            let follow = within.map(|ttl| crate::bound::Follow {
+                inner: Arc::clone(&session.client.inner) as Arc<dyn crate::bound::Target>,
+                id: state.id().to_string(),
+                ttl,
+            });
             session.bound = Some(Bound::watch(conn, follow, closed).map_err(Error::Spawn)?);
         }
         let lease = Lease {

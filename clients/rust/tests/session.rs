@@ -169,6 +169,42 @@ macro_rules! shared_tests {
             assert_eq!(session_cmd(&mut conn, "KEEPALIVE", session.id()).unwrap(), Value::Nil);
         } }
 
+        api_test! { fn with_a_grace_a_killed_bound_connection_is_re_attached_and_keeps_its_holds() {
+            let (_server, client, mut conn) = crate::apis::setup!();
+            // GRACE without BOUND is refused before anything is sent.
+            assert!(matches!(
+                io!(Session::builder(&client, ms(30_000)).grace(ms(500)).open()),
+                Err(Error::InvalidArgument(_))
+            ));
+            let session = io!(Session::builder(&client, ms(30_000))
+                .bound(true)
+                .grace(ms(5_000))
+                .open())
+            .unwrap();
+            let key = unique_key("grace");
+            let guard = io!(session.client().acquire(&key, Duration::ZERO)).unwrap().unwrap();
+            let bound = io!(session.info()).unwrap().expect("alive").bound.expect("bound");
+            assert_eq!(client_kill(&mut conn, bound), 1);
+            // The session's thread reconnects and attaches it within the grace.
+            let end = Instant::now() + PATIENCE;
+            let again = loop {
+                let info = io!(session.info()).unwrap().expect("the session lives");
+                if let Some(id) = info.bound.filter(|id| *id != bound) {
+                    break id;
+                }
+                assert!(Instant::now() < end, "not re-attached: {info:?}");
+                io!(sleep(ms(10)));
+            };
+            assert_ne!(again, bound);
+            assert_eq!(fence(&mut conn, &key), Some(guard.token()));
+            assert!(!session.is_lost(), "{:?}", session.loss_reason());
+            assert!(io!(wait_lost(&guard, ms(100))).is_none(), "the guard was told of a loss");
+            let info: String = redis::cmd("INFO").arg("lock").query(&mut conn).unwrap();
+            assert!(info.contains("lock_sessions_reattached:1"), "{info}");
+            assert!(info.contains("lock_sessions_grace_expired:0"), "{info}");
+            assert_eq!(io!(session.close()).unwrap(), Some(1));
+        } }
+
         api_test! { fn a_bound_sessions_connection_is_named_after_its_serial() {
             let (_server, client, mut conn) = crate::apis::setup!();
             let session = io!(Session::builder(&client, ms(30_000)).bound(true).open()).unwrap();

@@ -58,6 +58,12 @@ pub(crate) struct Inner {
     pub(crate) feed: std::sync::OnceLock<Arc<crate::subscriber::Subscriber>>,
 }
 
+impl crate::bound::Target for Inner {
+    fn endpoint(&self) -> &Endpoint {
+        &self.endpoint
+    }
+}
+
 impl std::ops::Deref for Inner {
     type Target = Endpoint;
 

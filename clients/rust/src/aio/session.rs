@@ -163,7 +163,13 @@ impl SessionBuilder<Client> {
                     None => LossReason::SessionEnded,
                 })
             };
-            session.bound = Some(Bound::watch(conn, None, closed).map_err(Error::Spawn)?);
+            // A session with a grace re-attaches after its connection dropped, within it.
+            let follow = self.grace_period().map(|ttl| crate::bound::Follow {
+                inner: Arc::clone(&session.client.inner) as Arc<dyn crate::bound::Target>,
+                id: state.id().to_string(),
+                ttl,
+            });
+            session.bound = Some(Bound::watch(conn, follow, closed).map_err(Error::Spawn)?);
         }
         let lease = Lease {
             client: Arc::clone(&session.client.inner),
