@@ -417,3 +417,43 @@ fn an_aof_with_the_old_restore_form_still_loads() {
         keepalive(&mut c, id).is_none()
     });
 }
+
+#[test]
+fn a_narrow_acl_user_opens_and_reattaches_a_session_with_a_grace() {
+    let (server, mut c) = start();
+    redis::cmd("ACL")
+        .arg(&[
+            "SETUSER", "app", "on", ">pw", "resetkeys", "~lock:*", "&*", "+@all", "-@admin",
+        ])
+        .query::<()>(&mut c)
+        .unwrap();
+    let login = |conn: &mut Connection| {
+        redis::cmd("AUTH")
+            .arg("app")
+            .arg("pw")
+            .query::<()>(conn)
+            .unwrap()
+    };
+    let mut holder = server.conn();
+    login(&mut holder);
+    let id = open(&mut holder, 30_000, &["BOUND", "GRACE", "10000"]);
+    let key = format!("lock:{}", new_key());
+    let token = acquire_in(&mut holder, &key, "me", 0, &id, &[]);
+    assert_err_code(
+        acquire_with(&mut holder, &new_key(), "me", 0, &["SESSION", &id]),
+        "NOPERM",
+    );
+    kill(&mut c, &mut holder);
+    wait_until("the session is detached", Duration::from_secs(5), || {
+        info_int(&mut c, "lock", "lock_sessions_detached") == 1
+    });
+    let mut back = server.conn();
+    login(&mut back);
+    assert_eq!(session(&mut back, "ATTACH", &[&id]), Ok(Value::Okay));
+    assert_eq!(fence(&mut back, &key), Some(token));
+    assert_eq!(
+        info_of(&mut back, &id, "bound"),
+        Value::Int(client_id(&mut back))
+    );
+    assert_eq!(info_int(&mut c, "lock", "lock_sessions_reattached"), 1);
+}
