@@ -324,7 +324,8 @@ fn every_command_and_option_from_eval_and_fcall() {
         match go(&[id], &["LOCK.SESSION", "INFO", id]) {
             // RESP2 through Lua: the map as a flat array; `bound` is nil (not bound).
             // The public serial last (the connection name of a BOUND session carries it).
-            Ok(Value::Array(items)) if items.len() == 10 => {
+            // Then `grace` and `detached` (issue 29).
+            Ok(Value::Array(items)) if items.len() == 14 => {
                 let b = |s: &str| Value::BulkString(s.as_bytes().to_vec());
                 let ttl = match items[7] {
                     Value::Int(n) if n > 0 && n <= 300_000 => n,
@@ -338,7 +339,9 @@ fn every_command_and_option_from_eval_and_fcall() {
                 assert_eq!(items[..4], want, "{via:?}");
                 let want = [b("lockdelay"), Value::Int(0), b("ttl"), Value::Int(ttl)];
                 assert_eq!(items[4..8], want, "{via:?}");
-                assert_eq!(items[8..], [b("serial"), Value::Int(serial)], "{via:?}");
+                assert_eq!(items[8..10], [b("serial"), Value::Int(serial)], "{via:?}");
+                let want = [b("grace"), Value::Int(0), b("detached"), Value::Nil];
+                assert_eq!(items[10..], want, "{via:?}");
             }
             other => panic!("{via:?}: LOCK.SESSION INFO: {other:?}"),
         }

@@ -109,6 +109,7 @@ fn command_docs_describe_every_command() {
             &[
                 ("ttl-ms", None, false),
                 ("bound", Some("BOUND"), true),
+                ("grace-ms", Some("GRACE"), true),
                 ("lockdelay-ms", Some("LOCKDELAY"), true),
             ],
         ),

@@ -47,7 +47,7 @@ struct LockInfo {
 }
 
 /// The field names `INFO lock` must print, in order.
-const INFO_FIELDS: [&str; 48] = [
+const INFO_FIELDS: [&str; 51] = [
     "lock_locks",
     "lock_waiters",
     "lock_waiting_keys",
@@ -65,6 +65,9 @@ const INFO_FIELDS: [&str; 48] = [
     "lock_sessions_expired",
     "lock_sessions_disconnected",
     "lock_sessions_killed",
+    "lock_sessions_detached",
+    "lock_sessions_reattached",
+    "lock_sessions_grace_expired",
     "lock_session_holds_released",
     "lock_keys_in_lock_delay",
     "lock_sets_overtaken",

@@ -96,7 +96,16 @@ fn list_pages_through_every_session_once_and_never_shows_an_id() {
         let names: Vec<&str> = entry.iter().map(|(k, _)| k.as_str()).collect();
         assert_eq!(
             names,
-            ["serial", "user", "bound", "ttl", "lockdelay", "holds"]
+            [
+                "serial",
+                "user",
+                "bound",
+                "ttl",
+                "lockdelay",
+                "holds",
+                "grace",
+                "detached"
+            ]
         );
         assert_eq!(
             field(entry, "user"),

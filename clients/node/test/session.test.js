@@ -35,7 +35,7 @@ for (const kind of KINDS) {
       assert.equal(await session.open(), session);
       assert.match(session.id, /^\{[^}]+\}[0-9a-f]{32}$/);
       const i = await session.info();
-      assert.deepEqual(Object.keys(i).sort(), ['bound', 'holds', 'lockdelay', 'serial', 'ttl']);
+      assert.deepEqual(Object.keys(i).sort(), ['bound', 'detached', 'grace', 'holds', 'lockdelay', 'serial', 'ttl']);
       assert.equal(i.bound, null);
       assert.equal(i.lockdelay, 0);
       assert.equal(i.holds, 0);

@@ -86,9 +86,10 @@ def test_open_info_close(r, key):
     assert s.open() is s
     assert ID.fullmatch(s.id), s.id
     fields = s.info()
-    assert set(fields) == {"ttl", "bound", "lockdelay", "holds", "serial"}
+    assert set(fields) == {"ttl", "bound", "lockdelay", "holds", "serial", "grace", "detached"}
     assert 9000 < fields["ttl"] <= 10000
     assert fields["bound"] is None and fields["lockdelay"] == 0 and fields["holds"] == 0
+    assert fields["grace"] == 0 and fields["detached"] is None
     lock = Lock(r, key, 0, session=s)
     assert lock.acquire(blocking=False)
     assert r.pttl(key) == -1  # ttl 0 in a session: no deadline of its own
