@@ -59,7 +59,7 @@ pub use multi::block_set;
 use queue_key::{KeyRef, KeyView};
 pub use sessions::{
     announce_session, apply_ended, close_session, expire_sessions, kill_session,
-    session_detached, session_disconnected, session_hold_exists, CloseReply,
+    session_attached, session_detached, session_disconnected, session_hold_exists, CloseReply,
 };
 pub use views::{contended, queue_view, Queued};
 
@@ -141,6 +141,9 @@ enum Work {
     /// A bound session with a grace was detached: replicate its shortened deadline and tell
     /// its holders (see `session::detach_told`).
     SessionDetached(lock::Serial),
+    /// In a cluster, `ATTACH` rescued a detached session: tell its holders (`detached` first
+    /// when that was not told yet), see `sessions::session_attached`.
+    SessionAttached(lock::Serial, bool),
     /// `LOCK.SESSION CLOSE` in a cluster: release the holds, then answer the blocked client
     /// (if it could block) with how many there were (see `sessions::close_session`).
     CloseSession(Box<lock::Session>, Option<usize>),

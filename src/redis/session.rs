@@ -350,9 +350,6 @@ pub fn attach(ctx: &Context, serial: Serial, client: u64) {
     // A detach whose news is still in the deferred work is told first, so that the feed
     // never says `attached` before `detached`.
     let untold = DETACH_UNTOLD.with(|d| d.borrow_mut().remove(&serial));
-    if untold {
-        blocking::announce_session(ctx.ctx, serial, crate::redis::feed::Kind::Detached);
-    }
     let Some(deadline) = with(|s| s.attach(serial, client, now)) else {
         return;
     };
@@ -360,7 +357,7 @@ pub fn attach(ctx: &Context, serial: Serial, client: u64) {
     let ttl = with(|s| s.get(serial).map_or(0, |x| x.ttl));
     replicate_renew(ctx.ctx, serial, ttl, deadline);
     arm_timer(ctx.ctx);
-    blocking::announce_session(ctx.ctx, serial, crate::redis::feed::Kind::Attached);
+    blocking::session_attached(ctx, serial, untold);
 }
 
 /// The deferred work after a detach (writes allowed, primary): replicas and the AOF learn the

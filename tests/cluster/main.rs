@@ -29,6 +29,7 @@ mod nodes;
 
 mod atomic_migration;
 mod failover_feed;
+mod grace;
 mod feed;
 mod manual_failover;
 mod masters_and_replicas;

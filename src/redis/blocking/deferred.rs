@@ -57,6 +57,9 @@ pub(super) fn run(ctx: *mut raw::RedisModuleCtx, mut work: Vec<Work>) {
             Work::SyncExpiry(qk) => super::events::sync_expiry(ctx, &qk),
             Work::EndSession(session) => sessions::end_lost(ctx, *session),
             Work::SessionDetached(serial) => session::detach_told(ctx, serial),
+            Work::SessionAttached(serial, untold) => {
+                sessions::announce_attached(ctx, serial, untold)
+            }
             Work::CloseSession(session, bc) => sessions::end_closed(ctx, *session, bc),
             Work::ExpireSessions => sessions::end_expired(ctx, false),
             Work::ExpireSessionsAfterPause => sessions::end_expired(ctx, true),

@@ -27,6 +27,25 @@ pub fn session_detached(ctx: *mut raw::RedisModuleCtx, serial: lock::Serial) {
     defer(ctx, Work::SessionDetached(serial));
 }
 
+/// `ATTACH` rescued detached session `serial`: its holders hear `attached` (after the
+/// `detached` the deferred work had not told yet, when `untold`). In a cluster a command cannot
+/// look at keys of other slots (see [`close_session`]), so there the messages come from the
+/// deferred work, a moment after the reply.
+pub fn session_attached(ctx: &Context, serial: lock::Serial, untold: bool) {
+    if key::context_flags(ctx.ctx) & raw::REDISMODULE_CTX_FLAGS_CLUSTER != 0 {
+        defer(ctx.ctx, Work::SessionAttached(serial, untold));
+        return;
+    }
+    announce_attached(ctx.ctx, serial, untold);
+}
+
+pub(super) fn announce_attached(ctx: *mut raw::RedisModuleCtx, serial: lock::Serial, untold: bool) {
+    if untold {
+        announce_session(ctx, serial, crate::redis::feed::Kind::Detached);
+    }
+    announce_session(ctx, serial, crate::redis::feed::Kind::Attached);
+}
+
 /// One feed message (`detached` or `attached`) for each live hold of session `serial` whose
 /// key is watched. `TTL`: for `detached`, the ms until the hold is lost unless a connection
 /// attaches the session; for `attached`, the hold's own remaining ms (-1: none of its own).
