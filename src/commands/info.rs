@@ -169,7 +169,10 @@ pub fn info_section(ctx: &InfoContext) -> Status {
         ),
         ("sessions_killed", stats::SESSIONS_KILLED.get() as i64),
         ("sessions_detached", stats::SESSIONS_DETACHED.get() as i64),
-        ("sessions_reattached", stats::SESSIONS_REATTACHED.get() as i64),
+        (
+            "sessions_reattached",
+            stats::SESSIONS_REATTACHED.get() as i64,
+        ),
         (
             "sessions_grace_expired",
             stats::SESSIONS_GRACE_EXPIRED.get() as i64,

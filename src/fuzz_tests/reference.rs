@@ -417,9 +417,16 @@ pub(super) fn ref_session(args: &[Vec<u8>]) -> RefParse<parse::Session<'_>> {
             [id, serial, ttl, deadline, lock_delay, bound, user] => {
                 (id, serial, ttl, deadline, lock_delay, bound, user, None)
             }
-            [id, serial, ttl, deadline, lock_delay, bound, user, grace] => {
-                (id, serial, ttl, deadline, lock_delay, bound, user, Some(grace))
-            }
+            [id, serial, ttl, deadline, lock_delay, bound, user, grace] => (
+                id,
+                serial,
+                ttl,
+                deadline,
+                lock_delay,
+                bound,
+                user,
+                Some(grace),
+            ),
             _ => return arity(),
         };
         parse::Session::Restore {

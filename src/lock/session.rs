@@ -469,7 +469,10 @@ mod tests {
         assert_eq!(t.detach(2, T0 + 100), None);
         assert_eq!(t.detach(1, T0 + 100), Some(T0 + 600));
         let s = t.get(1).unwrap();
-        assert_eq!((s.client, s.detached, s.deadline), (None, Some(T0 + 600), T0 + 600));
+        assert_eq!(
+            (s.client, s.detached, s.deadline),
+            (None, Some(T0 + 600), T0 + 600)
+        );
         assert_eq!(t.next_deadline(), Some(T0 + 600));
         assert_eq!(t.due(T0 + 599), Vec::<Serial>::new());
         assert_eq!(t.due(T0 + 600), vec![1]);
@@ -500,7 +503,10 @@ mod tests {
         t.detach(1, T0 + 100);
         assert_eq!(t.attach(1, 43, T0 + 400), Some(T0 + 10_400));
         let s = t.get(1).unwrap();
-        assert_eq!((s.client, s.detached, s.deadline), (Some(43), None, T0 + 10_400));
+        assert_eq!(
+            (s.client, s.detached, s.deadline),
+            (Some(43), None, T0 + 10_400)
+        );
         assert_eq!(t.due(T0 + 600), Vec::<Serial>::new());
         // Attached again, keepalives renew as ever; a second close detaches it again.
         assert!(t.renew(1, 10_000, T0 + 20_000));

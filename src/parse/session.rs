@@ -151,9 +151,16 @@ pub fn session<'a>(args: &[&'a [u8]]) -> Result<Session<'a>> {
             [id, serial, ttl, deadline, lock_delay, bound, user] => {
                 (id, serial, ttl, deadline, lock_delay, bound, user, None)
             }
-            [id, serial, ttl, deadline, lock_delay, bound, user, grace] => {
-                (id, serial, ttl, deadline, lock_delay, bound, user, Some(grace))
-            }
+            [id, serial, ttl, deadline, lock_delay, bound, user, grace] => (
+                id,
+                serial,
+                ttl,
+                deadline,
+                lock_delay,
+                bound,
+                user,
+                Some(grace),
+            ),
             _ => return Err(Error::WrongArity),
         };
         let number = |a: &[u8]| {
@@ -263,22 +270,40 @@ mod tests {
             )
         });
         // Options in any order; GRACE may come before BOUND.
-        with(&["S", "OPEN", "1000", "grace", "300", "LOCKDELAY", "5", "bound"], |a| {
-            assert_eq!(
-                session(a).unwrap(),
-                Session::Open {
-                    ttl: 1000,
-                    bound: true,
-                    grace: 300,
-                    lock_delay: 5
-                }
-            )
-        });
+        with(
+            &[
+                "S",
+                "OPEN",
+                "1000",
+                "grace",
+                "300",
+                "LOCKDELAY",
+                "5",
+                "bound",
+            ],
+            |a| {
+                assert_eq!(
+                    session(a).unwrap(),
+                    Session::Open {
+                        ttl: 1000,
+                        bound: true,
+                        grace: 300,
+                        lock_delay: 5
+                    }
+                )
+            },
+        );
         with(&["S", "OPEN", "60000", "BOUND", "GRACE", "60000"], |a| {
-            assert!(matches!(session(a).unwrap(), Session::Open { grace: 60000, .. }))
+            assert!(matches!(
+                session(a).unwrap(),
+                Session::Open { grace: 60000, .. }
+            ))
         });
         with(&["S", "OPEN", "10", "BOUND", "GRACE", "0"], |a| {
-            assert!(matches!(session(a).unwrap(), Session::Open { grace: 0, .. }))
+            assert!(matches!(
+                session(a).unwrap(),
+                Session::Open { grace: 0, .. }
+            ))
         });
         with(&["S", "KEEPALIVE", "id", "500"], |a| {
             assert_eq!(

@@ -58,8 +58,8 @@ pub use exports::fail_session_waiters_in;
 pub use multi::block_set;
 use queue_key::{KeyRef, KeyView};
 pub use sessions::{
-    announce_session, apply_ended, close_session, expire_sessions, kill_session,
-    session_attached, session_detached, session_disconnected, session_hold_exists, CloseReply,
+    announce_session, apply_ended, close_session, expire_sessions, kill_session, session_attached,
+    session_detached, session_disconnected, session_hold_exists, CloseReply,
 };
 pub use views::{contended, queue_view, Queued};
 

@@ -340,7 +340,11 @@ pub fn keepalive(ctx: &Context, serial: Serial, ttl: Option<Millis>) -> Result<M
     });
     replicate_renew(ctx.ctx, serial, ttl, deadline);
     arm_timer(ctx.ctx);
-    Ok(if detached { (deadline - now).max(0) } else { ttl })
+    Ok(if detached {
+        (deadline - now).max(0)
+    } else {
+        ttl
+    })
 }
 
 /// `LOCK.SESSION ATTACH` by the connection `client`: bind the session there; a detached one
@@ -552,7 +556,12 @@ pub fn restore_args(s: &Session) -> Vec<Vec<u8>> {
     args
 }
 
-pub fn replicate_renew(ctx: *mut raw::RedisModuleCtx, serial: Serial, ttl: Millis, deadline: Millis) {
+pub fn replicate_renew(
+    ctx: *mut raw::RedisModuleCtx,
+    serial: Serial,
+    ttl: Millis,
+    deadline: Millis,
+) {
     replicate(
         ctx,
         &[

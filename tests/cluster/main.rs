@@ -29,8 +29,8 @@ mod nodes;
 
 mod atomic_migration;
 mod failover_feed;
-mod grace;
 mod feed;
+mod grace;
 mod manual_failover;
 mod masters_and_replicas;
 mod redirects;

@@ -31,7 +31,14 @@ fn attach_within_the_grace_keeps_every_hold_with_its_token() {
     let id = open(&mut holder, 30_000, &["BOUND", "GRACE", "10000"]);
     let (a, b) = (new_key(), new_key());
     let ta = acquire_in(&mut holder, &a, "me", 0, &id, &[]);
-    let tb = acquire_in(&mut holder, &b, "me", 30_000, &id, &["SHARED", "LIMIT", "1"]);
+    let tb = acquire_in(
+        &mut holder,
+        &b,
+        "me",
+        30_000,
+        &id,
+        &["SHARED", "LIMIT", "1"],
+    );
     assert_eq!(info_of(&mut c, &id, "grace"), Value::Int(10_000));
     assert_eq!(info_of(&mut c, &id, "detached"), Value::Nil);
     // A waiter queues behind the hold; it must still be waiting after the blip.
@@ -134,9 +141,11 @@ fn a_keepalive_while_detached_does_not_extend_it() {
     assert!(int(info_of(&mut c, &id, "ttl")) <= 1500);
     assert_eq!(info_of(&mut c, &id, "bound"), Value::Nil);
     // Kept alive all along, it still ends at the grace's end (well before 30 s).
-    wait_until("the grace ends the session", Duration::from_secs(10), || {
-        keepalive(&mut c, &id).is_none()
-    });
+    wait_until(
+        "the grace ends the session",
+        Duration::from_secs(10),
+        || keepalive(&mut c, &id).is_none(),
+    );
     assert_eq!(info_int(&mut c, "lock", "lock_sessions_grace_expired"), 1);
     assert!(acquire(&mut c, &key, "next", 1000).is_some());
     // ATTACH after the grace: the session is gone, nil.
@@ -246,9 +255,11 @@ fn grace_errors_change_nothing() {
     let id = open(&mut holder, 30_000, &["BOUND", "GRACE", "0"]);
     assert_eq!(info_of(&mut c, &id, "grace"), Value::Int(0));
     kill(&mut c, &mut holder);
-    wait_until("the session ends with its connection", Duration::from_secs(5), || {
-        keepalive(&mut c, &id).is_none()
-    });
+    wait_until(
+        "the session ends with its connection",
+        Duration::from_secs(5),
+        || keepalive(&mut c, &id).is_none(),
+    );
     assert_eq!(info_int(&mut c, "lock", "lock_sessions_disconnected"), 1);
     assert_eq!(info_int(&mut c, "lock", "lock_sessions_detached"), 0);
 }
@@ -262,7 +273,10 @@ fn the_feed_says_detached_then_attached() {
     let id = open(&mut holder, 30_000, &["BOUND", "GRACE", "10000"]);
     let token = acquire_in(&mut holder, &key, "me", 0, &id, &[]);
     let m = sub.next_message();
-    assert_eq!((m.seq, m.event.as_str(), m.token), (seq + 1, "acquired", token));
+    assert_eq!(
+        (m.seq, m.event.as_str(), m.token),
+        (seq + 1, "acquired", token)
+    );
     kill(&mut c, &mut holder);
     let m = sub.next_message();
     assert_eq!(
@@ -338,7 +352,10 @@ fn the_grace_survives_reload_rewrite_and_an_aof_restart() {
     let id = open(&mut holder, 60_000, &["BOUND", "GRACE", "4000"]);
     let key = new_key();
     let token = acquire_in(&mut holder, &key, "me", 0, &id, &[]);
-    redis::cmd("DEBUG").arg("RELOAD").query::<()>(&mut c).unwrap();
+    redis::cmd("DEBUG")
+        .arg("RELOAD")
+        .query::<()>(&mut c)
+        .unwrap();
     assert_eq!(info_of(&mut c, &id, "grace"), Value::Int(4000));
     assert_eq!(
         info_of(&mut c, &id, "bound"),
@@ -413,9 +430,11 @@ fn an_aof_with_the_old_restore_form_still_loads() {
     let mut holder = server.conn();
     assert_eq!(session(&mut holder, "ATTACH", &[id]), Ok(Value::Okay));
     kill(&mut c, &mut holder);
-    wait_until("no grace: the close ends it", Duration::from_secs(5), || {
-        keepalive(&mut c, id).is_none()
-    });
+    wait_until(
+        "no grace: the close ends it",
+        Duration::from_secs(5),
+        || keepalive(&mut c, id).is_none(),
+    );
 }
 
 #[test]
@@ -423,7 +442,15 @@ fn a_narrow_acl_user_opens_and_reattaches_a_session_with_a_grace() {
     let (server, mut c) = start();
     redis::cmd("ACL")
         .arg(&[
-            "SETUSER", "app", "on", ">pw", "resetkeys", "~lock:*", "&*", "+@all", "-@admin",
+            "SETUSER",
+            "app",
+            "on",
+            ">pw",
+            "resetkeys",
+            "~lock:*",
+            "&*",
+            "+@all",
+            "-@admin",
         ])
         .query::<()>(&mut c)
         .unwrap();

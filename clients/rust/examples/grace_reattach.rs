@@ -13,9 +13,9 @@
 
 use std::time::{Duration, Instant};
 
+use harness::Server;
 use redis::Value;
 use redis_lock_client::{Client, Session};
-use harness::Server;
 
 fn bound_to(conn: &mut redis::Connection, id: &str) -> Option<i64> {
     let info: Value = redis::cmd("LOCK.SESSION")
@@ -77,9 +77,20 @@ fn main() {
             .arg(&key)
             .query(&mut probe)
             .expect("LOCK.FENCE");
-        assert_eq!(token, Some(guard.token() as i64), "round {round}: token changed");
-        assert!(!session.is_lost(), "round {round}: {:?}", session.loss_reason());
-        println!("round {round:2}: CLIENT KILL to ATTACH {:7.3} ms", ms(healed));
+        assert_eq!(
+            token,
+            Some(guard.token() as i64),
+            "round {round}: token changed"
+        );
+        assert!(
+            !session.is_lost(),
+            "round {round}: {:?}",
+            session.loss_reason()
+        );
+        println!(
+            "round {round:2}: CLIENT KILL to ATTACH {:7.3} ms",
+            ms(healed)
+        );
         heals.push(healed);
         guard.release().expect("release");
         session.close().expect("close");

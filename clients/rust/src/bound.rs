@@ -178,7 +178,12 @@ pub(crate) struct Follow {
 impl Follow {
     /// Where the client's pool points now.
     fn address(&self) -> redis::ConnectionAddr {
-        self.inner.endpoint().redis().get_connection_info().addr.clone()
+        self.inner
+            .endpoint()
+            .redis()
+            .get_connection_info()
+            .addr
+            .clone()
     }
 
     /// `LOCK.SESSION ATTACH id` on a new connection to where the client points (following a
