@@ -1,7 +1,9 @@
 //! Sessions: one lease for many holds, as etcd's leases and ZooKeeper's sessions are.
 //!
 //! A session has a ttl, renewed by one keepalive however many holds it covers, and may be
-//! *bound* to a connection: then it also ends the moment that connection closes. Every hold
+//! *bound* to a connection: then it also ends the moment that connection closes, or, with a
+//! grace (`BOUND GRACE ms`), is only *detached* then and ends at the grace's end unless a
+//! connection attaches it first ([`Sessions::detach`], [`Sessions::attach`]). Every hold
 //! granted `SESSION id` carries the session's [`Serial`] and ends when the session does.
 //!
 //! Two names per session, because they are used for different things:
