@@ -1,7 +1,9 @@
 //! The lock state machine with everything the newest layer added, against a model of plain
 //! fields: sessions (open, keepalive, close, expiry, loss of a bound connection), lock-delay
 //! (a plain hold's own, and a session's on an unclean end), shared holds with and without a
-//! limit, and multi-key sets (`LOCK.MACQUIRE`'s all-or-none decision).
+//! limit, multi-key sets (`LOCK.MACQUIRE`'s all-or-none decision), and a bound session's grace
+//! (detached by its connection's loss, rescued by an attach, never kept past the grace by a
+//! keepalive).
 //!
 //! The system under test is driven as the command handlers drive it: `decide_acquire` /
 //! `decide_macquire`, then a grant ([`Lock::prune`] at `now` and [`Lock::admit`], as
@@ -144,6 +146,11 @@ impl MKey {
 struct MSession {
     deadline: Millis,
     lock_delay: Millis,
+    ttl: Millis,
+    /// `BOUND GRACE ms` (0: none, or not bound).
+    grace: Millis,
+    /// While detached: when its grace ends.
+    detached: Option<Millis>,
 }
 
 struct World {
@@ -417,7 +424,7 @@ impl World {
         }
     }
 
-    fn open(&mut self, ttl: Millis, lock_delay: Millis) {
+    fn open(&mut self, ttl: Millis, lock_delay: Millis, grace: Millis) {
         let serial = self.next_serial;
         self.next_serial += 1;
         self.sessions.insert(Session {
@@ -426,9 +433,10 @@ impl World {
             ttl,
             deadline: self.now + ttl,
             lock_delay,
-            bound: false,
-            client: None,
-            grace: 0,
+            bound: grace > 0,
+            // Its connection: one per session, numbered as the session.
+            client: (grace > 0).then_some(serial),
+            grace,
             detached: None,
             user: b"default".to_vec(),
             holds: Default::default(),
@@ -438,8 +446,54 @@ impl World {
             MSession {
                 deadline: self.now + ttl,
                 lock_delay,
+                ttl,
+                grace,
+                detached: None,
             },
         );
+    }
+
+    /// The session's connection closes. With a grace it is detached (the documented rule: it
+    /// ends at the earlier of its deadline and now + grace, unless attached); without, it ends
+    /// now, uncleanly.
+    fn lose(&mut self, serial: Serial) {
+        let graced = self.msessions.get(&serial).is_some_and(|m| m.grace > 0);
+        if !graced {
+            return self.end_session(serial, false);
+        }
+        let now = self.now;
+        let unbound = self.sessions.unbind_client(serial);
+        let m = self.msessions.get_mut(&serial).unwrap();
+        if m.detached.is_some() {
+            // No connection to lose: a detached session is bound to none.
+            assert!(unbound.is_empty(), "a detached session was still bound");
+            return;
+        }
+        assert_eq!(unbound, vec![serial], "session {serial} was bound");
+        let detached = self.sessions.detach(serial, now);
+        let end = now + m.grace;
+        m.deadline = m.deadline.min(end);
+        m.detached = Some(end);
+        assert_eq!(detached, Some(m.deadline), "session {serial} detached");
+    }
+
+    /// `LOCK.SESSION ATTACH`: a detached session whose deadline has not passed is bound again
+    /// and renewed for its ttl; one whose deadline passed is nil (the timer ends it).
+    fn attach(&mut self, serial: Serial) {
+        let now = self.now;
+        let Some(m) = self.msessions.get_mut(&serial) else {
+            assert!(self.sessions.get(serial).is_none());
+            return;
+        };
+        let Some(_) = m.detached else {
+            return;
+        };
+        if m.deadline <= now {
+            return; // the command answers nil
+        }
+        m.detached = None;
+        m.deadline = now + m.ttl;
+        assert_eq!(self.sessions.attach(serial, serial, now), Some(m.deadline));
     }
 
     fn keepalive(&mut self, serial: Serial, ttl: Millis) {
@@ -447,7 +501,9 @@ impl World {
         let m = self.msessions.get_mut(&serial);
         assert_eq!(renewed, m.is_some(), "keepalive of {serial}");
         if let Some(m) = m {
-            m.deadline = self.now + ttl;
+            // Never past a detached session's grace.
+            m.deadline = (self.now + ttl).min(m.detached.unwrap_or(Millis::MAX));
+            m.ttl = ttl;
         }
     }
 
@@ -660,7 +716,7 @@ fn pick_serial(rng: &mut StdRng, w: &World) -> Serial {
 }
 
 const OPS: &str = "0-2 acquire, 3 macquire, 4 release, 5 extend, 6 open, 7 keepalive, \
-                   8 close, 9 connection lost, 10 session timer, 11 key expiry";
+                   8 close, 9 connection lost, 10 session timer, 11 key expiry, 12 attach";
 
 #[test]
 fn sessions_lock_delay_shared_and_sets_match_a_simple_model() {
@@ -680,7 +736,7 @@ fn sessions_lock_delay_shared_and_sets_match_a_simple_model() {
                     _ => rng.gen_range(1..150),
                 };
                 let session = rng.gen_bool(0.4).then(|| pick_serial(rng, &w));
-                let op = rng.gen_range(0..12);
+                let op = rng.gen_range(0..13);
                 log.push(format!(
                     "t={} op {op} k{k} {} ttl {ttl} session {session:?}",
                     w.now,
@@ -729,18 +785,35 @@ fn sessions_lock_delay_shared_and_sets_match_a_simple_model() {
                                 0
                             };
                             let ttl = ttl.max(1);
-                            w.open(ttl, delay);
-                            format!("open ttl {ttl} lockdelay {delay} -> {}", w.next_serial - 1)
+                            let grace = match rng.gen_range(0..3) {
+                                0 => 0,
+                                _ => rng.gen_range(1..=ttl),
+                            };
+                            w.open(ttl, delay, grace);
+                            format!(
+                                "open ttl {ttl} lockdelay {delay} grace {grace} -> {}",
+                                w.next_serial - 1
+                            )
                         }
                         7 => {
                             let serial = pick_serial(rng, &w);
                             w.keepalive(serial, ttl.max(1));
                             format!("keepalive {serial} {}", ttl.max(1))
                         }
-                        8 | 9 => {
+                        8 => {
                             let serial = pick_serial(rng, &w);
-                            w.end_session(serial, op == 8);
-                            format!("{} {serial}", if op == 8 { "close" } else { "lose" })
+                            w.end_session(serial, true);
+                            format!("close {serial}")
+                        }
+                        9 => {
+                            let serial = pick_serial(rng, &w);
+                            w.lose(serial);
+                            format!("lose {serial}")
+                        }
+                        12 => {
+                            let serial = pick_serial(rng, &w);
+                            w.attach(serial);
+                            format!("attach {serial}")
                         }
                         10 => {
                             w.expire_sessions();
