@@ -114,7 +114,11 @@ fn paused_leader(child: &str) {
     let old_term: u64 = expect_line("leading ").parse().unwrap();
 
     support::send_signal(child.0.id(), "STOP");
-    let client = redis_lock_client::Client::open(&server.url()).unwrap();
+    // Timeouts of 5 s, not the default 1 s: under make test-servers' load a handshake once took
+    // longer than 1 s (CI run 36, Valkey 9.1), and this test is about the paused leader.
+    let client = redis_lock_client::Client::open(&server.url())
+        .unwrap()
+        .with_timeouts(Duration::from_secs(5), Duration::from_secs(5));
     let election = redis_lock_client::Election::new(&client, &name, ms(300));
     let next = election
         .campaign_for("next", Duration::from_secs(5))
