@@ -103,6 +103,7 @@ fn commands_are_in_the_categories_the_server_supports() {
             "lock.session|attach",
             "lock.session|close",
             "lock.session|ended",
+            "lock.session|help",
             "lock.session|info",
             "lock.session|keepalive",
             "lock.session|kill",
@@ -126,9 +127,9 @@ fn commands_are_in_the_categories_the_server_supports() {
         ]
     );
     if own {
-        // Eleven commands and eight of LOCK.SESSION's subcommands (each has its own ACL bit):
+        // Eleven commands and nine of LOCK.SESSION's subcommands (each has its own ACL bit):
         // not LIST and KILL, which are for administrators.
-        assert_eq!(category(&mut con, "lock").len(), 19);
+        assert_eq!(category(&mut con, "lock").len(), 20);
     } else {
         assert_err(
             redis::cmd("ACL")

@@ -43,7 +43,7 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     if matches!(cmd, Sub::List { .. } | Sub::Kill { .. }) && !acl::is_admin(ctx) {
         return Err(error::session_admin_only(raw[1]).into());
     }
-    if !internal && !matches!(cmd, Sub::Info { .. } | Sub::List { .. }) {
+    if !internal && !matches!(cmd, Sub::Info { .. } | Sub::List { .. } | Sub::Help) {
         session::on_primary(ctx)?;
     }
     match cmd {
@@ -110,6 +110,11 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
             list(ctx, cursor, count);
             Ok(RedisValue::NoReply)
         }
+        Sub::Help => Ok(RedisValue::Array(
+            HELP.iter()
+                .map(|line| RedisValue::SimpleStringStatic(line))
+                .collect(),
+        )),
         Sub::Kill { serial } => Ok(match blocking::kill_session(ctx, serial) {
             Some(n) => RedisValue::Integer(n as i64),
             None => RedisValue::Null,
@@ -298,6 +303,27 @@ fn detached_field(s: &Session, now: crate::lock::Millis) -> RedisValue {
     }
 }
 
+/// `LOCK.SESSION HELP`, in the shape of the server's own `... HELP` replies.
+const HELP: [&str; 17] = [
+    "LOCK.SESSION <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "OPEN <ttl-ms> [BOUND [GRACE <ms>]] [LOCKDELAY <ms>]",
+    "    Open a session: one lease for many holds (SESSION <id> in LOCK.ACQUIRE/MACQUIRE). Returns its secret id.",
+    "KEEPALIVE <id> [<ttl-ms>]",
+    "    Renew the session for its ttl (or a new one). Returns ms left, or nil when it is gone.",
+    "CLOSE <id>",
+    "    End the session and release its holds at once. Returns how many, or nil.",
+    "ATTACH <id>",
+    "    Bind a BOUND session to this connection (after a restart, a promotion, or within its GRACE).",
+    "INFO <id>",
+    "    bound, holds, lockdelay, ttl, serial, grace, detached; nil when it is gone.",
+    "LIST [<cursor>] [COUNT <n>]",
+    "    Administrators: a page of every session on this node (never the ids).",
+    "KILL <serial>",
+    "    Administrators: end a session as an expiry would (lock-delay applies).",
+    "HELP",
+    "    Print this help.",
+];
+
 /// One `LOCK.SESSION` subcommand as the server registers it: a real subcommand
 /// (`lock.session|keepalive`), so that each has its own key spec, flags and ACL bit.
 pub struct Subcommand {
@@ -326,6 +352,9 @@ pub const DOC: docs::Doc = docs::Doc {
 pub const FLAGS: &CStr = c"write no-monitor no-slowlog";
 /// `INFO` changes nothing: it answers on a read-only replica too.
 pub const READ_FLAGS: &CStr = c"readonly no-monitor no-slowlog";
+/// `HELP` changes nothing and shows no id. (`allow-loading` and `allow-stale`, which the
+/// server's own HELPs have, make Redis 7.0 refuse to create the subcommand.)
+pub const HELP_FLAGS: &CStr = c"readonly";
 /// `LIST` is for administrators: `admin` puts it in `@admin` and `@dangerous` wherever the
 /// server derives categories from flags, and `redis::acl` keeps it out of `@lock`. It shows
 /// no id, so `MONITOR` may show it; read-only, so a replica answers it too.
@@ -369,6 +398,7 @@ const fn sub(
         keys,
         flags: match name.to_bytes() {
             b"info" => READ_FLAGS,
+            b"help" => HELP_FLAGS,
             b"list" => ADMIN_READ_FLAGS,
             b"kill" => ADMIN_FLAGS,
             _ => FLAGS,
@@ -393,7 +423,7 @@ const fn sub(
 const INTERNAL: &CStr =
     c"Internal: replication and AOF loading only; refused from any other client.";
 
-pub const SUBCOMMANDS: [Subcommand; 10] = [
+pub const SUBCOMMANDS: [Subcommand; 11] = [
     sub(
         c"open",
         c"lock.session|open",
@@ -496,6 +526,15 @@ pub const SUBCOMMANDS: [Subcommand; 10] = [
         3,
         docs::Keys::None,
         &[docs::Arg::required(c"serial", docs::INTEGER)],
+    ),
+    sub(
+        c"help",
+        c"lock.session|help",
+        c"Shows what each LOCK.SESSION subcommand does.",
+        c"O(1)",
+        2,
+        docs::Keys::None,
+        &[],
     ),
     sub(
         c"restore",

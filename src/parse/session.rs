@@ -36,6 +36,8 @@ pub enum Session<'a> {
     Kill {
         serial: u64,
     },
+    /// What each subcommand does (the server's own unknown-subcommand error points here).
+    Help,
     /// Internal (replication and AOF): a session as the primary has it.
     Restore {
         id: &'a [u8],
@@ -145,6 +147,11 @@ pub fn session<'a>(args: &[&'a [u8]]) -> Result<Session<'a>> {
         Ok(Session::Kill {
             serial: positive(serial).ok_or_else(error::serial_invalid)?,
         })
+    } else if is(b"HELP") {
+        match rest {
+            [] => Ok(Session::Help),
+            _ => Err(Error::WrongArity),
+        }
     } else if is(b"RESTORE") {
         // The grace is last and optional: a stream or file from before `GRACE` has none.
         let (id, serial, ttl, deadline, lock_delay, bound, user, grace) = match rest {

@@ -20,7 +20,7 @@ use redis_module::{raw, Context};
 pub const OWN_CATEGORY: &str = "lock";
 
 /// Each command with its built-in categories, mirroring its command flags.
-const COMMANDS: [(&CStr, &str); 21] = [
+const COMMANDS: [(&CStr, &str); 22] = [
     (c"lock.acquire", "write fast blocking"),
     (c"lock.macquire", "write slow blocking"),
     (c"lock.mrelease", "write slow"),
@@ -39,6 +39,8 @@ const COMMANDS: [(&CStr, &str); 21] = [
     // granted `+@lock` cannot list or end other users' sessions.
     (c"lock.session|list", "read slow admin dangerous"),
     (c"lock.session|kill", "write slow admin dangerous"),
+    // As the server's own HELP subcommands: `@slow` alone.
+    (c"lock.session|help", "slow"),
     (c"lock.session|restore", "write slow"),
     (c"lock.session|renew", "write slow"),
     (c"lock.session|ended", "write slow"),

@@ -79,6 +79,7 @@ fn command_docs_describe_every_command() {
             "lock.session|attach",
             "lock.session|close",
             "lock.session|ended",
+            "lock.session|help",
             "lock.session|info",
             "lock.session|keepalive",
             "lock.session|kill",

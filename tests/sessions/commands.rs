@@ -54,6 +54,57 @@ fn open_keepalive_info_close() {
 }
 
 #[test]
+fn help_names_every_subcommand_a_client_may_send() {
+    let (_server, mut c) = start();
+    let Ok(Value::Array(lines)) = session(&mut c, "HELP", &[]) else {
+        panic!("LOCK.SESSION HELP is not an array")
+    };
+    let lines: Vec<String> = lines
+        .iter()
+        .map(|l| match l {
+            Value::SimpleString(s) => s.clone(),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        lines[0],
+        "LOCK.SESSION <subcommand> [<arg> [value] [opt] ...]. Subcommands are:"
+    );
+    // A line per subcommand, then its description indented: the shape of the server's HELPs.
+    let names: Vec<&str> = lines[1..]
+        .iter()
+        .filter(|l| !l.starts_with(' '))
+        .map(|l| l.split(' ').next().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "OPEN",
+            "KEEPALIVE",
+            "CLOSE",
+            "ATTACH",
+            "INFO",
+            "LIST",
+            "KILL",
+            "HELP"
+        ]
+    );
+    assert_eq!(lines.len(), 1 + 2 * names.len());
+    // The server's answer to an unknown subcommand points here, and HELP takes nothing.
+    let unknown = session(&mut c, "NOSUCH", &[]).unwrap_err();
+    assert!(
+        unknown.to_string().contains("Try LOCK.SESSION HELP"),
+        "{unknown}"
+    );
+    let extra = session(&mut c, "HELP", &["x"]).unwrap_err();
+    assert_eq!(extra.code(), Some("ERR"), "{extra}");
+    assert!(
+        extra.to_string().contains("wrong number of arguments"),
+        "{extra}"
+    );
+}
+
+#[test]
 fn a_session_hold_ends_at_its_own_deadline_or_the_sessions() {
     let (_server, mut c) = start();
     let id = open(&mut c, 60_000, &[]);
@@ -388,6 +439,7 @@ fn the_id_routes_like_a_key_but_is_not_one() {
             ("lock.session|attach", 2, 2, 1),
             ("lock.session|close", 2, 2, 1),
             ("lock.session|ended", 0, 0, 0),
+            ("lock.session|help", 0, 0, 0),
             ("lock.session|info", 2, 2, 1),
             ("lock.session|keepalive", 2, 2, 1),
             ("lock.session|kill", 0, 0, 0),
