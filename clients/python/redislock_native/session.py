@@ -190,6 +190,19 @@ class _SessionBase:
         is worth looking for on the slot's (new) master: past its ttl the server has ended it."""
         return since + self._ttl_ms / 1000
 
+    def _reattaches(self, error):
+        """Whether the bound connection's end by ``error`` is worth a re-``ATTACH`` rather than
+        a loss: in a cluster, a failover (``_wire.moved_away``). The default session
+        (``default_session``) also re-attaches after a blip when the server keeps it a grace."""
+        return self._cluster and error is not None and _wire.moved_away(error)
+
+    @staticmethod
+    def _attach_again(error):
+        """Whether an ``ATTACH`` that failed with ``error`` is worth another try: the slot's
+        master moved, or the server has not yet seen the old connection close (``ERR the
+        session is bound to another connection that is still open``)."""
+        return _wire.moved_away(error) or "still open" in str(error)
+
     def _opened(self, reply):
         if reply is None:
             raise LockError("LOCK.SESSION OPEN answered nil")
@@ -237,6 +250,9 @@ class _SessionBase:
             holds, self._holds = list(self._holds), set()
         for lock in holds:
             lock._token = None
+            halt = getattr(lock, "_halt_watchdog", None)
+            if halt is not None:
+                halt()
             if hasattr(lock, "tokens"):
                 lock.tokens = None
 
@@ -448,7 +464,7 @@ class Session(_SessionBase):
                     reply = _wire._read(conn, self._period())
                 except Exception as e:  # noqa: BLE001
                     conn.disconnect()
-                    if not _wire.moved_away(e):
+                    if not self._attach_again(e):
                         return f"attach failed: {e!r}"
                     error = e
                 else:
@@ -456,6 +472,10 @@ class Session(_SessionBase):
                         conn.disconnect()
                         return "ended"
                     self._conn = conn
+                    try:
+                        self._name_connection()
+                    except Exception:  # noqa: BLE001 - best effort; the next keepalive finds a dead connection
+                        pass
                     return None
             if time.monotonic() >= deadline:
                 return f"connection lost: {error!r}"
@@ -471,7 +491,7 @@ class Session(_SessionBase):
             if reason is None or self._stopping.is_set():
                 return None
             reason, error = reason if isinstance(reason, tuple) else (reason, None)
-            if not self._cluster or error is None or not _wire.moved_away(error):
+            if not self._reattaches(error):
                 return reason
             reason = self._reattach(error)
             if reason is not None:
@@ -672,7 +692,7 @@ class AsyncSession(_SessionBase):
         session on the slot's master (``Session._keep_bound``)."""
         while True:
             reason, error = await self._keep_bound_on(self._conn)
-            if not self._cluster or error is None or not _wire.moved_away(error):
+            if not self._reattaches(error):
                 return reason
             reason = await self._reattach()
             if reason is not None:
@@ -694,7 +714,7 @@ class AsyncSession(_SessionBase):
             except Exception as e:  # noqa: BLE001
                 if conn is not None:
                     await conn.disconnect()
-                if not _wire.moved_away(e):
+                if not self._attach_again(e):
                     return f"attach failed: {e!r}"
                 if time.monotonic() >= deadline:
                     return f"connection lost: {e!r}"
@@ -704,6 +724,12 @@ class AsyncSession(_SessionBase):
                 await conn.disconnect()
                 return "ended"
             self._conn = conn
+            try:
+                await self._name_connection()
+            except (asyncio.CancelledError, KeyboardInterrupt, SystemExit):
+                raise
+            except Exception:  # noqa: BLE001 - best effort, as Session._reattach
+                pass
             return None
 
     async def _keep_bound_on(self, conn):
