@@ -118,6 +118,8 @@ class _DefaultMixin:
 class DefaultSession(_DefaultMixin, Session):
     """The default session of a ``redis.Redis`` (or ``RedisCluster``) client on one node."""
 
+    _thread_name = "redislock-default-session"
+
     def __init__(self, client, sessions, node, key):
         super().__init__(weakref.proxy(client), DEFAULT_SESSION_TTL, bound=True, key=key)
         self._setup(sessions, node)

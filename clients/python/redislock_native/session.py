@@ -277,6 +277,9 @@ class Session(_SessionBase):
     - ``keepalive_period``: seconds between keepalives (default ttl/3).
     """
 
+    #: The keepalive thread's name, before ``:`` and the id's first characters.
+    _thread_name = "redislock-session"
+
     def __init__(self, client, ttl, **kwargs):
         super().__init__(client, ttl, **kwargs)
         self._conn = None
@@ -305,7 +308,7 @@ class Session(_SessionBase):
         else:
             self._opened(self.client.execute_command(*self._open_args()))
         self._last_ok = time.monotonic()
-        self._thread = threading.Thread(target=self._keep, name=f"redislock-session:{self._id[:8]}", daemon=True)
+        self._thread = threading.Thread(target=self._keep, name=f"{self._thread_name}:{self._id[:8]}", daemon=True)
         self._thread.start()
         return self
 
