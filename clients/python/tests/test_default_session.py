@@ -27,6 +27,7 @@ from redislock_native import (
     AsyncElection, AsyncLock, AsyncMultiLock, AsyncReadWriteLock, AsyncSemaphore, Election, Lock,
     MultiLock, ReadWriteLock, Semaphore, Session, default_session,
 )
+from redislock_native.session import _fields
 from test_lock import info
 
 HERE = Path(__file__).resolve().parent
@@ -62,6 +63,11 @@ def waiting(lock, timeout=20):
     thread = threading.Thread(target=lambda: result.update(granted=lock.acquire(timeout=timeout)))
     thread.start()
     return thread, result
+
+
+def session_info(client, sid):
+    """``LOCK.SESSION INFO`` as a dict (str keys), whatever the reply's shape."""
+    return _fields(client.execute_command("LOCK.SESSION", "INFO", sid))
 
 
 def sessions(client):
@@ -183,7 +189,7 @@ def test_one_default_session_per_client_closed_with_the_client(server, key):
     session = locks[0].session
     assert all(lock.session is session for lock in locks) and leader.lock.session is session
     assert session.serial in serials(r)
-    assert r.execute_command("LOCK.SESSION", "INFO", session.id)[3] == 7  # holds: 5 locks, 2 keys of MultiLock
+    assert session_info(r, session.id)["holds"] == 7  # holds: 5 locks, 2 keys of MultiLock
     named = [c for c in r.client_list() if c.get("name") == f"redislock-session-{session.serial}"]
     assert len(named) == 1
     theirs = Lock(other, f"{key}:c", 5)
@@ -216,7 +222,7 @@ def test_default_session_connection_killed_without_grace_reports_the_loss(server
     session = lock.session
     if session._grace_ms is not None:
         pytest.skip("the server keeps a session through a blip (GRACE): see the grace test")
-    assert r.client_kill_filter(_id=r.execute_command("LOCK.SESSION", "INFO", session.id)[1]) == 1
+    assert r.client_kill_filter(_id=session_info(r, session.id)["bound"]) == 1
     wait_until("the loss reported", lambda: lost == [lock])
     assert lock.lost_reason.startswith("session lost: connection lost")
     assert info(r, key) is None  # the session ended: its hold with it
@@ -234,9 +240,9 @@ def test_default_session_survives_a_blip_with_grace(server, key):
     session = lock.session
     if session._grace_ms is None:
         pytest.skip("this server's module has no LOCK.SESSION OPEN ... GRACE yet")
-    old = r.execute_command("LOCK.SESSION", "INFO", session.id)[1]
+    old = session_info(r, session.id)["bound"]
     assert r.client_kill_filter(_id=old) == 1
-    wait_until("re-attached", lambda: r.execute_command("LOCK.SESSION", "INFO", session.id)[1] not in (None, old))
+    wait_until("re-attached", lambda: session_info(r, session.id)["bound"] not in (None, old))
     assert lost == [] and not session.lost
     assert info(r, key)["token"] == lock.token
     assert lock.release()
@@ -338,7 +344,7 @@ def test_async_default_session_loss_without_grace_is_reported(server, key):
         if session._grace_ms is not None:
             await r.aclose()
             return "grace"
-        assert check.client_kill_filter(_id=check.execute_command("LOCK.SESSION", "INFO", session.id)[1]) == 1
+        assert check.client_kill_filter(_id=session_info(check, session.id)["bound"]) == 1
         await await_until("the loss reported", lambda: lost == [lock])
         assert lock.lost_reason.startswith("session lost: connection lost")
         assert await lock.acquire(blocking=False) and lock.session is not session
