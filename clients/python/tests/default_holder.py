@@ -1,11 +1,11 @@
 """A holder process for test_default_session.py and bench/default_session_takeover.py: a lock
 taken as the README's first example takes it, then waits to be killed.
 
-    default_holder.py PORT KEY TTL_SECONDS [default|none|watchdog] [CLIENT_NAME]
+    default_holder.py PORT KEY TTL_SECONDS [default|none|watchdog|none-watchdog] [CLIENT_NAME]
 
 ``default`` (the default): ``Lock(r, KEY, ttl=TTL)``, no ``session=``: the client's default
 session. ``watchdog``: the same with ``watchdog=True``. ``none``: ``session=None``, the ttl
-alone. ``CLIENT_NAME`` names the client's pooled connections (``client_name=``). Prints ``held
+alone; ``none-watchdog``: that with ``watchdog=True``. ``CLIENT_NAME`` names the client's pooled connections (``client_name=``). Prints ``held
 TOKEN``, then exits 1 after 60 s if nobody killed it.
 """
 
@@ -22,6 +22,8 @@ name = sys.argv[5] if len(sys.argv) > 5 else None
 r = redis.Redis(port=port, client_name=name)
 if mode == "none":
     lock = Lock(r, key, ttl=ttl, session=None)
+elif mode == "none-watchdog":
+    lock = Lock(r, key, ttl=ttl, watchdog=True, session=None)
 elif mode == "watchdog":
     lock = Lock(r, key, ttl=ttl, watchdog=True)
 else:
