@@ -4,7 +4,7 @@ import asyncio
 import inspect
 import time
 
-from redis.exceptions import ConnectionError, TimeoutError
+from redis.exceptions import ConnectionError, ResponseError, TimeoutError
 
 from . import _wire
 from . import default_session as _default
@@ -30,9 +30,22 @@ class AsyncLock(_Base):
         self._dog = None
 
     async def acquire(self, blocking=True, timeout=None):
-        """Take the lock; True if granted. Same rules as ``Lock.acquire``."""
-        if self._needs_default():
-            self.session = await _default.asession_for(self.client, self.name)
+        """Take the lock; True if granted. Same rules as ``Lock.acquire`` (a default session
+        that ended under the call included)."""
+        ends = None if timeout is None else time.monotonic() + timeout
+        for attempt in range(_default.ATTEMPTS):
+            if self._needs_default():
+                self.session = await _default.asession_for(self.client, self.name)
+            try:
+                return await self._acquire(blocking, timeout)
+            except ResponseError as e:
+                if not self._joins_default or not _default.session_gone(e) or attempt + 1 == _default.ATTEMPTS:
+                    raise
+                _default.retire(self.client, self.session)
+                if ends is not None:
+                    timeout = max(0.0, ends - time.monotonic())
+
+    async def _acquire(self, blocking, timeout):
         args, wait = self._acquire_args(blocking, timeout)
         held_before = self._token is not None
         cleanup = _nothing if held_before else self._release_quietly

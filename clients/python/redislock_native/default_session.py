@@ -45,6 +45,7 @@ The session:
 import asyncio
 import os
 import threading
+import time
 import weakref
 
 from redis.exceptions import ResponseError
@@ -76,6 +77,16 @@ class _Default:
 
 #: ``session=DEFAULT`` (what not giving ``session=`` means): the client's default session.
 DEFAULT = _Default()
+
+
+#: How many times an acquire in the default session is made when the session ended under it.
+ATTEMPTS = 3
+
+
+def session_gone(error):
+    """Whether an acquire's error says its session ended (before it, or while it waited)."""
+    text = str(error)
+    return "no such session" in text or "session ended while the client waited" in text
 
 
 def _refuses_grace(error):
@@ -110,6 +121,14 @@ class _DefaultMixin:
         if error is None or not _wire.moved_away(error):
             return False
         return self._grace_ms is not None or self._cluster
+
+    def _attach_deadline(self):
+        """After a blip on one server: the grace, counted from now (the drop was seen at
+        once), so the session is reported lost no later than the server may have ended it. A
+        cluster's failover keeps the session's ttl (a promoted replica keeps it unbound)."""
+        if self._cluster or self._grace_ms is None:
+            return super()._attach_deadline()
+        return time.monotonic() + self._grace_ms / 1000
 
     def _usable(self):
         return self._id is not None and not self._closed and self._lost_reason is None
@@ -163,7 +182,7 @@ class DefaultSession(_DefaultMixin, Session):
         self._quiet()
         conn = self._conn
         try:
-            if conn is not None:
+            if conn is not None and _wire._socket(conn) is not None:  # never connect again here
                 conn.send_command("LOCK.SESSION", "CLOSE", self._id)
                 _wire._read(conn, wait)
         except Exception:  # noqa: BLE001 - the connection's close ends it too
@@ -238,6 +257,7 @@ class _Sessions:
         self.by_node = {}
         self.mutex = threading.Lock()
         self.opening = {}  # asyncio: node -> the task opening its session
+        self.retired = []  # sessions an acquire found gone before their keepalive did
 
     def get(self, client, key):
         node = _node_of(client, key)
@@ -270,9 +290,19 @@ class _Sessions:
         finally:
             self.opening.pop(node, None)
 
+    def retire(self, session):
+        """An acquire was told ``session`` is gone: the next one opens a new session. The old
+        one is kept to be closed with the client (in a cluster it may be alive elsewhere)."""
+        with self.mutex:
+            for node, s in list(self.by_node.items()):
+                if s is session:
+                    del self.by_node[node]
+                    self.retired.append(session)
+
     def _take(self):
         with self.mutex:
-            sessions, self.by_node = list(self.by_node.values()), {}
+            sessions, self.by_node = list(self.by_node.values()) + self.retired, {}
+            self.retired = []
         return sessions
 
     def close(self, wait=None):
@@ -340,6 +370,13 @@ def _wrap_close(client):
             return original(c, *args, **kwargs)
 
         client.close = close
+
+
+def retire(client, session):
+    """``_Sessions.retire`` for ``client``'s default sessions."""
+    sessions = _ALL.get(client)
+    if sessions is not None:
+        sessions.retire(session)
 
 
 def session_for(client, key):

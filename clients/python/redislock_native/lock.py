@@ -326,9 +326,26 @@ class Lock(_Base):
         If the call fails (no reply, connection lost) or is interrupted after the command
         may have reached the server, and this object did not hold the lock before, a
         ``LOCK.RELEASE`` gives back a grant whose reply was lost; then the error is raised.
+
+        In the client's default session: if that session ended before or while this call
+        waited (``ERR no such session``, ``ERR the session ended while the client waited``: its
+        connection dropped on a server without ``GRACE``), the call tries again in a new
+        default session, at the back of the queue, within what is left of ``timeout``.
         """
-        if self._needs_default():
-            self.session = _default.session_for(self.client, self.name)
+        ends = None if timeout is None else time.monotonic() + timeout
+        for attempt in range(_default.ATTEMPTS):
+            if self._needs_default():
+                self.session = _default.session_for(self.client, self.name)
+            try:
+                return self._acquire(blocking, timeout)
+            except ResponseError as e:
+                if not self._joins_default or not _default.session_gone(e) or attempt + 1 == _default.ATTEMPTS:
+                    raise
+                _default.retire(self.client, self.session)
+                if ends is not None:
+                    timeout = max(0.0, ends - time.monotonic())
+
+    def _acquire(self, blocking, timeout):
         args, wait = self._acquire_args(blocking, timeout)
         held_before = self._token is not None
         cleanup = (lambda: None) if held_before else self._release_quietly

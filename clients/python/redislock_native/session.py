@@ -196,6 +196,11 @@ class _SessionBase:
         (``default_session``) also re-attaches after a blip when the server keeps it a grace."""
         return self._cluster and error is not None and _wire.moved_away(error)
 
+    def _attach_deadline(self):
+        """Until when (monotonic) a re-``ATTACH`` is tried: in a cluster, the session's ttl
+        from its last keepalive (a promoted replica keeps it that long, unbound)."""
+        return self._follow_deadline(self._last_ok)
+
     @staticmethod
     def _attach_again(error):
         """Whether an ``ATTACH`` that failed with ``error`` is worth another try: the slot's
@@ -453,7 +458,7 @@ class Session(_SessionBase):
         replica has the session unbound). None when attached (``self._conn`` replaced), else
         the reason the session is lost: ``"ended"`` when the server has no such session (also
         when the old master is alive and ended it as its bound connection closed)."""
-        deadline = self._follow_deadline(self._last_ok)
+        deadline = self._attach_deadline()
         self._conn.disconnect()
         while not self._stopping.is_set():
             _wire.refresh_slots(self.client)
@@ -703,7 +708,7 @@ class AsyncSession(_SessionBase):
 
     async def _reattach(self):
         """``Session._reattach`` for asyncio."""
-        deadline = self._follow_deadline(self._last_ok)
+        deadline = self._attach_deadline()
         await self._conn.disconnect()
         while True:
             await _wire.arefresh_slots(self.client)

@@ -232,6 +232,36 @@ def test_default_session_connection_killed_without_grace_reports_the_loss(server
     r.close()
 
 
+def test_waiter_whose_default_session_ends_queues_again_in_a_new_one(server, key):
+    # Without GRACE, the waiter's session ends with its connection and the server answers the
+    # waiter "the session ended while the client waited": the acquire queues again in a new
+    # default session (at the back) and is granted when the holder releases.
+    r = no_retry_client(server)
+    check = no_retry_client(server)
+    holder = Lock(check, key, 30, session=None)
+    assert holder.acquire()
+    waiter = Lock(r, key, 30)
+    waiter.session = default_session.session_for(r, key)  # opened before the wait, to kill it
+    old = waiter.session
+    if old._grace_ms is not None:
+        pytest.skip("the server keeps a session through a blip (GRACE)")
+    ended = check.info("lock")["lock_sessions_disconnected"]
+    thread, result = waiting(waiter)
+    wait_waiters(check, key, 1)
+    assert check.client_kill_filter(_id=session_info(check, old.id)["bound"]) == 1
+    wait_until("the session ended", lambda: check.info("lock")["lock_sessions_disconnected"] == ended + 1)
+    wait_until("the waiter queued again", lambda: waiter.session is not old)
+    wait_waiters(check, key, 1)
+    first = holder.token
+    assert holder.release()
+    thread.join(10)
+    assert result["granted"] is True and waiter.token > first
+    assert info(check, key)["holders"][0][b"session"] == waiter.session.serial
+    assert waiter.release()
+    r.close()
+    check.close()
+
+
 def test_default_session_survives_a_blip_with_grace(server, key):
     r = no_retry_client(server)
     lost = []
