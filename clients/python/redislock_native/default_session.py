@@ -344,7 +344,7 @@ def _wrap_close(client):
     default sessions first. Only this object's: its class is untouched."""
     ref = weakref.ref(client)
     cls = type(client)
-    if hasattr(cls, "aclose"):
+    if asyncio.iscoroutinefunction(getattr(cls, "aclose", None)):
         if "aclose" in vars(client):
             return
         original = cls.aclose

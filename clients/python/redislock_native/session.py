@@ -25,7 +25,8 @@ check (either could silently replace it with a new connection the session is not
 stays open for the session's life and carries nothing but the session's ``KEEPALIVE``; between
 keepalives the thread (task) waits on it, so a close by the server is seen at once. No
 re-``ATTACH``: after that connection drops the session is lost, even when the server still has
-it (a restart, a promotion). A session found again would not prove that each of its holds
+it (a restart, a promotion). (The client's default session, ``default_session``, re-attaches
+after a blip when the server keeps it a grace: ``_reattaches``.) A session found again would not prove that each of its holds
 survived: a promoted replica or an AOF restart can miss the newest grants. Open a new session.
 
 In a Redis Cluster a session belongs to one node: ``key=`` names a key the session will lock,
