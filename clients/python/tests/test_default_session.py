@@ -25,10 +25,9 @@ from redis.retry import Retry
 from conftest import await_until, command_calls, wait_until, wait_waiters
 from redislock_native import (
     AsyncElection, AsyncLock, AsyncMultiLock, AsyncReadWriteLock, AsyncSemaphore, Election, Lock,
-    MultiLock, ReadWriteLock, Semaphore, Session, default_session,
+    MultiLock, ReadWriteLock, Semaphore, default_session, lock_info,
 )
 from redislock_native.session import _fields
-from test_lock import info
 
 HERE = Path(__file__).resolve().parent
 HOLDER = HERE / "default_holder.py"
@@ -55,7 +54,7 @@ def server_ms(client):
 
 def holder_ttl(client, key):
     """The ttl in ms left of ``key``'s exclusive hold (``LOCK.INFO``)."""
-    return info(client, key)["ttl"]
+    return lock_info(client, key)["ttl"]
 
 
 def waiting(lock, timeout=20):
@@ -98,7 +97,7 @@ def test_killed_holder_process_is_handed_on_long_before_its_ttl(server, key):
     r = no_retry_client(server)
     child, token = spawn_holder(server, key, 30)
     try:
-        assert info(r, key)["token"] == token
+        assert lock_info(r, key)["token"] == token
         waiter = Lock(r, key, 30, session=None)
         thread, result = waiting(waiter)
         wait_waiters(r, key, 1)
@@ -126,13 +125,13 @@ def test_hold_keeps_its_own_ttl_in_the_default_session(r, key, mode):
     lock = Lock(r, key, 5, watchdog=(mode == "watchdog"), watchdog_period=0.2)
     assert lock.acquire()
     assert isinstance(lock.session, default_session.DefaultSession)
-    holder = info(r, key)["holders"][0]
-    assert holder[b"session"] == lock.session.serial
+    holder = lock_info(r, key)["holders"][0]
+    assert holder["session"] == lock.session.serial
     assert 4000 < r.pttl(key) <= 5000
     assert lock.extend(20)
     assert 19000 < r.pttl(key) <= 20000
     assert lock.release()
-    assert info(r, key) is None
+    assert lock_info(r, key) is None
 
 
 def test_session_none_keeps_the_ttl_behaviour(server, key):
@@ -141,13 +140,13 @@ def test_session_none_keeps_the_ttl_behaviour(server, key):
     name = f"holder-{key.split(':')[1]}"
     child, token = spawn_holder(server, key, 30, "none", name)
     try:
-        assert b"session" not in info(r, key)["holders"][0]
+        assert "session" not in lock_info(r, key)["holders"][0]
         child.send_signal(signal.SIGKILL)
         child.wait()
         # The server has seen every connection of the holder close.
         wait_until("the holder's connections closed",
                    lambda: all(c.get("name") != name for c in r.client_list()))
-        assert info(r, key)["token"] == token and holder_ttl(r, key) > 20_000
+        assert lock_info(r, key)["token"] == token and holder_ttl(r, key) > 20_000
         waiter = Lock(r, key, 30, session=None)
         assert waiter.acquire(blocking=False) is False
         assert waiter.session is None
@@ -161,7 +160,7 @@ def test_session_none_keeps_the_ttl_behaviour(server, key):
 def test_lock_delay_means_no_default_session(r, key):
     lock = Lock(r, key, 5, lock_delay=0.1)
     assert lock.acquire()
-    assert lock.session is None and b"session" not in info(r, key)["holders"][0]
+    assert lock.session is None and "session" not in lock_info(r, key)["holders"][0]
     assert lock.release()
 
 
@@ -226,7 +225,7 @@ def test_default_session_connection_killed_without_grace_reports_the_loss(server
     assert r.client_kill_filter(_id=session_info(r, session.id)["bound"]) == 1
     wait_until("the loss reported", lambda: lost == [lock])
     assert lock.lost_reason.startswith("session lost: connection lost")
-    assert info(r, key) is None  # the session ended: its hold with it
+    assert lock_info(r, key) is None  # the session ended: its hold with it
     assert lock.acquire(blocking=False)
     assert lock.session is not session and lock.session.id != session.id
     assert lock.release()
@@ -257,7 +256,7 @@ def test_waiter_whose_default_session_ends_queues_again_in_a_new_one(server, key
     assert holder.release()
     thread.join(10)
     assert result["granted"] is True and waiter.token > first
-    assert info(check, key)["holders"][0][b"session"] == waiter.session.serial
+    assert lock_info(check, key)["holders"][0]["session"] == waiter.session.serial
     assert waiter.release()
     r.close()
     check.close()
@@ -275,7 +274,7 @@ def test_default_session_survives_a_blip_with_grace(server, key):
     assert r.client_kill_filter(_id=old) == 1
     wait_until("re-attached", lambda: session_info(r, session.id)["bound"] not in (None, old))
     assert lost == [] and not session.lost
-    assert info(r, key)["token"] == lock.token
+    assert lock_info(r, key)["token"] == lock.token
     assert lock.release()
     r.close()
 
@@ -399,7 +398,7 @@ def test_async_one_default_session_per_client_closed_by_aclose(server, key):
         assert isinstance(session, default_session.AsyncDefaultSession)
         assert all(lock.session is session for lock in locks) and leader.lock.session is session
         assert sessions(check) == before + 1
-        assert info(check, f"{key}:a")["holders"][0][b"session"] == session.serial
+        assert lock_info(check, f"{key}:a")["holders"][0]["session"] == session.serial
         plain = AsyncLock(r, f"{key}:n", 5, session=None)
         assert await plain.acquire(blocking=False) and plain.session is None
         assert await plain.release()
@@ -442,32 +441,36 @@ def test_cluster_one_default_session_per_node(cluster):
     import redis
 
     rc = cluster.client()
-    keys = {}
-    for i in range(500):  # two keys on each of the three masters
-        k = f"ds:{i}"
-        keys.setdefault(rc.get_node_from_key(k).name, []).append(k)
-        if len(keys) == 3 and all(len(v) >= 2 for v in keys.values()):
-            break
-    nodes = {node.name: redis.Redis(host=node.host, port=node.port) for node in rc.get_primaries()}
-    node_of = {k: name for name, ks in keys.items() for k in ks[:2]}
-    locks = [Lock(rc, k, 5) for k in node_of]
-    for lock in locks:
-        assert lock.acquire(blocking=False)
-    # One session for each node, shared by that node's two locks, listed on that node alone
-    # (the shared cluster may list other tests' sessions: only these serials are looked at).
-    by_node = {}
-    for lock in locks:
-        by_node.setdefault(node_of[lock.name], set()).add(lock.session)
-    assert sorted(len(s) for s in by_node.values()) == [1, 1, 1]
-    mine = {name: next(iter(s)).serial for name, s in by_node.items()}
-    assert len(set(mine.values())) == 3
-    listed = {name: serials(c) & set(mine.values()) for name, c in nodes.items()}
-    assert listed == {name: {serial} for name, serial in mine.items()}
-    for lock in locks:
-        assert info(nodes[node_of[lock.name]], lock.name)["holders"][0][b"session"] == lock.session.serial
-    rc.close()
-    assert all(not (serials(c) & set(mine.values())) for c in nodes.values())
-    for lock in locks:
-        assert nodes[node_of[lock.name]].execute_command("LOCK.INFO", lock.name) is None
-    for c in nodes.values():
-        c.close()
+    nodes = {}
+    try:
+        keys = {}
+        for i in range(500):  # two keys on each of the three masters
+            k = f"ds:{i}"
+            keys.setdefault(rc.get_node_from_key(k).name, []).append(k)
+            if len(keys) == 3 and all(len(v) >= 2 for v in keys.values()):
+                break
+        nodes = {node.name: redis.Redis(host=node.host, port=node.port) for node in rc.get_primaries()}
+        node_of = {k: name for name, ks in keys.items() for k in ks[:2]}
+        locks = [Lock(rc, k, 5) for k in node_of]
+        for lock in locks:
+            assert lock.acquire(blocking=False)
+        # One session for each node, shared by that node's two locks, listed on that node alone
+        # (the shared cluster may list other tests' sessions: only these serials are looked at).
+        by_node = {}
+        for lock in locks:
+            by_node.setdefault(node_of[lock.name], set()).add(lock.session)
+        assert sorted(len(s) for s in by_node.values()) == [1, 1, 1]
+        mine = {name: next(iter(s)).serial for name, s in by_node.items()}
+        assert len(set(mine.values())) == 3
+        listed = {name: serials(c) & set(mine.values()) for name, c in nodes.items()}
+        assert listed == {name: {serial} for name, serial in mine.items()}
+        for lock in locks:
+            assert lock_info(nodes[node_of[lock.name]], lock.name)["holders"][0]["session"] == lock.session.serial
+        rc.close()
+        assert all(not (serials(c) & set(mine.values())) for c in nodes.values())
+        for lock in locks:
+            assert nodes[node_of[lock.name]].execute_command("LOCK.INFO", lock.name) is None
+    finally:  # a failure above must leave no default session open on the shared cluster
+        rc.close()
+        for c in nodes.values():
+            c.close()
