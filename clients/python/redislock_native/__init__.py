@@ -9,7 +9,9 @@
   on the same queue (``LOCK.ACQUIRE ... SHARED [LIMIT n]``).
 - :class:`Session` / :class:`AsyncSession`: one lease for many holds (``LOCK.SESSION``) with one
   keepalive; ``bound=True`` ends it the moment its holder's connection closes. Locks of every
-  kind take ``session=``.
+  kind take ``session=``; without it they join the client's default bound session
+  (:mod:`redislock_native.default_session`: a dead holder process frees its locks within
+  milliseconds), and ``session=None`` holds by the ttl alone.
 - :class:`Election` / :class:`AsyncElection`: leader election on one key (``campaign``,
   ``leader``, ``observe``, ``resign``); the term is the fencing token. ``watch(client, name)``
   (``awatch``) observes the holder of any lock the same way.
@@ -25,6 +27,7 @@ The server needs the module loaded (``loadmodule /path/to/libredis_lock.so``).
 
 from .aio import AsyncLock
 from .compat import AsyncRedisPyLock, RedisPyLock
+from .default_session import DEFAULT_GRACE, DEFAULT_SESSION_TTL, aclose_default_sessions, close_default_sessions
 from .election import AsyncElection, AsyncLeadership, Change, Election, Leader, Leadership, awatch, watch
 from .fence import FENCE_CHECK_LUA, FENCED_CALL_LUA, StaleTokenError, afenced_call, fenced_call, fenced_script
 from .info import alock_info, lock_info
@@ -52,6 +55,10 @@ __all__ = [
     "AsyncReadLock",
     "Session",
     "AsyncSession",
+    "DEFAULT_SESSION_TTL",
+    "DEFAULT_GRACE",
+    "close_default_sessions",
+    "aclose_default_sessions",
     "Election",
     "AsyncElection",
     "Leadership",

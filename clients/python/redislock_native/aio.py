@@ -4,9 +4,10 @@ import asyncio
 import inspect
 import time
 
-from redis.exceptions import ConnectionError, TimeoutError
+from redis.exceptions import ConnectionError, ResponseError, TimeoutError
 
 from . import _wire
+from . import default_session as _default
 from . import feed as _feed
 from . import feed_aio as _feed_aio
 from .fence import afenced_call
@@ -29,7 +30,22 @@ class AsyncLock(_Base):
         self._dog = None
 
     async def acquire(self, blocking=True, timeout=None):
-        """Take the lock; True if granted. Same rules as ``Lock.acquire``."""
+        """Take the lock; True if granted. Same rules as ``Lock.acquire`` (a default session
+        that ended under the call included)."""
+        ends = None if timeout is None else time.monotonic() + timeout
+        for attempt in range(_default.ATTEMPTS):
+            if self._needs_default():
+                self.session = await _default.asession_for(self.client, self.name)
+            try:
+                return await self._acquire(blocking, timeout)
+            except ResponseError as e:
+                if not self._joins_default or not _default.session_gone(e) or attempt + 1 == _default.ATTEMPTS:
+                    raise
+                _default.retire(self.client, self.session)
+                if ends is not None:
+                    timeout = max(0.0, ends - time.monotonic())
+
+    async def _acquire(self, blocking, timeout):
         args, wait = self._acquire_args(blocking, timeout)
         held_before = self._token is not None
         cleanup = _nothing if held_before else self._release_quietly
@@ -136,11 +152,18 @@ class AsyncLock(_Base):
     async def _report_lost(self, reason):
         if not self._claim_loss(reason):
             return
+        self._halt_watchdog()
         if self.on_lost is not None:
             result = self.on_lost(self)
             if inspect.isawaitable(result):
                 await result
 
+
+    def _halt_watchdog(self):
+        """No more renewals (the hold is gone: lost, or its session closed); never waits."""
+        dog, self._dog = self._dog, None
+        if dog is not None and dog is not asyncio.current_task():
+            dog.cancel()
 
     async def _feed_lost(self, sub, reason):
         """The feed found this hold lost (in the feed's task): stop renewing, report once."""

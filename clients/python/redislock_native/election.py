@@ -5,10 +5,11 @@ queue, one command, and leads once granted. The owner is the candidate's *value*
 leader publishes about itself: an address, an id), so candidates must keep their values unique;
 the *term* is the grant's fencing token, larger for every new leader, so a deposed leader's
 fenced writes (``Leadership.fenced``) are refused. A leadership is an ordinary ``Lock`` with a
-watchdog (or, with ``session=``, a hold of the session, whose one keepalive covers it; a bound
-session ends the moment the leader's process dies, and the next candidate leads within
-milliseconds), watched through the change feed: ``Leadership.lost`` and ``on_lost`` tell the
-leader at once that it does not lead any more.
+watchdog, held in the client's default session (``default_session``: the leader's process dies,
+its bound connection closes, and the next candidate leads within milliseconds, not after the
+ttl); ``session=None`` holds by the ttl alone; with an explicit ``session=`` it is a hold of
+that session, whose one keepalive covers it. It is watched through the change feed:
+``Leadership.lost`` and ``on_lost`` tell the leader at once that it does not lead any more.
 
 ``leader()`` reads ``LOCK.INFO`` (value and term, or None). ``observe()`` follows the key's change
 feed (``redislock_native.feed``): every change of leader, ``None`` when nobody leads, and after a
@@ -18,6 +19,7 @@ reconnect or a gap in the feed's sequence numbers the state read again, marked `
 import asyncio
 import queue
 
+from . import default_session as _default
 from . import feed as _feed
 from . import feed_aio as _feed_aio
 from .aio import AsyncLock
@@ -32,19 +34,21 @@ DEFAULT_TTL = 10.0
 
 
 class _ElectionBase:
-    def __init__(self, client, name, ttl=None, *, session=None, watchdog_period=None):
+    def __init__(self, client, name, ttl=None, *, session=_default.DEFAULT, watchdog_period=None):
         self.client = client
         self.name = name
         self.session = session
+        explicit = session is not _default.DEFAULT and session is not None
         if ttl is None:
-            ttl = 0 if session is not None else DEFAULT_TTL
+            ttl = 0 if explicit else DEFAULT_TTL
         self.ttl = ttl
         self.watchdog_period = watchdog_period
+        self._explicit_session = explicit
         self._leadership = None
 
     def _lock_kwargs(self, value, on_lost):
         kwargs = dict(owner=value, on_lost=on_lost, session=self.session)
-        if self.session is None:
+        if not self._explicit_session:  # the default session, or none: the watchdog renews the ttl
             kwargs.update(watchdog=True, watchdog_period=self.watchdog_period)
         return kwargs
 
@@ -113,10 +117,11 @@ class Election(_ElectionBase):
     """Leader election on the lock key ``name``, through a ``redis.Redis`` client.
 
     - ``ttl``: seconds a leadership lasts unless renewed (default 10; its watchdog renews it
-      every ``watchdog_period``, default ttl/3); with ``session=`` default 0 (no deadline of its
-      own: the session's keepalive covers it).
-    - ``session``: a ``Session`` the leadership is held in (``bound=True`` for a takeover within
-      milliseconds of the leader's death).
+      every ``watchdog_period``, default ttl/3); with an explicit ``session=`` default 0 (no
+      deadline of its own: the session's keepalive covers it).
+    - ``session``: not given, the leadership also joins the client's default session (a
+      takeover within milliseconds of the leader's process dying); ``None``: the ttl alone; a
+      ``Session``: the leadership is held in it.
     """
 
     def campaign(self, value, timeout=None, on_lost=None):

@@ -6,6 +6,7 @@ import time
 from redis.exceptions import ConnectionError, LockError, LockNotOwnedError, ResponseError, TimeoutError
 
 from . import _wire
+from . import default_session as _default
 from . import feed as _feed
 from .fence import fenced_call
 
@@ -61,20 +62,26 @@ class _Base:
         on_lost=None,
         durable=0,
         durable_timeout=1.0,
-        session=None,
+        session=_default.DEFAULT,
         lock_delay=None,
         feed=True,
     ):
         self.client = client
         self.name = name
-        self.session = session
-        if session is not None:
+        #: A session given by the user: the hold is the session's alone (no watchdog, ttl 0 allowed).
+        self._explicit_session = session is not _default.DEFAULT and session is not None
+        #: Not given: the hold also joins the client's default session (``default_session``),
+        #: keeping its own ttl; not with a lock-delay, which in a session is the session's.
+        self._joins_default = session is _default.DEFAULT and lock_delay is None
+        #: The session the hold is in: the given one, the default one once acquired, or None.
+        self.session = session if self._explicit_session else None
+        if self._explicit_session:
             if watchdog:
                 raise ValueError("a lock in a session runs no watchdog: the session's keepalive covers it")
             if lock_delay is not None:
                 raise ValueError("a hold in a session has its session's lock_delay")
-        # In a session a ttl of 0 means no deadline of the hold's own.
-        self._ttl_ms = _wire.to_ms(ttl, "ttl", allow_zero=session is not None)
+        # In an explicit session a ttl of 0 means no deadline of the hold's own.
+        self._ttl_ms = _wire.to_ms(ttl, "ttl", allow_zero=self._explicit_session)
         self._delay_ms = None
         if lock_delay is not None:
             self._delay_ms = _wire.to_ms(lock_delay, "lock_delay", allow_zero=True)
@@ -160,7 +167,7 @@ class _Base:
 
     def _extend_args(self, ttl):
         if ttl is not None:
-            self._ttl_ms = _wire.to_ms(ttl, "ttl", allow_zero=self.session is not None)
+            self._ttl_ms = _wire.to_ms(ttl, "ttl", allow_zero=self._explicit_session)
         return ("LOCK.EXTEND", self.name, self.owner, self._ttl_ms)
 
     def _renewed(self, reply):
@@ -194,6 +201,11 @@ class _Base:
         self._token = int(reply)
         self._lost_reason = None
         return True
+
+    def _needs_default(self):
+        """Whether an acquire must first find the client's default session (it has none, or
+        the one it had was lost or closed: a new one is opened)."""
+        return self._joins_default and (self.session is None or not self.session._usable())
 
     def _in_session(self):
         """After a grant: the session reports this hold's loss. True if it was lost already."""
@@ -277,12 +289,17 @@ class Lock(_Base):
     - ``durable``: a grant counts only once that many replicas acknowledged it (``WAIT n``
       on the same connection, up to ``durable_timeout`` seconds, default 1); otherwise
       ``acquire()`` gives the grant back and raises ``NotDurableError``. Needs Redis 7.0.12+.
-    - ``session``: a ``Session`` (``redislock_native.session``) the hold belongs to
-      (``SESSION id``): it ends when the session ends, and ``ttl`` may be 0 (no deadline of its
-      own). No watchdog: the session's one keepalive covers every hold; a session's loss is
+    - ``session``: not given, the hold joins the client's default session
+      (``redislock_native.default_session``: one bound session per client and server, so the
+      hold ends within milliseconds of this process dying) and keeps its own ``ttl``, watchdog
+      and ``extend()``. ``session=None``: the hold lives by its ttl alone. A ``Session``
+      (``redislock_native.session``): the hold belongs to it alone (``SESSION id``): it ends
+      when the session ends, and ``ttl`` may be 0 (no deadline of its own); no watchdog: the
+      session's one keepalive covers every hold. A session's loss (the default's too) is
       reported on each hold (``lost_reason`` ``"session lost: ..."``, ``on_lost(lock)``).
     - ``lock_delay``: seconds nobody is granted the lock after this hold expired (``LOCKDELAY
-      ms``); not with ``session`` (a session hold has its session's delay).
+      ms``); not with an explicit ``session`` (a session hold has its session's delay), and
+      never in the default session (the lock holds by its ttl alone).
     - ``feed`` (default True): with ``on_lost``, the hold is watched through the change feed
       while held (``LOCK.WATCH``, ``redislock_native.feed``: one watch and one pub/sub
       connection per client object, not per lock), so ``on_lost(lock)`` is called (from the
@@ -309,7 +326,26 @@ class Lock(_Base):
         If the call fails (no reply, connection lost) or is interrupted after the command
         may have reached the server, and this object did not hold the lock before, a
         ``LOCK.RELEASE`` gives back a grant whose reply was lost; then the error is raised.
+
+        In the client's default session: if that session ended before or while this call
+        waited (``ERR no such session``, ``ERR the session ended while the client waited``: its
+        connection dropped on a server without ``GRACE``), the call tries again in a new
+        default session, at the back of the queue, within what is left of ``timeout``.
         """
+        ends = None if timeout is None else time.monotonic() + timeout
+        for attempt in range(_default.ATTEMPTS):
+            if self._needs_default():
+                self.session = _default.session_for(self.client, self.name)
+            try:
+                return self._acquire(blocking, timeout)
+            except ResponseError as e:
+                if not self._joins_default or not _default.session_gone(e) or attempt + 1 == _default.ATTEMPTS:
+                    raise
+                _default.retire(self.client, self.session)
+                if ends is not None:
+                    timeout = max(0.0, ends - time.monotonic())
+
+    def _acquire(self, blocking, timeout):
         args, wait = self._acquire_args(blocking, timeout)
         held_before = self._token is not None
         cleanup = (lambda: None) if held_before else self._release_quietly
@@ -456,8 +492,15 @@ class Lock(_Base):
     def _report_lost(self, reason):
         if not self._claim_loss(reason):
             return
+        self._halt_watchdog()
         if self.on_lost is not None:
             self.on_lost(self)
+
+    def _halt_watchdog(self):
+        """No more renewals (the hold is gone: lost, or its session closed); never waits."""
+        dog = self._dog
+        if dog is not None:
+            dog._stopped.set()
 
     def _feed_lost(self, sub, reason):
         """The feed found this hold lost (from the feed's thread): stop renewing, report once."""

@@ -25,7 +25,8 @@ check (either could silently replace it with a new connection the session is not
 stays open for the session's life and carries nothing but the session's ``KEEPALIVE``; between
 keepalives the thread (task) waits on it, so a close by the server is seen at once. No
 re-``ATTACH``: after that connection drops the session is lost, even when the server still has
-it (a restart, a promotion). A session found again would not prove that each of its holds
+it (a restart, a promotion). (The client's default session, ``default_session``, re-attaches
+after a blip when the server keeps it a grace: ``_reattaches``.) A session found again would not prove that each of its holds
 survived: a promoted replica or an AOF restart can miss the newest grants. Open a new session.
 
 In a Redis Cluster a session belongs to one node: ``key=`` names a key the session will lock,
@@ -190,6 +191,24 @@ class _SessionBase:
         is worth looking for on the slot's (new) master: past its ttl the server has ended it."""
         return since + self._ttl_ms / 1000
 
+    def _reattaches(self, error):
+        """Whether the bound connection's end by ``error`` is worth a re-``ATTACH`` rather than
+        a loss: in a cluster, a failover (``_wire.moved_away``). The default session
+        (``default_session``) also re-attaches after a blip when the server keeps it a grace."""
+        return self._cluster and error is not None and _wire.moved_away(error)
+
+    def _attach_deadline(self):
+        """Until when (monotonic) a re-``ATTACH`` is tried: in a cluster, the session's ttl
+        from its last keepalive (a promoted replica keeps it that long, unbound)."""
+        return self._follow_deadline(self._last_ok)
+
+    @staticmethod
+    def _attach_again(error):
+        """Whether an ``ATTACH`` that failed with ``error`` is worth another try: the slot's
+        master moved, or the server has not yet seen the old connection close (``ERR the
+        session is bound to another connection that is still open``)."""
+        return _wire.moved_away(error) or "still open" in str(error)
+
     def _opened(self, reply):
         if reply is None:
             raise LockError("LOCK.SESSION OPEN answered nil")
@@ -237,6 +256,9 @@ class _SessionBase:
             holds, self._holds = list(self._holds), set()
         for lock in holds:
             lock._token = None
+            halt = getattr(lock, "_halt_watchdog", None)
+            if halt is not None:
+                halt()
             if hasattr(lock, "tokens"):
                 lock.tokens = None
 
@@ -260,6 +282,9 @@ class Session(_SessionBase):
     - ``on_lost(session)``: called once, from the keepalive thread, when the session is lost.
     - ``keepalive_period``: seconds between keepalives (default ttl/3).
     """
+
+    #: The keepalive thread's name, before ``:`` and the id's first characters.
+    _thread_name = "redislock-session"
 
     def __init__(self, client, ttl, **kwargs):
         super().__init__(client, ttl, **kwargs)
@@ -289,7 +314,7 @@ class Session(_SessionBase):
         else:
             self._opened(self.client.execute_command(*self._open_args()))
         self._last_ok = time.monotonic()
-        self._thread = threading.Thread(target=self._keep, name=f"redislock-session:{self._id[:8]}", daemon=True)
+        self._thread = threading.Thread(target=self._keep, name=f"{self._thread_name}:{self._id[:8]}", daemon=True)
         self._thread.start()
         return self
 
@@ -434,7 +459,7 @@ class Session(_SessionBase):
         replica has the session unbound). None when attached (``self._conn`` replaced), else
         the reason the session is lost: ``"ended"`` when the server has no such session (also
         when the old master is alive and ended it as its bound connection closed)."""
-        deadline = self._follow_deadline(self._last_ok)
+        deadline = self._attach_deadline()
         self._conn.disconnect()
         while not self._stopping.is_set():
             _wire.refresh_slots(self.client)
@@ -448,7 +473,7 @@ class Session(_SessionBase):
                     reply = _wire._read(conn, self._period())
                 except Exception as e:  # noqa: BLE001
                     conn.disconnect()
-                    if not _wire.moved_away(e):
+                    if not self._attach_again(e):
                         return f"attach failed: {e!r}"
                     error = e
                 else:
@@ -456,6 +481,10 @@ class Session(_SessionBase):
                         conn.disconnect()
                         return "ended"
                     self._conn = conn
+                    try:
+                        self._name_connection()
+                    except Exception:  # noqa: BLE001 - best effort; the next keepalive finds a dead connection
+                        pass
                     return None
             if time.monotonic() >= deadline:
                 return f"connection lost: {error!r}"
@@ -471,7 +500,7 @@ class Session(_SessionBase):
             if reason is None or self._stopping.is_set():
                 return None
             reason, error = reason if isinstance(reason, tuple) else (reason, None)
-            if not self._cluster or error is None or not _wire.moved_away(error):
+            if not self._reattaches(error):
                 return reason
             reason = self._reattach(error)
             if reason is not None:
@@ -672,7 +701,7 @@ class AsyncSession(_SessionBase):
         session on the slot's master (``Session._keep_bound``)."""
         while True:
             reason, error = await self._keep_bound_on(self._conn)
-            if not self._cluster or error is None or not _wire.moved_away(error):
+            if not self._reattaches(error):
                 return reason
             reason = await self._reattach()
             if reason is not None:
@@ -680,7 +709,7 @@ class AsyncSession(_SessionBase):
 
     async def _reattach(self):
         """``Session._reattach`` for asyncio."""
-        deadline = self._follow_deadline(self._last_ok)
+        deadline = self._attach_deadline()
         await self._conn.disconnect()
         while True:
             await _wire.arefresh_slots(self.client)
@@ -694,7 +723,7 @@ class AsyncSession(_SessionBase):
             except Exception as e:  # noqa: BLE001
                 if conn is not None:
                     await conn.disconnect()
-                if not _wire.moved_away(e):
+                if not self._attach_again(e):
                     return f"attach failed: {e!r}"
                 if time.monotonic() >= deadline:
                     return f"connection lost: {e!r}"
@@ -704,6 +733,12 @@ class AsyncSession(_SessionBase):
                 await conn.disconnect()
                 return "ended"
             self._conn = conn
+            try:
+                await self._name_connection()
+            except (asyncio.CancelledError, KeyboardInterrupt, SystemExit):
+                raise
+            except Exception:  # noqa: BLE001 - best effort, as Session._reattach
+                pass
             return None
 
     async def _keep_bound_on(self, conn):

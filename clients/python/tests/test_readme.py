@@ -90,5 +90,7 @@ def test_python_block_runs(path, line, code, server, request, monkeypatch, capsy
         assert re.fullmatch(r"held with fencing token \d+\n", out)
     if "LOCKDELAY" in code and "Session(" in code:
         assert out == "1\n"
+    if "{invoice:42}:default" in code:  # the default session's serial is on the hold
+        assert out == "True\n"
     if "NotDurableError" in code:  # no replica here: the grant was given back
         assert out == "0 True\n"

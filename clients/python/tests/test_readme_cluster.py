@@ -10,6 +10,7 @@ import pytest
 import redis
 
 from conftest import REPO
+from redislock_native import default_session
 
 
 def snippets(path):
@@ -32,8 +33,16 @@ def run(cluster, code, monkeypatch):
     prelude += "r = redis.RedisCluster(host='127.0.0.1', port=%d)\n" % cluster.ports[0]
     code = prelude + code.replace("r = redis.Redis()", "").replace(
         "redis.Redis.from_url(", "redis.RedisCluster.from_url(")
+    before = set(map(id, default_session._ALL.keys()))
     exec(compile(code, "<readme>", "exec"), {"__name__": "readme"})
     rc.close()
+    # The default sessions of the clients a snippet made and did not close (redis-py keeps a
+    # RedisCluster alive after its last use, so the garbage collector would not close them):
+    # closed here, so that no keepalive of theirs reaches a later test's node
+    # (test_session's cluster test counts every session command on each node).
+    for client in list(default_session._ALL.keys()):
+        if id(client) not in before:
+            default_session.close_default_sessions(client)
 
 
 @pytest.mark.parametrize("path,index", ALL)
