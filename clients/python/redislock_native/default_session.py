@@ -103,7 +103,9 @@ class _DefaultMixin:
     def _setup(self, sessions, node):
         self._sessions = sessions
         self._node_key = node
-        self._grace_ms = None if node in sessions.no_grace else round(DEFAULT_GRACE * 1000)
+        grace = round(DEFAULT_GRACE * 1000)
+        # None: no grace (the module has none, or DEFAULT_GRACE is 0): a blip ends the session.
+        self._grace_ms = None if node in sessions.no_grace or grace <= 0 else grace
 
     def _open_args(self):
         args = super()._open_args()

@@ -102,7 +102,7 @@ def test_killed_holder_process_is_handed_on_long_before_its_ttl(server, key):
         thread, result = waiting(waiter)
         wait_waiters(r, key, 1)
         left_ms, at_ms = holder_ttl(r, key), server_ms(r)
-        disconnected = r.info("lock")["lock_sessions_disconnected"]
+        ended = ended_uncleanly(r)
         child.send_signal(signal.SIGKILL)
         thread.join(25)
         granted_at = server_ms(r)
@@ -110,7 +110,7 @@ def test_killed_holder_process_is_handed_on_long_before_its_ttl(server, key):
         assert waiter.token > token
         # The old hold's ttl left at the grant, by the server's clock: far from run out.
         assert left_ms - (granted_at - at_ms) > 20_000, (left_ms, granted_at - at_ms)
-        assert r.info("lock")["lock_sessions_disconnected"] == disconnected + 1
+        assert ended_uncleanly(r) == ended + 1
         assert waiter.release()
     finally:
         child.kill()
@@ -212,7 +212,8 @@ def test_one_default_session_per_client_closed_with_the_client(server, key):
     assert sessions(server.client()) == before
 
 
-def test_default_session_connection_killed_without_grace_reports_the_loss(server, key):
+def test_default_session_connection_killed_without_grace_reports_the_loss(server, key, monkeypatch):
+    monkeypatch.setattr(default_session, "DEFAULT_GRACE", 0)  # a module without GRACE
     # Today's module has no GRACE: the default session ends with its bound connection, and every
     # hold reports it as an explicit session's would; the next acquire opens a new session.
     r = no_retry_client(server)
@@ -220,8 +221,7 @@ def test_default_session_connection_killed_without_grace_reports_the_loss(server
     lock = Lock(r, key, 30, on_lost=lost.append, feed=False)
     assert lock.acquire()
     session = lock.session
-    if session._grace_ms is not None:
-        pytest.skip("the server keeps a session through a blip (GRACE): see the grace test")
+    assert session._grace_ms is None
     assert r.client_kill_filter(_id=session_info(r, session.id)["bound"]) == 1
     wait_until("the loss reported", lambda: lost == [lock])
     assert lock.lost_reason.startswith("session lost: connection lost")
@@ -232,7 +232,8 @@ def test_default_session_connection_killed_without_grace_reports_the_loss(server
     r.close()
 
 
-def test_waiter_whose_default_session_ends_queues_again_in_a_new_one(server, key):
+def test_waiter_whose_default_session_ends_queues_again_in_a_new_one(server, key, monkeypatch):
+    monkeypatch.setattr(default_session, "DEFAULT_GRACE", 0)  # a module without GRACE
     # Without GRACE, the waiter's session ends with its connection and the server answers the
     # waiter "the session ended while the client waited": the acquire queues again in a new
     # default session (at the back) and is granted when the holder releases.
@@ -243,8 +244,7 @@ def test_waiter_whose_default_session_ends_queues_again_in_a_new_one(server, key
     waiter = Lock(r, key, 30)
     waiter.session = default_session.session_for(r, key)  # opened before the wait, to kill it
     old = waiter.session
-    if old._grace_ms is not None:
-        pytest.skip("the server keeps a session through a blip (GRACE)")
+    assert old._grace_ms is None
     ended = check.info("lock")["lock_sessions_disconnected"]
     thread, result = waiting(waiter)
     wait_waiters(check, key, 1)
@@ -268,8 +268,7 @@ def test_default_session_survives_a_blip_with_grace(server, key):
     lock = Lock(r, key, 30, on_lost=lost.append, feed=False)
     assert lock.acquire()
     session = lock.session
-    if session._grace_ms is None:
-        pytest.skip("this server's module has no LOCK.SESSION OPEN ... GRACE yet")
+    assert session._grace_ms == 500
     old = session_info(r, session.id)["bound"]
     assert r.client_kill_filter(_id=old) == 1
     wait_until("re-attached", lambda: session_info(r, session.id)["bound"] not in (None, old))
@@ -279,7 +278,8 @@ def test_default_session_survives_a_blip_with_grace(server, key):
     r.close()
 
 
-def test_reattach_after_a_blip_finds_the_session_ended_without_grace(server, key):
+def test_reattach_after_a_blip_finds_the_session_ended_without_grace(server, key, monkeypatch):
+    monkeypatch.setattr(default_session, "DEFAULT_GRACE", 0)  # a module without GRACE
     # The re-ATTACH path a blip takes once the server keeps a grace, run against today's module
     # by telling the session it has one: after the CLIENT KILL the keepalive sends ATTACH on a new
     # connection at once; the server (no grace) ended the session, answers nil, and the loss is
@@ -290,8 +290,7 @@ def test_reattach_after_a_blip_finds_the_session_ended_without_grace(server, key
     lock = Lock(r, key, 30, on_lost=lost.append, feed=False)
     assert lock.acquire()
     session = lock.session
-    if session._grace_ms is not None:
-        pytest.skip("the server keeps a session through a blip (GRACE)")
+    assert session._grace_ms is None
     session._grace_ms = 500
     attaches = command_calls(check, "lock.session|attach")
     assert check.client_kill_filter(_id=session_info(check, session.id)["bound"]) == 1
@@ -302,7 +301,8 @@ def test_reattach_after_a_blip_finds_the_session_ended_without_grace(server, key
     check.close()
 
 
-def test_async_reattach_after_a_blip_finds_the_session_ended_without_grace(server, key):
+def test_async_reattach_after_a_blip_finds_the_session_ended_without_grace(server, key, monkeypatch):
+    monkeypatch.setattr(default_session, "DEFAULT_GRACE", 0)  # a module without GRACE
     async def main():
         r = server.aclient(retry=Retry(NoBackoff(), 0))
         check = no_retry_client(server)
@@ -310,9 +310,7 @@ def test_async_reattach_after_a_blip_finds_the_session_ended_without_grace(serve
         lock = AsyncLock(r, key, 30, on_lost=lost.append, feed=False)
         assert await lock.acquire()
         session = lock.session
-        if session._grace_ms is not None:
-            await r.aclose()
-            return "grace"
+        assert session._grace_ms is None
         session._grace_ms = 500
         attaches = command_calls(check, "lock.session|attach")
         assert check.client_kill_filter(_id=session_info(check, session.id)["bound"]) == 1
@@ -322,8 +320,7 @@ def test_async_reattach_after_a_blip_finds_the_session_ended_without_grace(serve
         await r.aclose()
         check.close()
 
-    if asyncio.run(main()) == "grace":
-        pytest.skip("the server keeps a session through a blip (GRACE)")
+    asyncio.run(main())
 
 
 def test_forked_child_opens_its_own_default_session(server, key):
@@ -411,7 +408,8 @@ def test_async_one_default_session_per_client_closed_by_aclose(server, key):
     asyncio.run(main())
 
 
-def test_async_default_session_loss_without_grace_is_reported(server, key):
+def test_async_default_session_loss_without_grace_is_reported(server, key, monkeypatch):
+    monkeypatch.setattr(default_session, "DEFAULT_GRACE", 0)  # a module without GRACE
     async def main():
         r = server.aclient(retry=Retry(NoBackoff(), 0))
         check = server.client()
@@ -419,9 +417,7 @@ def test_async_default_session_loss_without_grace_is_reported(server, key):
         lock = AsyncLock(r, key, 30, on_lost=lost.append, feed=False)
         assert await lock.acquire()
         session = lock.session
-        if session._grace_ms is not None:
-            await r.aclose()
-            return "grace"
+        assert session._grace_ms is None
         assert check.client_kill_filter(_id=session_info(check, session.id)["bound"]) == 1
         await await_until("the loss reported", lambda: lost == [lock])
         assert lock.lost_reason.startswith("session lost: connection lost")
@@ -430,8 +426,13 @@ def test_async_default_session_loss_without_grace_is_reported(server, key):
         await r.aclose()
         check.close()
 
-    if asyncio.run(main()) == "grace":
-        pytest.skip("the server keeps a session through a blip (GRACE)")
+    asyncio.run(main())
+
+
+def ended_uncleanly(r):
+    """Sessions ended by their connection's close: at once (no grace), or when the grace ran out."""
+    info = r.info("lock")
+    return info["lock_sessions_disconnected"] + info.get("lock_sessions_grace_expired", 0)
 
 
 # --- cluster ------------------------------------------------------------------------------
