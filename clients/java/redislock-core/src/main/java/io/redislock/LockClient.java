@@ -164,6 +164,16 @@ public final class LockClient implements AutoCloseable {
     return new Election(this, name, options);
   }
 
+  /**
+   * {@code watch(name)} on any lock, as the other clients' {@code watch}: the changes of its
+   * holder, through the key's change feed (the same Observation an election's
+   * {@link Election#observe()} gives: {@code change.leader()} is the holder's owner and token,
+   * null when free; the first change is the state when it started). Close it when done.
+   */
+  public Election.Observation watch(String name) throws InterruptedException {
+    return new Election(this, name, Election.options()).observe();
+  }
+
   /** LOCK.INFO: who holds {@code name}, or null when nobody does. */
   public LockInfo info(String name) {
     return LockInfo.parse(call(name, args(Cmd.INFO).key(name)));
