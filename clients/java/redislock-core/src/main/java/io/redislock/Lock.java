@@ -12,6 +12,8 @@ import java.util.concurrent.locks.Condition;
 import java.util.function.BiConsumer;
 import redis.clients.jedis.CommandArguments;
 import redis.clients.jedis.Connection;
+import redis.clients.jedis.exceptions.JedisConnectionException;
+import redis.clients.jedis.exceptions.JedisDataException;
 
 /**
  * An exclusive lock held on the server ({@code LOCK.ACQUIRE}), as a
@@ -278,6 +280,40 @@ public class Lock implements java.util.concurrent.locks.Lock {
       throw new InterruptedException();
     }
     long waitMs = timeout == null ? -1 : Math.max(0, timeout.toMillis());
+    if (!client.followsFailover()) {
+      return attempt(waitMs);
+    }
+    // Sentinel: a wait queued on a primary that was demoted is answered with an error there
+    // (UNBLOCKED, READONLY, or its connection closed by Sentinel): queue again, on the primary
+    // Jedis knows now, within the wait's own timeout. Sending again is safe: the owner is the
+    // same, so a grant that did reach the new primary is answered with its own token.
+    long end = waitMs < 0 ? Long.MAX_VALUE : System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(waitMs);
+    long pause = 20;
+    while (true) {
+      long left = waitMs < 0 ? -1 : Math.max(0, TimeUnit.NANOSECONDS.toMillis(end - System.nanoTime()));
+      try {
+        return attempt(left);
+      } catch (JedisConnectionException | JedisDataException e) {
+        if (!failoverError(e) || waitMs == 0 || (waitMs > 0 && System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(pause) >= end)) {
+          throw e;
+        }
+      }
+      Thread.sleep(pause); // an interrupt here leaves nothing: no command is on its way
+      pause = Math.min(pause * 2, 500);
+    }
+  }
+
+  /** An error of a primary that is being demoted, or of its closed connection: worth queueing again. */
+  static boolean failoverError(RuntimeException e) {
+    if (e instanceof JedisConnectionException) {
+      return true;
+    }
+    String m = String.valueOf(e.getMessage());
+    return m.startsWith("UNBLOCKED") || m.startsWith("READONLY");
+  }
+
+  /** One acquire: one try, then (waitMs != 0) one BLOCK wait of waitMs (-1: no limit). */
+  private boolean attempt(long waitMs) throws InterruptedException {
     long before = token;
     Object reply;
     String key = keys().get(0);
@@ -445,6 +481,10 @@ public class Lock implements java.util.concurrent.locks.Lock {
     try {
       ok = renewed(client.call(keys().get(0), extendArgs()));
     } catch (RuntimeException e) {
+      if (client.followsFailover() && (e instanceof JedisConnectionException || e instanceof JedisDataException)
+          && failoverError(e)) {
+        return; // a failover under way: the next tick tries the new primary; the deadline still ends it
+      }
       lose("extend failed: " + e.getMessage());
       return;
     }

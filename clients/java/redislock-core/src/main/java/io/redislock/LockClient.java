@@ -26,6 +26,7 @@ import redis.clients.jedis.Connection;
 import redis.clients.jedis.DefaultJedisClientConfig;
 import redis.clients.jedis.HostAndPort;
 import redis.clients.jedis.JedisClientConfig;
+import redis.clients.jedis.JedisSentineled;
 import redis.clients.jedis.UnifiedJedis;
 import redis.clients.jedis.exceptions.JedisConnectionException;
 import redis.clients.jedis.exceptions.JedisDataException;
@@ -59,16 +60,24 @@ public final class LockClient implements AutoCloseable {
   private final JedisClientConfig config;
   private final Function<String, HostAndPort> nodeFor;
   private final boolean cluster;
+  /** Sentinel-managed: the primary may change under the client (see {@link #sentinel}). */
+  private final boolean sentineled;
   private final ScheduledExecutorService scheduler;
   private final ExecutorService waiters;
   private final Map<HostAndPort, ConcurrentLinkedDeque<WaitConnection>> idle = new ConcurrentHashMap<>();
   private final Map<HostAndPort, Feed> feeds = new ConcurrentHashMap<>();
 
   private LockClient(UnifiedJedis jedis, JedisClientConfig config, Function<String, HostAndPort> nodeFor, boolean cluster) {
+    this(jedis, config, nodeFor, cluster, false);
+  }
+
+  private LockClient(UnifiedJedis jedis, JedisClientConfig config, Function<String, HostAndPort> nodeFor, boolean cluster,
+      boolean sentineled) {
     this.jedis = jedis;
     this.config = config;
     this.nodeFor = nodeFor;
     this.cluster = cluster;
+    this.sentineled = sentineled;
     ScheduledThreadPoolExecutor s = new ScheduledThreadPoolExecutor(2, daemon("redislock-timer"));
     s.setRemoveOnCancelPolicy(true);
     this.scheduler = s;
@@ -100,6 +109,32 @@ public final class LockClient implements AutoCloseable {
     ClusterConnectionProvider provider = new ClusterConnectionProvider(nodes, config);
     UnifiedJedis jedis = new UnifiedJedis(provider, 5, Duration.ofSeconds(10));
     return new LockClient(jedis, config, key -> provider.getNode(JedisClusterCRC16.getSlot(key)), true);
+  }
+
+  /**
+   * A client of the primary that the Sentinels at {@code sentinels} know as {@code masterName},
+   * through Jedis's {@link JedisSentineled} ({@code config} for the primary's connections,
+   * {@code sentinelConfig} for the Sentinels'). Every command, wait connection and feed goes to
+   * the current primary, as Jedis learns it from the Sentinels ({@code +switch-master}).
+   *
+   * <p>Through a failover: holds are on the new primary with their owners and tokens if the
+   * grant reached the replica promoted (take them {@code durable(1, timeout)} to be sure); a
+   * wait queued on the old primary is answered with an error there ({@code UNBLOCKED ...}, or
+   * its connection closed by Sentinel) and queues again on the new primary within its own
+   * timeout; a watchdog renewal or a session keepalive that fails (a closed connection,
+   * {@code READONLY}) is tried again at its next period until the hold's (session's) ttl from
+   * its last success, and only an answer of the server (or that ttl passing) is a loss. A
+   * {@code BOUND} session is lost (Sentinel closes its connection; it is not re-attached).
+   */
+  public static LockClient sentinel(String masterName, Set<HostAndPort> sentinels, JedisClientConfig config,
+      JedisClientConfig sentinelConfig) {
+    JedisSentineled jedis = new JedisSentineled(masterName, config, sentinels, sentinelConfig);
+    return new LockClient(jedis, config, key -> jedis.getCurrentMaster(), false, true);
+  }
+
+  /** True for a client whose primary may move under it (Sentinel): waits queue again, renewals retry. */
+  boolean followsFailover() {
+    return sentineled;
   }
 
   /** The Jedis client the ordinary commands go through: use it for your own commands too. */
