@@ -31,6 +31,8 @@ final class Feed {
 
   private final LockClient client;
   private final String routeKey;
+  /** The node this feed's connections go to. */
+  private final redis.clients.jedis.HostAndPort node;
   /** Names its connections: {@code redislock-feed-watch-<id>}, {@code redislock-feed-sub-<id>}. */
   final String id = newId();
   private Connection watchConn;
@@ -51,6 +53,7 @@ final class Feed {
   Feed(LockClient client, String routeKey) {
     this.client = client;
     this.routeKey = routeKey;
+    this.node = client.nodeFor(routeKey);
   }
 
   /** Watch {@code lock}'s keys; report it lost at once if LOCK.INFO shows it gone already. */
@@ -160,6 +163,12 @@ final class Feed {
 
   /** A message (a claim): read the key's state and report the holds LOCK.INFO no longer lists. */
   private void message(String channel, String message) {
+    if (client.followsFailover() && !client.nodeFor(routeKey).equals(node)) {
+      // Sentinel moved the primary: this node's news (its copy of a hold expiring, unrenewed,
+      // while it is not reconfigured yet) is not the hold's; watch through the new primary.
+      broken("the primary moved");
+      return;
+    }
     List<Lock> gone = new java.util.ArrayList<>();
     String reason;
     synchronized (this) {
@@ -200,14 +209,45 @@ final class Feed {
     }
   }
 
-  /** The subscription broke: every hold watched here is reported (fail-safe, as the watchdog). */
+  /**
+   * The subscription broke: every hold watched here is reported (fail-safe, as the watchdog).
+   * Through Sentinel a broken feed is the failover's mark (Sentinel closes the demoted primary's
+   * connections): each hold is watched again through the new primary's feed instead, where
+   * LOCK.INFO is read before anything is reported; its watchdog and deadline still stand.
+   */
   private synchronized void broken(String reason) {
     if (closed) {
       return;
     }
     closed = true;
-    reasonAll(reason);
+    if (client.followsFailover()) {
+      Set<Lock> all = new HashSet<>();
+      holds.values().forEach(all::addAll);
+      for (Lock lock : all) {
+        rewatch(lock, 0);
+      }
+    } else {
+      reasonAll(reason);
+    }
     close();
+  }
+
+  /** Try {@code lock} on the current primary's feed, every 100 ms while it is held, once Jedis moved (or 2 s passed). */
+  private void rewatch(Lock lock, int attempt) {
+    client.scheduler().schedule(() -> {
+      if (!lock.isHeld()) {
+        return;
+      }
+      if (client.nodeFor(lock.keys().get(0)).equals(node) && attempt < 20) {
+        rewatch(lock, attempt + 1); // Jedis has not heard of the new primary yet
+        return;
+      }
+      try {
+        lock.watchThrough(client.feedFor(lock.keys().get(0)));
+      } catch (RuntimeException e) {
+        rewatch(lock, attempt + 1); // not reachable yet: the hold's deadline still ends this
+      }
+    }, 100, TimeUnit.MILLISECONDS);
   }
 
   /** Report on a timer thread: the loss callback must not run inside the feed's lock. */

@@ -456,6 +456,15 @@ public class Lock implements java.util.concurrent.locks.Lock {
     }
   }
 
+  /** Watch this hold through {@code f} (its feed broke in a failover: the new primary's). */
+  void watchThrough(Feed f) {
+    if (!isHeld()) {
+      return;
+    }
+    feed = f;
+    f.hold(this);
+  }
+
   private void unwatch() {
     Feed f = feed;
     feed = null;

@@ -99,6 +99,14 @@ class SentinelTest {
     Lock holder = client.lock("k", Duration.ofSeconds(60), Lock.options().durable(1, Duration.ofSeconds(5)));
     assertTrue(holder.tryLock());
     long t1 = holder.token();
+    // a watchdog hold and a session's hold (ttl 10 s, renewed every 3.3 s), both acknowledged
+    java.util.concurrent.atomic.AtomicReference<String> lost = new java.util.concurrent.atomic.AtomicReference<>();
+    Lock renewed = client.lock("wd", Duration.ofSeconds(10), Lock.options().watchdog(true)
+        .durable(1, Duration.ofSeconds(5)).onLost((l, e) -> lost.set("wd: " + e.reason())));
+    assertTrue(renewed.tryLock());
+    Session session = client.session(Duration.ofSeconds(10), Session.options().onLost(x -> lost.set("session: " + x.lostReason()))).open();
+    Lock inSession = client.lock("sk", Duration.ZERO, Lock.options().session(session).durable(1, Duration.ofSeconds(5)));
+    assertTrue(inSession.tryLock());
     Lock waiter = client.lock("k", Duration.ofSeconds(60));
     CompletableFuture<Boolean> queued = new CompletableFuture<>();
     Thread w = new Thread(() -> {
@@ -156,6 +164,17 @@ class SentinelTest {
       assertEquals(other.token(), n.sendCommand(command("LOCK.FENCE"), "other"));
       assertTrue(other.token() > t1, "a token of the new primary after the old one's: " + other.token() + " vs " + t1);
 
+      // the watchdog and the keepalive went on there: the ttls fall, then go back up on the new primary
+      assertEquals(null, lost.get());
+      waitUntil("the watchdog renewing on the new primary", Duration.ofSeconds(30), () -> n.pttl("wd") < 8500);
+      waitUntil("the watchdog renewing on the new primary", Duration.ofSeconds(30), () -> n.pttl("wd") > 9000);
+      waitUntil("the keepalive on the new primary", Duration.ofSeconds(30), () -> sessionTtl(n, session.id()) < 8500);
+      waitUntil("the keepalive on the new primary", Duration.ofSeconds(30), () -> sessionTtl(n, session.id()) > 9000);
+      assertEquals(null, lost.get());
+      assertEquals(inSession.token(), n.sendCommand(command("LOCK.FENCE"), "sk"));
+      assertEquals(1L, session.end());
+      assertTrue(renewed.release());
+
       // the release hands the lock to the waiter there
       assertTrue(holder.release());
       assertTrue(queued.get(30, TimeUnit.SECONDS));
@@ -164,6 +183,17 @@ class SentinelTest {
       assertTrue(waiter.release());
       assertTrue(other.release());
     }
+  }
+
+  /** LOCK.SESSION INFO's ttl (ms left). */
+  static long sessionTtl(Jedis j, String id) {
+    List<?> l = (List<?>) j.sendCommand(command("LOCK.SESSION"), "INFO", id);
+    for (int i = 0; i + 1 < l.size(); i += 2) {
+      if ("ttl".equals(new String((byte[]) l.get(i), java.nio.charset.StandardCharsets.UTF_8))) {
+        return (Long) l.get(i + 1);
+      }
+    }
+    throw new AssertionError("no ttl in LOCK.SESSION INFO");
   }
 
   static long waiters(Jedis j, String key) {
