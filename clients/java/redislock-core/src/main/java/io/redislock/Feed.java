@@ -57,9 +57,9 @@ final class Feed {
   }
 
   /** Watch {@code lock}'s keys; report it lost at once if LOCK.INFO shows it gone already. */
-  synchronized void hold(Lock lock) {
+  synchronized boolean hold(Lock lock) {
     if (closed) {
-      return;
+      return false;
     }
     for (String key : lock.keys()) {
       Object[] state = stateRead(key);
@@ -72,9 +72,10 @@ final class Feed {
       }
       if (!listed((LockInfo) state[1], lock.tokenFor(key))) {
         lose(lock, "feed: not held (LOCK.INFO)");
-        return;
+        return true;
       }
     }
+    return true;
   }
 
   /** Stop watching {@code lock}; a key nobody here holds any more is unwatched. */
@@ -91,7 +92,12 @@ final class Feed {
       String channel = channelOf.remove(key);
       keyOf.remove(channel);
       try {
-        pubsub.sunsubscribe(channel);
+        if (!keyOf.isEmpty()) {
+          // Not the last channel: at 0 channels Jedis's reader would return, and the next
+          // hold's SSUBSCRIBE would go unread. The last one stays subscribed, its messages
+          // ignored (no key is watched for it).
+          pubsub.sunsubscribe(channel);
+        }
         LockClient.on(watchConn, client.args(Cmd.UNWATCH).key(key));
       } catch (RuntimeException ignored) {
         // the connection is gone: so is the watch
@@ -116,10 +122,16 @@ final class Feed {
       public void onSMessage(String ch, String message) {
         message(ch, message);
       }
+
+      @Override
+      public void onSUnsubscribe(String ch, int count) {
+        unsubscribed(ch);
+      }
     };
     Thread t = new Thread(() -> {
       try {
         pubsub.proceed(subConn, channel);
+        ended(); // every channel unsubscribed: by the server (its slot moved), or at close
       } catch (RuntimeException e) {
         broken("feed connection lost: " + e.getMessage());
       }
@@ -232,18 +244,69 @@ final class Feed {
     close();
   }
 
+  /**
+   * {@code sunsubscribe channel} that this feed did not ask for: in a cluster the server sends it
+   * when the slot's master gives the slot up (a failover, a migration). Its holds are watched
+   * again on the slot's master now (or, for a client that follows no failover, reported).
+   */
+  private void unsubscribed(String channel) {
+    Set<Lock> moved;
+    synchronized (this) {
+      String key = keyOf.get(channel);
+      if (key == null || closed) {
+        return; // ours (drop), or closing
+      }
+      keyOf.remove(channel);
+      channelOf.remove(key);
+      moved = holds.remove(key);
+      try {
+        LockClient.on(watchConn, client.args(Cmd.UNWATCH).key(key));
+      } catch (RuntimeException ignored) {
+        // the node is going: so is the watch
+      }
+    }
+    if (moved == null) {
+      return;
+    }
+    for (Lock lock : moved) {
+      if (client.followsFailover()) {
+        rewatch(lock, 0);
+      } else {
+        lose(lock, "feed: unsubscribed by the server");
+      }
+    }
+  }
+
+  /** Jedis's reader returned (no channel left): nothing to watch here any more. */
+  private void ended() {
+    boolean empty;
+    synchronized (this) {
+      empty = holds.isEmpty();
+    }
+    if (empty) {
+      close();
+    } else {
+      broken("feed: unsubscribed by the server");
+    }
+  }
+
   /** Try {@code lock} on the current primary's feed, every 100 ms while it is held, once Jedis moved (or 2 s passed). */
   private void rewatch(Lock lock, int attempt) {
     client.scheduler().schedule(() -> {
       if (!lock.isHeld()) {
         return;
       }
+      if (attempt % 5 == 0) {
+        client.failoverSeen(); // a cluster's slot table learnt again
+      }
       if (client.nodeFor(lock.keys().get(0)).equals(node) && attempt < 20) {
         rewatch(lock, attempt + 1); // Jedis has not heard of the new primary yet
         return;
       }
       try {
-        lock.watchThrough(client.feedFor(lock.keys().get(0)));
+        if (!lock.watchThrough(client.feedFor(lock.keys().get(0)))) {
+          rewatch(lock, attempt + 1);
+        }
       } catch (RuntimeException e) {
         rewatch(lock, attempt + 1); // not reachable yet: the hold's deadline still ends this
       }

@@ -283,9 +283,9 @@ public class Lock implements java.util.concurrent.locks.Lock {
     if (!client.followsFailover()) {
       return attempt(waitMs);
     }
-    // Sentinel: a wait queued on a primary that was demoted is answered with an error there
-    // (UNBLOCKED, READONLY, or its connection closed by Sentinel): queue again, on the primary
-    // Jedis knows now, within the wait's own timeout. Sending again is safe: the owner is the
+    // Sentinel or a Cluster shard's failover: a wait queued on a primary that was demoted is
+    // answered with an error there (UNBLOCKED, READONLY, MOVED, or its connection closed):
+    // queue again, on the primary Jedis knows now, within the wait's own timeout. Sending again is safe: the owner is the
     // same, so a grant that did reach the new primary is answered with its own token.
     long end = waitMs < 0 ? Long.MAX_VALUE : System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(waitMs);
     long pause = 20;
@@ -298,6 +298,7 @@ public class Lock implements java.util.concurrent.locks.Lock {
           throw e;
         }
       }
+      client.failoverSeen();
       Thread.sleep(pause); // an interrupt here leaves nothing: no command is on its way
       pause = Math.min(pause * 2, 500);
     }
@@ -309,7 +310,7 @@ public class Lock implements java.util.concurrent.locks.Lock {
       return true;
     }
     String m = String.valueOf(e.getMessage());
-    return m.startsWith("UNBLOCKED") || m.startsWith("READONLY");
+    return m.startsWith("UNBLOCKED") || m.startsWith("READONLY") || m.startsWith("MOVED") || m.startsWith("CLUSTERDOWN");
   }
 
   /** One acquire: one try, then (waitMs != 0) one BLOCK wait of waitMs (-1: no limit). */
@@ -444,10 +445,12 @@ public class Lock implements java.util.concurrent.locks.Lock {
       return;
     }
     if (options.onLost != null && options.feed) {
-      Feed f = client.feedFor(keys().get(0));
-      feed = f;
       try {
-        f.hold(this);
+        Feed f;
+        do {
+          f = client.feedFor(keys().get(0));
+          feed = f;
+        } while (!f.hold(this)); // closed meanwhile (its last hold left): the next one
       } catch (RuntimeException e) {
         // The grant stands: a feed that cannot watch leaves the report to the watchdog and the
         // deadline, as with feed(false), rather than failing an acquire that succeeded.
@@ -457,12 +460,12 @@ public class Lock implements java.util.concurrent.locks.Lock {
   }
 
   /** Watch this hold through {@code f} (its feed broke in a failover: the new primary's). */
-  void watchThrough(Feed f) {
+  boolean watchThrough(Feed f) {
     if (!isHeld()) {
-      return;
+      return true;
     }
     feed = f;
-    f.hold(this);
+    return f.hold(this);
   }
 
   private void unwatch() {

@@ -62,22 +62,25 @@ public final class LockClient implements AutoCloseable {
   private final boolean cluster;
   /** Sentinel-managed: the primary may change under the client (see {@link #sentinel}). */
   private final boolean sentineled;
+  /** Learn the topology again after a failover error (a cluster's slot table; nothing for Sentinel). */
+  private final Runnable relearn;
   private final ScheduledExecutorService scheduler;
   private final ExecutorService waiters;
   private final Map<HostAndPort, ConcurrentLinkedDeque<WaitConnection>> idle = new ConcurrentHashMap<>();
   private final Map<HostAndPort, Feed> feeds = new ConcurrentHashMap<>();
 
   private LockClient(UnifiedJedis jedis, JedisClientConfig config, Function<String, HostAndPort> nodeFor, boolean cluster) {
-    this(jedis, config, nodeFor, cluster, false);
+    this(jedis, config, nodeFor, cluster, false, () -> {});
   }
 
   private LockClient(UnifiedJedis jedis, JedisClientConfig config, Function<String, HostAndPort> nodeFor, boolean cluster,
-      boolean sentineled) {
+      boolean sentineled, Runnable relearn) {
     this.jedis = jedis;
     this.config = config;
     this.nodeFor = nodeFor;
     this.cluster = cluster;
     this.sentineled = sentineled;
+    this.relearn = relearn;
     ScheduledThreadPoolExecutor s = new ScheduledThreadPoolExecutor(2, daemon("redislock-timer"));
     s.setRemoveOnCancelPolicy(true);
     this.scheduler = s;
@@ -108,7 +111,15 @@ public final class LockClient implements AutoCloseable {
   public static LockClient cluster(Set<HostAndPort> nodes, JedisClientConfig config) {
     ClusterConnectionProvider provider = new ClusterConnectionProvider(nodes, config);
     UnifiedJedis jedis = new UnifiedJedis(provider, 5, Duration.ofSeconds(10));
-    return new LockClient(jedis, config, key -> provider.getNode(JedisClusterCRC16.getSlot(key)), true);
+    // A shard's failover (issue 34): Jedis follows MOVED for the pooled commands (renewals,
+    // keepalives); waits and feeds, on connections of their own, re-learn the slot table.
+    return new LockClient(jedis, config, key -> provider.getNode(JedisClusterCRC16.getSlot(key)), true, false, () -> {
+      try {
+        provider.renewSlotCache();
+      } catch (RuntimeException unreachable) {
+        // no node answered now: the next try asks again
+      }
+    });
   }
 
   /**
@@ -129,12 +140,20 @@ public final class LockClient implements AutoCloseable {
   public static LockClient sentinel(String masterName, Set<HostAndPort> sentinels, JedisClientConfig config,
       JedisClientConfig sentinelConfig) {
     JedisSentineled jedis = new JedisSentineled(masterName, config, sentinels, sentinelConfig);
-    return new LockClient(jedis, config, key -> jedis.getCurrentMaster(), false, true);
+    return new LockClient(jedis, config, key -> jedis.getCurrentMaster(), false, true, () -> {});
   }
 
-  /** True for a client whose primary may move under it (Sentinel): waits queue again, renewals retry. */
+  /**
+   * True for a client whose primary may move under it (Sentinel, or a Cluster shard's failover):
+   * waits queue again, renewals and keepalives retry, feeds move.
+   */
   boolean followsFailover() {
-    return sentineled;
+    return sentineled || cluster;
+  }
+
+  /** A command met a failover: learn where the keys are now (a cluster's slot table). */
+  void failoverSeen() {
+    relearn.run();
   }
 
   /** The Jedis client the ordinary commands go through: use it for your own commands too. */
