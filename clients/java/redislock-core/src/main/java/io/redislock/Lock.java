@@ -285,8 +285,9 @@ public class Lock implements java.util.concurrent.locks.Lock {
     }
     // Sentinel or a Cluster shard's failover: a wait queued on a primary that was demoted is
     // answered with an error there (UNBLOCKED, READONLY, MOVED, or its connection closed):
-    // queue again, on the primary Jedis knows now, within the wait's own timeout. Sending again is safe: the owner is the
-    // same, so a grant that did reach the new primary is answered with its own token.
+    // queue again, on the primary Jedis knows now, within the wait's own timeout. Sending
+    // again is safe: the owner is the same, so a grant that did reach the new primary is
+    // answered with its own token.
     long end = waitMs < 0 ? Long.MAX_VALUE : System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(waitMs);
     long pause = 20;
     while (true) {
@@ -294,7 +295,8 @@ public class Lock implements java.util.concurrent.locks.Lock {
       try {
         return attempt(left);
       } catch (JedisConnectionException | JedisDataException e) {
-        if (!failoverError(e) || waitMs == 0 || (waitMs > 0 && System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(pause) >= end)) {
+        boolean outOfTime = waitMs > 0 && System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(pause) >= end;
+        if (!failoverError(e) || waitMs == 0 || outOfTime) {
           throw e;
         }
       }
