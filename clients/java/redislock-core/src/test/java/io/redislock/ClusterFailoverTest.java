@@ -173,7 +173,8 @@ class ClusterFailoverTest {
     try (Jedis j = new Jedis("127.0.0.1", neu)) {
       assertEquals(1L, j.del(tag + "plain"));
     }
-    waitUntil("the DEL on the new master reported", PATIENCE, () -> plain.isLost());
+    // (isLost() turns true a moment before onLost is called: wait for the callback)
+    waitUntil("the DEL on the new master reported", PATIENCE, () -> lost.get() != null);
     assertTrue(plain.lostReason().startsWith("feed: "), plain.lostReason());
     assertTrue(lost.get().startsWith("plain: feed: "), lost.get());
 
