@@ -8,6 +8,9 @@
 //!     {"port":40123,"pid":5012,"dir":"/tmp/redis-lock-tests/…","url":"redis://127.0.0.1:40123/"}
 //! harness cluster [--masters N] [--replicas N] [--until-signal]
 //!     {"nodes":[{"port":…,"pid":…,"dir":"…","url":"…"},…]}
+//! harness sentinel --primary-port PORT [--master-name NAME] [--down-after-ms MS]
+//!                  [--failover-timeout-ms MS]
+//!     {"port":…,"pid":…,"dir":"…","url":"…"}
 //! ```
 //!
 //! The environment is the crate's (`REDIS_SERVER`, `REDIS_LOCK_MODULE`, ...). Exit status: 0
@@ -29,6 +32,8 @@ const USAGE: &str = "usage:
   harness server [--bin PATH] [--no-module] [--module-arg ARG]... [--replica-of PORT]
                  [--clock-offset-ms MS] [-- SERVER-ARG...]
   harness cluster [--masters N] [--replicas N] [--until-signal]
+  harness sentinel --primary-port PORT [--master-name NAME] [--down-after-ms MS]
+                   [--failover-timeout-ms MS]
 Prints one JSON line, keeps the server(s) running until stdin closes. See harness/README.md.";
 
 fn main() -> ExitCode {
@@ -52,6 +57,7 @@ fn run(args: &[String]) -> Result<ExitCode, Usage> {
     match command.as_str() {
         "server" => server(rest),
         "cluster" => cluster(rest),
+        "sentinel" => sentinel(rest),
         "help" | "--help" | "-h" => {
             println!("{USAGE}");
             Ok(ExitCode::SUCCESS)
@@ -130,6 +136,43 @@ fn cluster(args: &[String]) -> Result<ExitCode, Usage> {
         format!("{{\"nodes\":[{}]}}", list.join(","))
     });
     drop(nodes);
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(code)
+}
+
+/// One Sentinel (quorum 1) monitoring the primary on 127.0.0.1:PORT as NAME (default
+/// `mymaster`), for the client suites' failover tests (the Java client's SentinelTest).
+fn sentinel(args: &[String]) -> Result<ExitCode, Usage> {
+    let (mut port, mut name) = (None, "mymaster".to_string());
+    let (mut down_after_ms, mut failover_timeout_ms) = (1000, 5000);
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        let mut value = || {
+            it.next()
+                .ok_or_else(|| Usage(format!("{arg} needs a value")))
+        };
+        match arg.as_str() {
+            "--primary-port" => port = Some(number(arg, value()?)?),
+            "--master-name" => name = value()?.clone(),
+            "--down-after-ms" => down_after_ms = number(arg, value()?)?,
+            "--failover-timeout-ms" => failover_timeout_ms = number(arg, value()?)?,
+            other => return Err(Usage(format!("unknown option {other:?}"))),
+        }
+    }
+    let primary_port = port.ok_or_else(|| Usage("sentinel needs --primary-port".into()))?;
+    let dir = harness::test_dir("sentinel");
+    let cfg = harness::SentinelConfig {
+        master_name: &name,
+        primary_port,
+        quorum: 1,
+        down_after_ms,
+        failover_timeout_ms,
+    };
+    let mut sentinel = harness::sentinel(0, &dir, &cfg);
+    let code = hold(std::slice::from_mut(&mut sentinel), false, |s| {
+        describe(&s[0])
+    });
+    drop(sentinel);
     let _ = std::fs::remove_dir_all(&dir);
     Ok(code)
 }

@@ -31,6 +31,8 @@ final class Feed {
 
   private final LockClient client;
   private final String routeKey;
+  /** The node this feed's connections go to. */
+  private final redis.clients.jedis.HostAndPort node;
   /** Names its connections: {@code redislock-feed-watch-<id>}, {@code redislock-feed-sub-<id>}. */
   final String id = newId();
   private Connection watchConn;
@@ -51,12 +53,13 @@ final class Feed {
   Feed(LockClient client, String routeKey) {
     this.client = client;
     this.routeKey = routeKey;
+    this.node = client.nodeFor(routeKey);
   }
 
   /** Watch {@code lock}'s keys; report it lost at once if LOCK.INFO shows it gone already. */
-  synchronized void hold(Lock lock) {
+  synchronized boolean hold(Lock lock) {
     if (closed) {
-      return;
+      return false;
     }
     for (String key : lock.keys()) {
       Object[] state = stateRead(key);
@@ -69,9 +72,10 @@ final class Feed {
       }
       if (!listed((LockInfo) state[1], lock.tokenFor(key))) {
         lose(lock, "feed: not held (LOCK.INFO)");
-        return;
+        return true;
       }
     }
+    return true;
   }
 
   /** Stop watching {@code lock}; a key nobody here holds any more is unwatched. */
@@ -88,7 +92,12 @@ final class Feed {
       String channel = channelOf.remove(key);
       keyOf.remove(channel);
       try {
-        pubsub.sunsubscribe(channel);
+        if (!keyOf.isEmpty()) {
+          // Not the last channel: at 0 channels Jedis's reader would return, and the next
+          // hold's SSUBSCRIBE would go unread. The last one stays subscribed, its messages
+          // ignored (no key is watched for it).
+          pubsub.sunsubscribe(channel);
+        }
         LockClient.on(watchConn, client.args(Cmd.UNWATCH).key(key));
       } catch (RuntimeException ignored) {
         // the connection is gone: so is the watch
@@ -113,10 +122,16 @@ final class Feed {
       public void onSMessage(String ch, String message) {
         message(ch, message);
       }
+
+      @Override
+      public void onSUnsubscribe(String ch, int count) {
+        unsubscribed(ch);
+      }
     };
     Thread t = new Thread(() -> {
       try {
         pubsub.proceed(subConn, channel);
+        ended(); // every channel unsubscribed: by the server (its slot moved), or at close
       } catch (RuntimeException e) {
         broken("feed connection lost: " + e.getMessage());
       }
@@ -160,6 +175,12 @@ final class Feed {
 
   /** A message (a claim): read the key's state and report the holds LOCK.INFO no longer lists. */
   private void message(String channel, String message) {
+    if (client.followsFailover() && !client.nodeFor(routeKey).equals(node)) {
+      // Sentinel moved the primary: this node's news (its copy of a hold expiring, unrenewed,
+      // while it is not reconfigured yet) is not the hold's; watch through the new primary.
+      broken("the primary moved");
+      return;
+    }
     List<Lock> gone = new java.util.ArrayList<>();
     String reason;
     synchronized (this) {
@@ -200,14 +221,96 @@ final class Feed {
     }
   }
 
-  /** The subscription broke: every hold watched here is reported (fail-safe, as the watchdog). */
+  /**
+   * The subscription broke: every hold watched here is reported (fail-safe, as the watchdog).
+   * Through Sentinel a broken feed is the failover's mark (Sentinel closes the demoted primary's
+   * connections): each hold is watched again through the new primary's feed instead, where
+   * LOCK.INFO is read before anything is reported; its watchdog and deadline still stand.
+   */
   private synchronized void broken(String reason) {
     if (closed) {
       return;
     }
     closed = true;
-    reasonAll(reason);
+    if (client.followsFailover()) {
+      Set<Lock> all = new HashSet<>();
+      holds.values().forEach(all::addAll);
+      for (Lock lock : all) {
+        rewatch(lock, 0);
+      }
+    } else {
+      reasonAll(reason);
+    }
     close();
+  }
+
+  /**
+   * {@code sunsubscribe channel} that this feed did not ask for: in a cluster the server sends it
+   * when the slot's master gives the slot up (a failover, a migration). Its holds are watched
+   * again on the slot's master now (or, for a client that follows no failover, reported).
+   */
+  private void unsubscribed(String channel) {
+    Set<Lock> moved;
+    synchronized (this) {
+      String key = keyOf.get(channel);
+      if (key == null || closed) {
+        return; // ours (drop), or closing
+      }
+      keyOf.remove(channel);
+      channelOf.remove(key);
+      moved = holds.remove(key);
+      try {
+        LockClient.on(watchConn, client.args(Cmd.UNWATCH).key(key));
+      } catch (RuntimeException ignored) {
+        // the node is going: so is the watch
+      }
+    }
+    if (moved == null) {
+      return;
+    }
+    for (Lock lock : moved) {
+      if (client.followsFailover()) {
+        rewatch(lock, 0);
+      } else {
+        lose(lock, "feed: unsubscribed by the server");
+      }
+    }
+  }
+
+  /** Jedis's reader returned (no channel left): nothing to watch here any more. */
+  private void ended() {
+    boolean empty;
+    synchronized (this) {
+      empty = holds.isEmpty();
+    }
+    if (empty) {
+      close();
+    } else {
+      broken("feed: unsubscribed by the server");
+    }
+  }
+
+  /** Try {@code lock} on the current primary's feed, every 100 ms while it is held, once Jedis moved (or 2 s passed). */
+  private void rewatch(Lock lock, int attempt) {
+    client.scheduler().schedule(() -> {
+      if (!lock.isHeld()) {
+        return;
+      }
+      if (attempt % 5 == 0) {
+        client.failoverSeen(); // a cluster's slot table learnt again
+      }
+      if (client.nodeFor(lock.keys().get(0)).equals(node) && attempt < 20) {
+        rewatch(lock, attempt + 1); // Jedis has not heard of the new primary yet
+        return;
+      }
+      try {
+        if (!lock.watchThrough(client.feedFor(lock.keys().get(0)))) {
+          rewatch(lock, attempt + 1);
+        }
+      } catch (RuntimeException e) {
+        rewatch(lock, attempt + 1); // not reachable yet: the hold's deadline still ends this
+      }
+    }, 100, TimeUnit.MILLISECONDS);
   }
 
   /** Report on a timer thread: the loss callback must not run inside the feed's lock. */

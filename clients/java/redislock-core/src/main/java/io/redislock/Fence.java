@@ -1,5 +1,6 @@
 package io.redislock;
 
+import java.util.List;
 import redis.clients.jedis.CommandArguments;
 import redis.clients.jedis.exceptions.JedisDataException;
 
@@ -39,6 +40,52 @@ public final class Fence {
       return client.call(lockKey, a);
     } catch (JedisDataException e) {
       throw stale(e);
+    }
+  }
+
+  /**
+   * A script of your own behind the fence check, as Python's {@code fenced_script} and Node's
+   * {@code fencedScript}: {@code body} runs only while {@code ARGV[1]} is the live token of
+   * {@code KEYS[1]}. Call it with the lock first: {@code script.call(List.of(lock.name(), "out"),
+   * List.of(lock.token(), "x"))}. A refused call is a StaleTokenException; other error replies
+   * are Jedis's {@code JedisDataException}. In a cluster every key needs the lock's hash tag.
+   */
+  public static FencedScript script(LockClient client, String body) {
+    return new FencedScript(client, FENCE_CHECK_LUA + body);
+  }
+
+  /** A fenced script made by {@link #script(LockClient, String)}. */
+  public static final class FencedScript {
+    private final LockClient client;
+    private final String source;
+
+    FencedScript(LockClient client, String source) {
+      this.client = client;
+      this.source = source;
+    }
+
+    /** The whole script: the fence check, then the body. */
+    public String source() {
+      return source;
+    }
+
+    /** EVAL it: {@code keys} the lock's key first, {@code args} its token first; the reply. */
+    public Object call(List<String> keys, List<?> args) {
+      if (keys.isEmpty() || args.isEmpty()) {
+        throw new IllegalArgumentException("KEYS[1] must be the lock and ARGV[1] its token");
+      }
+      CommandArguments a = client.args(Cmd.EVAL).add(source).add(keys.size());
+      for (String k : keys) {
+        a.key(k);
+      }
+      for (Object arg : args) {
+        a.add(arg);
+      }
+      try {
+        return client.call(keys.get(0), a);
+      } catch (JedisDataException e) {
+        throw stale(e);
+      }
     }
   }
 

@@ -12,6 +12,8 @@ import java.util.concurrent.locks.Condition;
 import java.util.function.BiConsumer;
 import redis.clients.jedis.CommandArguments;
 import redis.clients.jedis.Connection;
+import redis.clients.jedis.exceptions.JedisConnectionException;
+import redis.clients.jedis.exceptions.JedisDataException;
 
 /**
  * An exclusive lock held on the server ({@code LOCK.ACQUIRE}), as a
@@ -278,6 +280,43 @@ public class Lock implements java.util.concurrent.locks.Lock {
       throw new InterruptedException();
     }
     long waitMs = timeout == null ? -1 : Math.max(0, timeout.toMillis());
+    if (!client.followsFailover()) {
+      return attempt(waitMs);
+    }
+    // Sentinel or a Cluster shard's failover: a wait queued on a primary that was demoted is
+    // answered with an error there (UNBLOCKED, READONLY, MOVED, or its connection closed):
+    // queue again, on the primary Jedis knows now, within the wait's own timeout. Sending
+    // again is safe: the owner is the same, so a grant that did reach the new primary is
+    // answered with its own token.
+    long end = waitMs < 0 ? Long.MAX_VALUE : System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(waitMs);
+    long pause = 20;
+    while (true) {
+      long left = waitMs < 0 ? -1 : Math.max(0, TimeUnit.NANOSECONDS.toMillis(end - System.nanoTime()));
+      try {
+        return attempt(left);
+      } catch (JedisConnectionException | JedisDataException e) {
+        boolean outOfTime = waitMs > 0 && System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(pause) >= end;
+        if (!failoverError(e) || waitMs == 0 || outOfTime) {
+          throw e;
+        }
+      }
+      client.failoverSeen();
+      Thread.sleep(pause); // an interrupt here leaves nothing: no command is on its way
+      pause = Math.min(pause * 2, 500);
+    }
+  }
+
+  /** An error of a primary that is being demoted, or of its closed connection: worth queueing again. */
+  static boolean failoverError(RuntimeException e) {
+    if (e instanceof JedisConnectionException) {
+      return true;
+    }
+    String m = String.valueOf(e.getMessage());
+    return m.startsWith("UNBLOCKED") || m.startsWith("READONLY") || m.startsWith("MOVED") || m.startsWith("CLUSTERDOWN");
+  }
+
+  /** One acquire: one try, then (waitMs != 0) one BLOCK wait of waitMs (-1: no limit). */
+  private boolean attempt(long waitMs) throws InterruptedException {
     long before = token;
     Object reply;
     String key = keys().get(0);
@@ -408,16 +447,27 @@ public class Lock implements java.util.concurrent.locks.Lock {
       return;
     }
     if (options.onLost != null && options.feed) {
-      Feed f = client.feedFor(keys().get(0));
-      feed = f;
       try {
-        f.hold(this);
+        Feed f;
+        do {
+          f = client.feedFor(keys().get(0));
+          feed = f;
+        } while (!f.hold(this)); // closed meanwhile (its last hold left): the next one
       } catch (RuntimeException e) {
         // The grant stands: a feed that cannot watch leaves the report to the watchdog and the
         // deadline, as with feed(false), rather than failing an acquire that succeeded.
         feed = null;
       }
     }
+  }
+
+  /** Watch this hold through {@code f} (its feed broke in a failover: the new primary's). */
+  boolean watchThrough(Feed f) {
+    if (!isHeld()) {
+      return true;
+    }
+    feed = f;
+    return f.hold(this);
   }
 
   private void unwatch() {
@@ -445,6 +495,10 @@ public class Lock implements java.util.concurrent.locks.Lock {
     try {
       ok = renewed(client.call(keys().get(0), extendArgs()));
     } catch (RuntimeException e) {
+      if (client.followsFailover() && (e instanceof JedisConnectionException || e instanceof JedisDataException)
+          && failoverError(e)) {
+        return; // a failover under way: the next tick tries the new primary; the deadline still ends it
+      }
       lose("extend failed: " + e.getMessage());
       return;
     }

@@ -26,6 +26,7 @@ import redis.clients.jedis.Connection;
 import redis.clients.jedis.DefaultJedisClientConfig;
 import redis.clients.jedis.HostAndPort;
 import redis.clients.jedis.JedisClientConfig;
+import redis.clients.jedis.JedisSentineled;
 import redis.clients.jedis.UnifiedJedis;
 import redis.clients.jedis.exceptions.JedisConnectionException;
 import redis.clients.jedis.exceptions.JedisDataException;
@@ -59,16 +60,27 @@ public final class LockClient implements AutoCloseable {
   private final JedisClientConfig config;
   private final Function<String, HostAndPort> nodeFor;
   private final boolean cluster;
+  /** Sentinel-managed: the primary may change under the client (see {@link #sentinel}). */
+  private final boolean sentineled;
+  /** Learn the topology again after a failover error (a cluster's slot table; nothing for Sentinel). */
+  private final Runnable relearn;
   private final ScheduledExecutorService scheduler;
   private final ExecutorService waiters;
   private final Map<HostAndPort, ConcurrentLinkedDeque<WaitConnection>> idle = new ConcurrentHashMap<>();
   private final Map<HostAndPort, Feed> feeds = new ConcurrentHashMap<>();
 
   private LockClient(UnifiedJedis jedis, JedisClientConfig config, Function<String, HostAndPort> nodeFor, boolean cluster) {
+    this(jedis, config, nodeFor, cluster, false, () -> {});
+  }
+
+  private LockClient(UnifiedJedis jedis, JedisClientConfig config, Function<String, HostAndPort> nodeFor, boolean cluster,
+      boolean sentineled, Runnable relearn) {
     this.jedis = jedis;
     this.config = config;
     this.nodeFor = nodeFor;
     this.cluster = cluster;
+    this.sentineled = sentineled;
+    this.relearn = relearn;
     ScheduledThreadPoolExecutor s = new ScheduledThreadPoolExecutor(2, daemon("redislock-timer"));
     s.setRemoveOnCancelPolicy(true);
     this.scheduler = s;
@@ -99,7 +111,49 @@ public final class LockClient implements AutoCloseable {
   public static LockClient cluster(Set<HostAndPort> nodes, JedisClientConfig config) {
     ClusterConnectionProvider provider = new ClusterConnectionProvider(nodes, config);
     UnifiedJedis jedis = new UnifiedJedis(provider, 5, Duration.ofSeconds(10));
-    return new LockClient(jedis, config, key -> provider.getNode(JedisClusterCRC16.getSlot(key)), true);
+    // A shard's failover (issue 34): Jedis follows MOVED for the pooled commands (renewals,
+    // keepalives); waits and feeds, on connections of their own, re-learn the slot table.
+    return new LockClient(jedis, config, key -> provider.getNode(JedisClusterCRC16.getSlot(key)), true, false, () -> {
+      try {
+        provider.renewSlotCache();
+      } catch (RuntimeException unreachable) {
+        // no node answered now: the next try asks again
+      }
+    });
+  }
+
+  /**
+   * A client of the primary that the Sentinels at {@code sentinels} know as {@code masterName},
+   * through Jedis's {@link JedisSentineled} ({@code config} for the primary's connections,
+   * {@code sentinelConfig} for the Sentinels'). Every command, wait connection and feed goes to
+   * the current primary, as Jedis learns it from the Sentinels ({@code +switch-master}).
+   *
+   * <p>Through a failover: holds are on the new primary with their owners and tokens if the
+   * grant reached the replica promoted (take them {@code durable(1, timeout)} to be sure); a
+   * wait queued on the old primary is answered with an error there ({@code UNBLOCKED ...}, or
+   * its connection closed by Sentinel) and queues again on the new primary within its own
+   * timeout; a watchdog renewal or a session keepalive that fails (a closed connection,
+   * {@code READONLY}) is tried again at its next period until the hold's (session's) ttl from
+   * its last success, and only an answer of the server (or that ttl passing) is a loss. A
+   * {@code BOUND} session is lost (Sentinel closes its connection; it is not re-attached).
+   */
+  public static LockClient sentinel(String masterName, Set<HostAndPort> sentinels, JedisClientConfig config,
+      JedisClientConfig sentinelConfig) {
+    JedisSentineled jedis = new JedisSentineled(masterName, config, sentinels, sentinelConfig);
+    return new LockClient(jedis, config, key -> jedis.getCurrentMaster(), false, true, () -> {});
+  }
+
+  /**
+   * True for a client whose primary may move under it (Sentinel, or a Cluster shard's failover):
+   * waits queue again, renewals and keepalives retry, feeds move.
+   */
+  boolean followsFailover() {
+    return sentineled || cluster;
+  }
+
+  /** A command met a failover: learn where the keys are now (a cluster's slot table). */
+  void failoverSeen() {
+    relearn.run();
   }
 
   /** The Jedis client the ordinary commands go through: use it for your own commands too. */
@@ -162,6 +216,16 @@ public final class LockClient implements AutoCloseable {
 
   public Election election(String name, Election.Options options) {
     return new Election(this, name, options);
+  }
+
+  /**
+   * {@code watch(name)} on any lock, as the other clients' {@code watch}: the changes of its
+   * holder, through the key's change feed (the same Observation an election's
+   * {@link Election#observe()} gives: {@code change.leader()} is the holder's owner and token,
+   * null when free; the first change is the state when it started). Close it when done.
+   */
+  public Election.Observation watch(String name) throws InterruptedException {
+    return new Election(this, name, Election.options()).observe();
   }
 
   /** LOCK.INFO: who holds {@code name}, or null when nobody does. */

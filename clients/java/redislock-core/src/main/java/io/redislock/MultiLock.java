@@ -120,6 +120,25 @@ public class MultiLock extends Lock {
     return t == null || i < 0 ? 0 : t.get(i);
   }
 
+  /**
+   * True if this handle's hold is the live one on every key, each checked with its own token
+   * ({@code LOCK.FENCE key token}; the tokens of one set differ from key to key).
+   */
+  @Override
+  public boolean isOwned() {
+    List<Long> t = tokens;
+    if (t == null) {
+      return false;
+    }
+    for (int i = 0; i < names.size(); i++) {
+      String key = names.get(i);
+      if (!Long.valueOf(1).equals(client.call(key, client.args(Cmd.FENCE).key(key).add(t.get(i))))) {
+        return false;
+      }
+    }
+    return true;
+  }
+
   @Override
   void forget() {
     token = 0;

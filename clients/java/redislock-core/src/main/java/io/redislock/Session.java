@@ -81,6 +81,8 @@ public final class Session implements AutoCloseable {
   private volatile String lostReason;
   private Connection conn;
   private ScheduledFuture<?> keepalive;
+  /** When a keepalive (or OPEN) was last answered: a failover's retries end a ttl after it. */
+  private volatile long lastKept;
 
   Session(LockClient client, Duration ttl, Options options) {
     this.client = client;
@@ -167,6 +169,7 @@ public final class Session implements AutoCloseable {
       throw new LockException("LOCK.SESSION OPEN answered nil");
     }
     id = reply.toString();
+    lastKept = System.nanoTime();
     long period = options.keepalivePeriod != null ? options.keepalivePeriod.toMillis() : Math.max(1, ttlMs / 3);
     keepalive = client.scheduler().scheduleWithFixedDelay(this::keepalive, period, period, TimeUnit.MILLISECONDS);
     return this;
@@ -208,9 +211,18 @@ public final class Session implements AutoCloseable {
       Object remaining = client.call(routeKey(), client.args(Cmd.SESSION).add("KEEPALIVE").key(id));
       if (remaining == null) {
         lose("ended");
+      } else {
+        lastKept = System.nanoTime();
       }
     } catch (RuntimeException e) {
-      lose("keepalive failed: " + e.getMessage());
+      // Sentinel: a keepalive that met a failover (a closed connection, READONLY) is tried
+      // again at the next period on the primary Jedis knows then, until the ttl from the last
+      // one answered has passed.
+      boolean retry = client.followsFailover() && Lock.failoverError(e)
+          && System.nanoTime() - lastKept < TimeUnit.MILLISECONDS.toNanos(ttlMs);
+      if (!retry) {
+        lose("keepalive failed: " + e.getMessage());
+      }
     }
   }
 

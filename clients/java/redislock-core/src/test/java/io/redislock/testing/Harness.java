@@ -69,6 +69,15 @@ public final class Harness implements AutoCloseable {
     return new Harness(List.of("cluster", "--masters", String.valueOf(masters), "--replicas", String.valueOf(replicas)));
   }
 
+  /**
+   * {@code harness sentinel --primary-port P --master-name NAME}: one Sentinel (quorum 1,
+   * {@code down-after-milliseconds 1000}, {@code failover-timeout 5000}) monitoring the server
+   * on 127.0.0.1:P.
+   */
+  public static Harness sentinel(int primaryPort, String masterName) throws IOException {
+    return new Harness(List.of("sentinel", "--primary-port", String.valueOf(primaryPort), "--master-name", masterName));
+  }
+
   /** The (first) server's port. */
   public int port() {
     return ports.get(0);
