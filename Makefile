@@ -222,6 +222,8 @@ bench: build servers ## Benchmarks vs the classic pattern and real lock librarie
 	@if [ -n "$(JAVA_OK)" ] && { [ -z "$(ONLY)" ] || [[ ",$(ONLY)," == *,java,* ]]; }; then \
 		$(MAKE) --no-print-directory bench-java QUICK=$(QUICK); \
 	else echo "the Java benchmark (make bench-java) is skipped: ONLY=$(ONLY), or no mvn and JDK 17+"; fi
+	@# The Go client's (it was a line of bench-java's recipe by mistake, so it ran with it).
+	@if [ -n "$(GO_OK)" ] && { [ -z "$(ONLY)" ] || [[ ",$(ONLY)," == *,go,* ]]; }; then $(MAKE) --no-print-directory bench-go; fi
 
 # The Java client's Lock against Redisson's RLock (benches/java, a Maven project outside
 # clients/java's build: Redisson comes from Maven Central only here).
@@ -232,8 +234,6 @@ bench-java: build ## Java: this client's Lock vs Redisson's RLock, handoffs/s an
 	cd benches/java && mvn -q -B compile dependency:build-classpath -Dmdep.outputFile=target/cp.txt
 	REDIS_SERVER=$(REDIS_SERVER) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_RELEASE) QUICK=$(QUICK) \
 		java -Dredislock.workspace=$(CURDIR) -cp benches/java/target/classes:$$(cat benches/java/target/cp.txt) io.redislock.bench.JavaLockBench
-
-	@if [ -n "$(GO_OK)" ] && { [ -z "$(ONLY)" ] || [[ ",$(ONLY)," == *,go,* ]]; }; then $(MAKE) --no-print-directory bench-go; fi
 
 bench-go: build ## The Go client against go-redsync and bsm/redislock: one key, 8 and 32 goroutines, and a crashed holder (benches/go; SECS=5 per row)
 	$(CARGO) build -p redis-lock-harness
