@@ -509,7 +509,12 @@ class Session(_SessionBase):
     def _keep_bound_on(self, conn):
         """Keepalives on ``conn`` until stopped (None) or a loss: a reason, or ``(reason,
         error)`` when an error the cluster may explain (``_wire.moved_away``) ended it."""
-        wake = self._wake[0]
+        pair = self._wake
+        if pair is None or self._stopping.is_set():
+            # Stopped meanwhile (``_stop`` from this very thread, e.g. a loss callback that
+            # closed the session, does not join it): nothing more to keep.
+            return None
+        wake = pair[0]
         while True:
             due = time.monotonic() + self._period()
             while (left := due - time.monotonic()) > 0:
