@@ -12,7 +12,7 @@ APT_PACKAGES := redis-server redis-sentinel libclang-dev clang gcc iptables ipro
 CLOCKSHIFT := target/clockshift/libclockshift.so
 
 
-.PHONY: help deps test-deps clockshift build run test conformance test-python test-node test-java test-go servers test-servers test-asm test-valkey torture bench bench-java bench-go bench-instructions cluster cluster-stop bench-cluster lint fmt clean
+.PHONY: help deps test-deps clockshift build run test conformance test-python test-node test-java test-go servers test-servers test-asm test-valkey torture bench bench-java bench-go bench-takeover bench-instructions cluster cluster-stop bench-cluster lint fmt clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -259,6 +259,20 @@ bench-failover: build ## How fast the Python client follows a planned CLUSTER FA
 	$(CARGO) build -p redis-lock-harness
 	PYTHONPATH=$(CURDIR)/target/pydeps REDIS_SERVER=$(REDIS_SERVER) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) \
 		QUICK=$(QUICK) python3 benches/failover/follow.py
+
+# Issue 29's goal, per client with its defaults: kill -9 of a holder process to the next
+# holder's grant (the default session's GRACE, 500 ms, plus the handoff), and a CLIENT KILL of a
+# live holder's bound connection (the hold kept, the session re-attached). Python's for now.
+bench-takeover: build test-deps ## kill -9 of a holder to the next grant, and a CLIENT KILL blip, with each client's defaults; writes benches/results/takeover.md (RUNS=20)
+	$(CARGO) build -p redis-lock-harness
+	mkdir -p benches/results
+	set -o pipefail; cd clients/python && PYTHONPATH=$(CURDIR)/target/pydeps REDIS_SERVER=$(REDIS_SERVER) \
+		REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_RELEASE) HARNESS=$(CURDIR)/target/debug/harness \
+		python3 bench/default_session_takeover.py $(or $(RUNS),20) | tee $(CURDIR)/target/bench-takeover-python.txt
+	{ echo "# Takeover with each client's defaults (make bench-takeover)"; echo; \
+	  echo "Release module, $$($(REDIS_SERVER) --version | cut -d' ' -f1-3), $$(nproc) cores, $$(date -u +%F)."; echo; \
+	  echo "## Python (clients/python/bench/default_session_takeover.py)"; echo; echo '```text'; \
+	  cat target/bench-takeover-python.txt; echo '```'; } > benches/results/takeover.md
 
 bench-cluster: build ## Print lock throughput on 1 vs 3 cluster masters (a measurement, no checks)
 	REDIS_SERVER=$(REDIS_SERVER) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_RELEASE) $(CARGO) test --release --test cluster -- --ignored --nocapture throughput

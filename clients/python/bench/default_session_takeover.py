@@ -12,6 +12,11 @@ monotonic clock, from the kill to the waiter's ``acquire()`` returning True. Row
 - ``Lock(r, name, ttl=5, watchdog=True)``: the example issue 29 timed at 3.5-4.6 s before.
 - ``Lock(r, name, ttl=5, watchdog=True, session=None)``: the ttl alone, for reference (3 runs).
 
+Then ``runs`` blips: the holder process lives, its default session's bound connection is ended
+with ``CLIENT KILL`` (the server-side twin of a proxy or network reset), and the row says in how
+many the hold was still the holder's two seconds later (``LOCK.FENCE key token``) and how long the
+client took to ``ATTACH`` the session on a new connection (``LOCK.SESSION LIST``'s ``bound``).
+
 Prints p50, p99 (of 20 runs the largest but one is p95; p99 is the largest) and the largest.
 """
 
@@ -31,7 +36,8 @@ from redis.backoff import NoBackoff  # noqa: E402
 from redis.retry import Retry  # noqa: E402
 
 from conftest import Server, wait_waiters  # noqa: E402
-from redislock_native import Lock  # noqa: E402
+from redislock_native import Lock, lock_info  # noqa: E402
+from redislock_native.session import _fields  # noqa: E402
 from test_default_session import spawn_holder  # noqa: E402
 
 
@@ -55,6 +61,41 @@ def one_run(server, r, ttl, mode):
         child.wait()
 
 
+def bound_of(r, serial):
+    """The client id ``serial``'s session is bound to (``LOCK.SESSION LIST``), or None."""
+    cursor = "0"
+    while True:
+        cursor, entries = r.execute_command("LOCK.SESSION", "LIST", cursor, "COUNT", 1000)
+        for entry in entries:
+            fields = _fields(entry)
+            if fields["serial"] == serial:
+                return fields["bound"]
+        if cursor in (b"0", "0"):
+            return None
+
+
+def one_blip(server, r):
+    """CLIENT KILL of a live holder's bound connection: (hold kept?, ms to the re-ATTACH)."""
+    key = f"bench:{uuid.uuid4().hex[:12]}"
+    child, token = spawn_holder(server, key, 30, "default")
+    try:
+        serial = lock_info(r, key)["holders"][0]["session"]
+        old = bound_of(r, serial)
+        killed = time.monotonic()
+        assert r.client_kill_filter(_id=old) == 1
+        attached = None
+        while time.monotonic() - killed < 2.0:  # four graces: long past the server's end of it
+            now = bound_of(r, serial)
+            if attached is None and now not in (None, old):
+                attached = time.monotonic() - killed
+            time.sleep(0.001)
+        kept = r.execute_command("LOCK.FENCE", key, token) == 1
+        return kept and attached is not None, attached
+    finally:
+        child.kill()
+        child.wait()
+
+
 def percentile(values, p):
     """The nearest-rank percentile."""
     ordered = sorted(values)
@@ -73,6 +114,13 @@ def main():
         for label, ttl, mode, n in rows:
             took = [one_run(server, r, ttl, mode) * 1000 for _ in range(n)]
             print(f"{label:52} {n:>4} {statistics.median(took):9.1f} {percentile(took, 99):9.1f} {max(took):9.1f}", flush=True)
+        blips = [one_blip(server, r) for _ in range(runs)]
+        kept = sum(ok for ok, _ in blips)
+        took = [t * 1000 for ok, t in blips if ok]
+        label = "CLIENT KILL of its bound connection, process alive"
+        print(f"{label:52} {runs:>4} holds kept {kept}/{runs}; re-attached p50 "
+              f"{statistics.median(took):.1f} ms, p99 {percentile(took, 99):.1f} ms, max {max(took):.1f} ms"
+              if took else f"{label:52} {runs:>4} holds kept 0/{runs}", flush=True)
     finally:
         r.close()
         server.stop()
