@@ -60,16 +60,9 @@ func setName(ctx context.Context, conn *redis.Conn, name string) {
 	_ = conn.Do(ctx, "CLIENT", "SETNAME", name).Err()
 }
 
-// dedicated is a one-connection client for the node that serves key. readTimeout -1: no read
-// deadline (a wait); else the context's deadline bounds each call.
-func dedicated(ctx context.Context, client redis.UniversalClient, key string, noReadDeadline bool) (*redis.Client, error) {
-	o, err := nodeOptions(ctx, client, key)
-	if err != nil {
-		return nil, err
-	}
-	return dedicatedFrom(o, noReadDeadline), nil
-}
-
+// dedicatedFrom is a one-connection client made from o (the options of the node that serves a
+// key, see nodeOptions). noReadDeadline: no read deadline (a wait); else the context's
+// deadline bounds each call.
 func dedicatedFrom(o *redis.Options, noReadDeadline bool) *redis.Client {
 	// Its own push-notification state: the processor in the copied options is the user
 	// client's (go-redis refuses to register its handlers twice), and a one-connection client

@@ -23,6 +23,8 @@ var (
 	ErrSessionClosed = errors.New("redislock: session closed")
 	// ErrNoLeader: nobody leads the election.
 	ErrNoLeader = errors.New("redislock: no leader")
+	// ErrInvalidArgument: a call refused before anything was sent (a ttl out of range, no keys).
+	ErrInvalidArgument = errors.New("redislock: invalid argument")
 )
 
 // lockError is one error that matches several sentinels (and the context's error when that was
@@ -47,6 +49,11 @@ func waitEnded(ctx context.Context, key string) error {
 		return newError([]error{ErrTimeout, ErrNotObtained, cause}, "redislock: %q not obtained: %v", key, cause)
 	}
 	return newError([]error{ErrNotObtained, cause}, "redislock: %q not obtained: %v", key, cause)
+}
+
+// invalid is an argument refused before anything is sent.
+func invalid(msg string) error {
+	return newError([]error{ErrInvalidArgument}, "redislock: %s", msg)
 }
 
 // lost is a hold's loss, with its reason.

@@ -111,12 +111,12 @@ func (h *hold) check() error {
 			return err
 		}
 		if h.opts.ttl < 0 {
-			return errors.New("redislock: ttl must not be negative")
+			return invalid("ttl must not be negative")
 		}
 		return nil
 	}
 	if h.opts.ttl <= 0 {
-		return errors.New("redislock: a lock outside a session needs a positive ttl (WithTTL)")
+		return invalid("a lock outside a session needs a positive ttl (WithTTL)")
 	}
 	return nil
 }
@@ -397,10 +397,10 @@ func (h *hold) release(ctx context.Context) error {
 // extend sets a plain hold's deadline to now + ttl (and the watchdog's ttl from then on).
 func (h *hold) extend(ctx context.Context, ttl time.Duration) error {
 	if h.session != nil {
-		return errors.New("redislock: a hold in a session has no deadline to extend: the session's keepalive covers it")
+		return invalid("a hold in a session has no deadline to extend: the session's keepalive covers it")
 	}
 	if ttl <= 0 {
-		return errors.New("redislock: ttl must be positive")
+		return invalid("ttl must be positive")
 	}
 	sent := time.Now()
 	n, err := h.client.Do(ctx, h.extendArgs(ttl)...).Int64()

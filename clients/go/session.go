@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -39,8 +42,10 @@ type Session struct {
 	closing   bool
 	keepalive chan struct{} // closed when the keepalive goroutine has returned
 	stop      chan struct{}
-	waits     *waits // idle wait connections of its locks
-	feed      *feed  // the change feed its holds' losses are reported by
+	raw       atomic.Pointer[net.Conn] // a bound session's socket, as dialled
+	connMu    sync.Mutex               // held by each call on conn (or node), and by closing them
+	waits     *waits                   // idle wait connections of its locks
+	feed      *feed                    // the change feed its holds' losses are reported by
 }
 
 // A SessionOption configures a session.
@@ -79,21 +84,34 @@ func NewSession(ctx context.Context, client redis.UniversalClient, opts ...Sessi
 		f(&o)
 	}
 	if o.ttl <= 0 {
-		return nil, errors.New("redislock: the session ttl must be positive")
+		return nil, invalid("the session ttl must be positive")
 	}
 	if _, ok := client.(*redis.ClusterClient); ok && o.key == "" {
-		return nil, errors.New("redislock: a session in a cluster belongs to one node: name a key it will lock (WithSessionKey)")
+		return nil, invalid("a session in a cluster belongs to one node: name a key it will lock (WithSessionKey)")
 	}
-	node, err := dedicated(ctx, client, o.key, false)
+	nodeOpts, err := nodeOptions(ctx, client, o.key)
 	if err != nil {
 		return nil, err
 	}
-	s := &Session{client: client, node: node, ttl: o.ttl, lockDelay: o.lockDelay, bound: !o.unbound,
+	s := &Session{client: client, ttl: o.ttl, lockDelay: o.lockDelay, bound: !o.unbound,
 		done: make(chan struct{}), stop: make(chan struct{}), keepalive: make(chan struct{}), waits: &waits{}, feed: &feed{client: client}}
+	if s.bound {
+		// The socket is kept so that the keepalive goroutine sees it close at once (a CLIENT
+		// KILL, the server gone), not at the next keepalive.
+		dial := nodeOpts.Dialer
+		nodeOpts.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := dial(ctx, network, addr)
+			if err == nil {
+				s.raw.Store(&c)
+			}
+			return c, err
+		}
+	}
+	s.node = dedicatedFrom(nodeOpts, false)
 	args := []any{"LOCK.SESSION", "OPEN", ms(o.ttl)}
 	if s.bound {
 		args = append(args, "BOUND")
-		s.conn = node.Conn()
+		s.conn = s.node.Conn()
 	}
 	if o.lockDelay > 0 {
 		args = append(args, "LOCKDELAY", ms(o.lockDelay))
@@ -116,6 +134,8 @@ func (s *Session) scope() (redis.UniversalClient, *Session, *waits, *feed) {
 }
 
 func (s *Session) call(ctx context.Context, args ...any) *redis.Cmd {
+	s.connMu.Lock()
+	defer s.connMu.Unlock()
 	if s.conn != nil {
 		return s.conn.Do(ctx, args...)
 	}
@@ -125,6 +145,9 @@ func (s *Session) call(ctx context.Context, args ...any) *redis.Cmd {
 func (s *Session) closeConns() {
 	s.waits.close()
 	s.feed.close()
+	// After any call in flight on the connection (go-redis's Close must not race its use).
+	s.connMu.Lock()
+	defer s.connMu.Unlock()
 	if s.conn != nil {
 		_ = s.conn.Close()
 	}
@@ -184,15 +207,36 @@ func (s *Session) usable() error {
 	return nil
 }
 
+// connCheckEvery is how often a bound session looks whether its connection was closed by the
+// server (a non-blocking peek at the socket: no traffic).
+const connCheckEvery = 50 * time.Millisecond
+
 func (s *Session) keepAlive() {
 	defer close(s.keepalive)
 	period := max(s.ttl/3, time.Millisecond)
 	t := time.NewTicker(period)
 	defer t.Stop()
+	var check <-chan time.Time
+	if s.bound {
+		c := time.NewTicker(connCheckEvery)
+		defer c.Stop()
+		check = c.C
+	}
 	for {
 		select {
 		case <-s.stop:
 			return
+		case <-check:
+			if raw := s.raw.Load(); raw != nil && closedByPeer(*raw) {
+				select {
+				case <-s.stop: // closed meanwhile: not a loss
+					return
+				default:
+				}
+				s.end("connection lost: its bound connection was closed", io.EOF)
+				return
+			}
+			continue
 		case <-t.C:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), period)
@@ -235,18 +279,25 @@ func (s *Session) end(reason string, cause error) {
 // Close ends the session (LOCK.SESSION CLOSE): every hold of it is released, with no
 // lock-delay. Done() is closed.
 func (s *Session) Close(ctx context.Context) error {
+	_, err := s.CloseCount(ctx)
+	return err
+}
+
+// CloseCount is Close, with how many holds the server released (0 if the session had ended
+// before, or was closed already).
+func (s *Session) CloseCount(ctx context.Context) (int64, error) {
 	s.mu.Lock()
 	if s.err != nil || s.closing {
 		s.mu.Unlock()
-		return nil
+		return 0, nil
 	}
 	s.closing = true
 	s.mu.Unlock()
 	close(s.stop)
 	<-s.keepalive
-	_, err := s.call(ctx, "LOCK.SESSION", "CLOSE", s.id).Result()
+	released, err := s.call(ctx, "LOCK.SESSION", "CLOSE", s.id).Int64()
 	if errors.Is(err, redis.Nil) {
-		err = nil
+		released, err = 0, nil
 	}
 	s.mu.Lock()
 	lostMeanwhile := s.err != nil
@@ -260,9 +311,9 @@ func (s *Session) Close(ctx context.Context) error {
 		close(s.done)
 	}
 	if err != nil {
-		return fmt.Errorf("redislock: LOCK.SESSION CLOSE: %w", err)
+		return 0, fmt.Errorf("redislock: LOCK.SESSION CLOSE: %w", err)
 	}
-	return nil
+	return released, nil
 }
 
 // SessionInfo is LOCK.SESSION INFO's reply.
