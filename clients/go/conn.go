@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -189,6 +190,27 @@ func onOwnConn(ctx context.Context, w *waits, client redis.UniversalClient, key 
 		_ = c.Close()
 	}
 	return reply, err
+}
+
+// followable: the error of a server that failed, or that no longer serves the key after a
+// failover, so that the same request may go to the node that serves it now: no reply (the
+// connection closed, refused, timed out), or READONLY (a demoted primary), MOVED/ASK (a
+// cluster's slot moved), UNBLOCKED (a waiter or a blocked command on a demoted primary),
+// CLUSTERDOWN, TRYAGAIN, LOADING, MASTERDOWN.
+func followable(err error) bool {
+	if err == nil || errors.Is(err, redis.Nil) {
+		return false
+	}
+	if !isReplyError(err) {
+		return true
+	}
+	msg := err.Error()
+	for _, prefix := range []string{"READONLY ", "MOVED ", "ASK ", "UNBLOCKED ", "CLUSTERDOWN ", "TRYAGAIN ", "LOADING ", "MASTERDOWN "} {
+		if strings.HasPrefix(msg, prefix) {
+			return true
+		}
+	}
+	return false
 }
 
 // isReplyError: the server answered with an error (nothing changed), as opposed to an I/O error
