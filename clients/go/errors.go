@@ -45,6 +45,10 @@ func newError(errs []error, format string, args ...any) error {
 // cancellation is not, and both wrap the context's error.
 func waitEnded(ctx context.Context, key string) error {
 	cause := ctx.Err()
+	if cause == nil {
+		// Its deadline has passed, and ctx's timer has not fired yet (it may run late under load).
+		cause = context.DeadlineExceeded
+	}
 	if errors.Is(cause, context.DeadlineExceeded) {
 		return newError([]error{ErrTimeout, ErrNotObtained, cause}, "redislock: %q not obtained: %v", key, cause)
 	}
