@@ -302,7 +302,10 @@ func (s *Session) follow(why string, cause error) bool {
 		if cc, ok := s.client.(*redis.ClusterClient); ok {
 			cc.ReloadState(context.Background())
 		}
+		// Each try within a keepalive period (a write-paused old primary would hold it the
+		// whole ttl), and within the ttl.
 		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		ctx, cancelTry := context.WithTimeout(ctx, max(s.ttl/3, followRetry))
 		go func() { // Close does not wait for a try's deadline
 			select {
 			case <-s.stop:
@@ -312,6 +315,7 @@ func (s *Session) follow(why string, cause error) bool {
 		}()
 		sent := time.Now()
 		node, conn, err := s.rebind(ctx)
+		cancelTry()
 		cancel()
 		switch {
 		case err == nil:
