@@ -86,6 +86,31 @@ func TestClusterFailover(t *testing.T) {
 	waiter := redislock.NewMutex(c, tag+"busy", redislock.WithTTL(60*time.Second), redislock.WithWatchdog(false))
 	waited := make(chan error, 1)
 	go func() { waited <- waiter.Lock(ctx) }()
+	// An election: alpha leads (in the bound session), beta waits (in the unbound one), and an
+	// observer.
+	alpha := redislock.NewElection(bound, tag+"leader")
+	if err := alpha.Campaign(ctx, "alpha"); err != nil {
+		t.Fatal(err)
+	}
+	alphaTerm := alpha.Term()
+	beta := redislock.NewElection(unbound, tag+"leader")
+	campaigned := make(chan error, 1)
+	go func() { campaigned <- beta.Campaign(ctx, "beta") }()
+	obsCtx, stopObserving := context.WithCancel(ctx)
+	defer stopObserving()
+	observed := alpha.Observe(obsCtx)
+	next := func() redislock.Leader {
+		select {
+		case l := <-observed:
+			return l
+		case <-time.After(30 * time.Second):
+			t.Fatal("no change observed within 30 s")
+		}
+		return redislock.Leader{}
+	}
+	if l := next(); l.Value != "alpha" || l.Term != alphaTerm {
+		t.Fatalf("observed first %+v, alpha leads with term %d", l, alphaTerm)
+	}
 	waiters := func(n *redis.Client, key string) int64 {
 		info, err := redislock.Inspect(ctx, n, key)
 		if err != nil || info == nil {
@@ -93,7 +118,9 @@ func TestClusterFailover(t *testing.T) {
 		}
 		return info.Waiters
 	}
-	testserver.Eventually(t, 10*time.Second, "the waiter queued on the old master", func() bool { return waiters(old, tag+"busy") == 1 })
+	testserver.Eventually(t, 10*time.Second, "the waiter and the candidate queued on the old master", func() bool {
+		return waiters(old, tag+"busy") == 1 && waiters(old, tag+"leader") == 1
+	})
 
 	calls := func(n *redis.Client, command string) int64 {
 		info, _ := n.Info(ctx, "commandstats").Result()
@@ -168,6 +195,41 @@ func TestClusterFailover(t *testing.T) {
 	}
 	if got := fence(t, replica, tag+"busy"); got != waiter.Token() || waiter.Token() <= holderToken {
 		t.Fatalf("the waiter: token %d, the new master says %d", waiter.Token(), got)
+	}
+
+	// The candidate queued again on the new master; alpha still leads there. At alpha's resign
+	// beta leads, and the observer, now on the new master, sees it: never two leaders at once
+	// (only "nobody" may come between).
+	testserver.Eventually(t, 30*time.Second, "the candidate queued on the new master", func() bool { return waiters(replica, tag+"leader") == 1 })
+	if got := fence(t, replica, tag+"leader"); got != alphaTerm {
+		t.Fatalf("alpha's term on the new master: %d, led with %d", got, alphaTerm)
+	}
+	if err := alpha.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-campaigned:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("beta does not lead")
+	}
+	if beta.Term() <= alphaTerm {
+		t.Fatalf("beta's term %d, alpha's %d", beta.Term(), alphaTerm)
+	}
+	for {
+		l := next()
+		if l.Value == "beta" && l.Term == beta.Term() {
+			break
+		}
+		if l.Term != 0 {
+			t.Fatalf("observed %+v between alpha and beta", l)
+		}
+	}
+	stopObserving()
+	if err := beta.Resign(ctx); err != nil {
+		t.Fatal(err)
 	}
 	for _, m := range []*redislock.Mutex{plain, inUnbound, inBound, waiter} {
 		if err := m.Unlock(context.Background()); err != nil {

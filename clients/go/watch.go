@@ -22,8 +22,8 @@ type Change struct {
 // SSUBSCRIBE on two connections of its own, named redislock-feed-watch-<id> and
 // redislock-feed-sub-<id>) and, since a feed message is a claim and not proof (anyone allowed
 // to SPUBLISH could send one), reads LOCK.INFO on every message and reports what that shows,
-// and nothing when it is the holder reported last. After a lost connection it watches again
-// and reads the state again. Read the channel: a change waits until it is received.
+// and nothing when it is the holder reported last. After a lost connection, or a failover, it
+// watches again on the node that serves the key now and reads the state again there. Read the channel: a change waits until it is received.
 func Watch(ctx context.Context, client redis.UniversalClient, key string) <-chan Change {
 	return observe(ctx, client, key, func(info *Info) Change {
 		if info == nil || len(info.Holders) == 0 {
@@ -46,6 +46,11 @@ func observe[T comparable](ctx context.Context, client redis.UniversalClient, ke
 			case <-ctx.Done():
 				return
 			case <-time.After(100 * time.Millisecond): // then watch again
+			}
+			// A failover (the old master's sunsubscribe, then MOVED): the key's node is looked up
+			// afresh. A failover client's dialer asks its Sentinels for the primary by itself.
+			if cc, ok := client.(*redis.ClusterClient); ok {
+				cc.ReloadState(ctx)
 			}
 		}
 	}()
