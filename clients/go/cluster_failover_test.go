@@ -2,6 +2,7 @@ package redislock_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -76,7 +77,14 @@ func TestClusterFailover(t *testing.T) {
 	if err := inBound.TryLock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	held := map[string]int64{tag + "plain": plain.Token(), tag + "s1": inUnbound.Token(), tag + "s2": inBound.Token()}
+	// A hold whose loss only the feed can report in time (its watchdog renews every 20 s).
+	watchedLost := make(chan error, 1)
+	watched := redislock.NewMutex(c, tag+"watched", redislock.WithTTL(30*time.Second), redislock.WithRenewEvery(20*time.Second),
+		redislock.WithOnLost(func(err error) { watchedLost <- err }))
+	if err := watched.TryLock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	held := map[string]int64{tag + "watched": watched.Token(), tag + "plain": plain.Token(), tag + "s1": inUnbound.Token(), tag + "s2": inBound.Token()}
 
 	holder := redislock.NewMutex(c, tag+"busy", redislock.WithTTL(60*time.Second), redislock.WithWatchdog(false))
 	if err := holder.TryLock(ctx); err != nil {
@@ -178,6 +186,21 @@ func TestClusterFailover(t *testing.T) {
 	case <-plain.Done():
 		t.Fatalf("the plain hold ended: %v", plain.Err())
 	default:
+	}
+
+	// The feed followed the key to the new master: a DEL there is reported at once.
+	if err := rdb.Del(ctx, tag+"watched").Err(); err != nil {
+		t.Fatal(err)
+	}
+	deleted := time.Now()
+	select {
+	case err := <-watchedLost:
+		if !errors.Is(err, redislock.ErrLost) {
+			t.Fatalf("the watched hold's loss: %v", err)
+		}
+		t.Logf("the DEL on the new master reported by the feed after %v", time.Since(deleted).Round(time.Microsecond))
+	case <-time.After(5 * time.Second):
+		t.Fatal("the DEL on the new master was not reported within 5 s (the feed did not follow the key)")
 	}
 
 	// The waiter was answered by the demoted master and queued again on the new one by itself.

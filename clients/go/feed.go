@@ -166,8 +166,12 @@ func (n *feedNode) read() {
 			n.mu.Lock()
 			key, ok := n.channels[m.Channel]
 			n.mu.Unlock()
-			if ok && m.Kind == "ssubscribe" {
+			switch {
+			case ok && m.Kind == "ssubscribe":
 				n.check(ctx, key)
+			case ok && m.Kind == "sunsubscribe":
+				// Unasked: the node gave up the key's slot (a cluster failover).
+				n.move(key)
 			}
 		}
 		cancel()
@@ -176,9 +180,48 @@ func (n *feedNode) read() {
 
 // check reads the key's state and ends every hold on it whose token it no longer lists.
 func (n *feedNode) check(ctx context.Context, key string) {
-	if err := n.checkOnce(ctx, key); err != nil && !isReplyError(err) {
+	err := n.checkOnce(ctx, key)
+	switch {
+	case err == nil:
+	case !isReplyError(err):
 		n.rewatch(ctx)
+	case followable(err): // MOVED, READONLY: the key is served elsewhere now
+		n.move(key)
 	}
+}
+
+// moveDelay is how long the feed waits before it watches a moved key on its new node (a
+// cluster client's map of the slots is reloaded meanwhile).
+const moveDelay = 200 * time.Millisecond
+
+// move takes key's holds off this node's feed and watches them again on the node that serves
+// the key now (after a failover), where the first LOCK.INFO read finds a loss meanwhile.
+func (n *feedNode) move(key string) {
+	n.mu.Lock()
+	hs := n.holds[key]
+	delete(n.holds, key)
+	for ch, k := range n.channels {
+		if k == key {
+			delete(n.channels, ch)
+		}
+	}
+	n.mu.Unlock()
+	if len(hs) == 0 {
+		return
+	}
+	if cc, ok := n.f.client.(*redis.ClusterClient); ok {
+		cc.ReloadState(context.Background())
+	}
+	go func() {
+		select {
+		case <-n.stop:
+			return
+		case <-time.After(moveDelay):
+		}
+		for h := range hs {
+			n.f.watch(h)
+		}
+	}()
 }
 
 func (n *feedNode) checkOnce(ctx context.Context, key string) error {
