@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -268,5 +269,112 @@ func TestClusterFailover(t *testing.T) {
 		t.Fatalf("reported lost: %s", <-lost)
 	}
 	t.Logf("CLUSTER FAILOVER answered; the replica was master after %v, the sessions and the watchdog were renewed there after %v",
+		promoted.Round(time.Millisecond), followed.Round(time.Millisecond))
+}
+
+// A master killed (SIGKILL) and its replica promoted (CLUSTER FAILOVER FORCE), 3+1 cluster:
+// grants taken WithDurable(1) are all on the new master with their tokens, a BOUND session
+// (ttl 3 s) is ATTACHed there and renewed, the watchdog renews there, nothing is reported lost.
+func TestClusterKilledMaster(t *testing.T) {
+	ctx := testserver.Ctx(t, 180*time.Second)
+	var cl testserver.Cluster
+	testserver.StartHarness(t, &cl, "cluster", "--masters", "3", "--replicas", "1")
+	var addrs []string
+	for _, n := range cl.Nodes {
+		addrs = append(addrs, fmt.Sprintf("127.0.0.1:%d", n.Port))
+	}
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c := redislock.New(rdb)
+	t.Cleanup(func() { _ = c.Close() })
+
+	tag := "{fo-killed}"
+	master, err := rdb.MasterForKey(ctx, tag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldAddr := master.Options().Addr
+	oldPid := 0
+	var replica *redis.Client
+	for i, a := range addrs {
+		if a == oldAddr {
+			oldPid = cl.Nodes[i].Pid
+		}
+		n := redis.NewClient(&redis.Options{Addr: a})
+		t.Cleanup(func() { _ = n.Close() })
+		if role, err := n.Do(ctx, "ROLE").Slice(); err == nil && role[0] == "slave" && fmt.Sprintf("%v:%v", role[1], role[2]) == oldAddr {
+			replica = n
+		}
+	}
+	if replica == nil || oldPid == 0 {
+		t.Fatalf("no replica of %s, or its pid", oldAddr)
+	}
+
+	lost := make(chan string, 10)
+	report := func(what string) func(error) { return func(err error) { lost <- what + ": " + err.Error() } }
+	plain := redislock.NewMutex(c, tag+"plain", redislock.WithTTL(3*time.Second), redislock.WithOnLost(report("plain")))
+	if err := plain.TryLock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	session, err := redislock.NewSession(ctx, rdb, redislock.WithSessionTTL(3*time.Second), redislock.WithSessionKey(tag))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inSession := redislock.NewMutex(session, tag+"s", redislock.WithOnLost(report("session hold")))
+	if err := inSession.TryLock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	held := map[string]int64{tag + "s": inSession.Token()}
+	for i := 0; i < 10; i++ {
+		m := redislock.NewMutex(c, fmt.Sprintf("%sdurable:%d", tag, i), redislock.WithTTL(60*time.Second),
+			redislock.WithWatchdog(false), redislock.WithDurable(1, 5*time.Second))
+		if err := m.TryLock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		held[m.Key()] = m.Token()
+	}
+
+	if err := syscall.Kill(oldPid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	if err := replica.Do(ctx, "CLUSTER", "FAILOVER", "FORCE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	testserver.Eventually(t, 30*time.Second, "the replica promoted", func() bool {
+		r, err := replica.Do(ctx, "ROLE").Slice()
+		return err == nil && r[0] == "master"
+	})
+	promoted := time.Since(killed)
+	for key, token := range held {
+		if got := fence(t, replica, key); got != token {
+			t.Fatalf("%s on the new master: token %d, granted (durable) with %d", key, got, token)
+		}
+	}
+	testserver.Eventually(t, 30*time.Second, "the session attached on the new master", func() bool {
+		reply, err := replica.Do(ctx, "LOCK.SESSION", "INFO", session.ID()).Result()
+		fields, ok := reply.(map[any]any)
+		return err == nil && ok && fields["bound"] != nil
+	})
+	followed := time.Since(killed)
+	// Two keepalive periods more, and the watchdog's renewal: nothing lost meanwhile.
+	pttl := func() int64 { return replica.PTTL(ctx, tag+"plain").Val().Milliseconds() }
+	low := pttl()
+	testserver.Eventually(t, 10*time.Second, "a renewal on the new master", func() bool { return pttl() > low })
+	time.Sleep(2 * time.Second)
+	select {
+	case what := <-lost:
+		t.Fatalf("reported lost: %s", what)
+	case <-session.Done():
+		t.Fatalf("the session ended: %v", session.Err())
+	default:
+	}
+	if got := fence(t, replica, tag+"plain"); got != plain.Token() {
+		t.Fatalf("plain on the new master: %d, held with %d", got, plain.Token())
+	}
+	if n, err := session.CloseCount(ctx); err != nil || n != 1 {
+		t.Fatalf("CloseCount: %d %v", n, err)
+	}
+	t.Logf("SIGKILL of the master; its replica master after %v, the session attached there after %v",
 		promoted.Round(time.Millisecond), followed.Round(time.Millisecond))
 }

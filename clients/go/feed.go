@@ -90,7 +90,9 @@ func (n *feedNode) add(ctx context.Context, key string, h *hold) {
 		return // released or lost already
 	}
 	if n.holds[key] == nil {
-		n.holds[key] = map[*hold]struct{}{}
+		n.holds[key] = map[*hold]struct{}{h: {}}
+		// A refusal (MOVED: the map of the slots is behind a failover) keeps h here: the read
+		// that follows meets it too, and moves h on.
 		reply, err := n.conn.Do(ctx, "LOCK.WATCH", key).Slice()
 		if err != nil || len(reply) == 0 {
 			return
