@@ -184,9 +184,9 @@ func onOwnConn(ctx context.Context, w *waits, client redis.UniversalClient, key 
 	reply, err := fn(context.WithoutCancel(ctx), c)
 	close(finished)
 	<-watcher
-	if !cut.Load() && (err == nil || isReplyError(err)) {
+	if !cut.Load() && (err == nil || isReplyError(err) && !followable(err)) {
 		w.put(addr, c) // replies came: the connection is in step, fit for the next wait
-	} else if !cut.Load() {
+	} else if !cut.Load() { // or a node that no longer serves the key (READONLY, MOVED): not again
 		_ = c.Close()
 	}
 	return reply, err
