@@ -227,10 +227,10 @@ func (n *feedNode) move(key string) {
 }
 
 func (n *feedNode) checkOnce(ctx context.Context, key string) error {
+	// Under mu, as every use of conn: closing it must not race its use (go-redis).
 	n.mu.Lock()
-	conn := n.conn
+	reply, err := n.conn.Do(ctx, "LOCK.INFO", key).Result()
 	n.mu.Unlock()
-	reply, err := conn.Do(ctx, "LOCK.INFO", key).Result()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return err
 	}
@@ -261,6 +261,11 @@ func (n *feedNode) checkOnce(ctx context.Context, key string) error {
 // rewatch makes the watch connection again (the watches ended with the old one) and reads
 // every key again.
 func (n *feedNode) rewatch(ctx context.Context) {
+	select {
+	case <-n.stop: // the feed was closed
+		return
+	default:
+	}
 	n.mu.Lock()
 	_ = n.conn.Close()
 	n.conn = n.node.Conn()
@@ -286,7 +291,9 @@ func (f *feed) close() {
 	for _, n := range nodes {
 		close(n.stop)
 		_ = n.ps.Close()
+		n.mu.Lock()
 		_ = n.conn.Close()
 		_ = n.node.Close()
+		n.mu.Unlock()
 	}
 }
