@@ -4,8 +4,7 @@ package redislock_test
 //
 // Every case of every topic file is one subtest (TestConformance/<topic>/<i>), run unchanged:
 // each step of the vocabulary (conformance/README.md) is mapped to the package's API (in
-// conformance_steps_test.go), each
-// error kind to its sentinel (errorKind). A case whose needs this runner cannot meet, or with a
+// conformance_steps_test.go), each error kind to its sentinel (errorKind). A case whose needs this runner cannot meet, or with a
 // step it does not know, is skipped with the reason, never passed. Every step has its own
 // deadline (its wait plus stepDeadline) through its context, so no case hangs. The summary per
 // topic (passed / skipped / failed) goes to target/conformance/go.json when the test ends.
