@@ -170,7 +170,9 @@ fn sentinel(args: &[String]) -> Result<ExitCode, Usage> {
     };
     let dir = harness::test_dir("sentinel");
     let mut sentinel = harness::sentinel(0, &dir, &cfg);
-    let code = hold(std::slice::from_mut(&mut sentinel), false, |s| describe(&s[0]));
+    let code = hold(std::slice::from_mut(&mut sentinel), false, |s| {
+        describe(&s[0])
+    });
     drop(sentinel);
     let _ = std::fs::remove_dir_all(&dir);
     Ok(code)
