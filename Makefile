@@ -91,7 +91,7 @@ test: test-deps ## Unit and integration tests (module, client crate, Python, Nod
 
 # The clients whose conformance runners `make test` runs (conformance/check_table.py requires
 # their results): a new client's runner adds its name here.
-CONFORMANCE_CLIENTS = rust-sync rust-async python-sync python-asyncio $(if $(NODE_OK),node) $(if $(JAVA_OK),java)
+CONFORMANCE_CLIENTS = rust-sync rust-async python-sync python-asyncio $(if $(NODE_OK),node) $(if $(JAVA_OK),java) $(if $(GO_OK),go)
 
 conformance: test-deps ## Only the conformance suite (conformance/): every client's runner side by side, then the README's clients table checked against their results
 	$(build_for_tests)
@@ -99,7 +99,8 @@ conformance: test-deps ## Only the conformance suite (conformance/): every clien
 	@tests/suites.sh conformance-rust 'REDIS_SERVER=$(REDIS_SERVER) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) $(CARGO) test -p redis-lock-client --test conformance' \
 		$(foreach v,8 5,conformance-python-$(v) 'cd clients/python && PYTHONPATH=$(if $(filter 5,$(v)),$(PY_DEPS_5):)$(PY_DEPS) REDIS_SERVER=$(REDIS_SERVER) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) python3 -m pytest -q -p no:cacheprovider tests/test_conformance.py') \
 		$(if $(NODE_OK),conformance-node 'cd clients/node && { [ -d node_modules ] || npm ci --no-audit --no-fund --loglevel=error; } && REDIS_SERVER=$(REDIS_SERVER) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) node --test test/conformance.test.js') \
-		$(if $(JAVA_OK),conformance-java 'cd clients/java && REDIS_SERVER=$(REDIS_SERVER) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) mvn -q -B -Dstyle.color=never -pl redislock-core test -Dtest=ConformanceTest')
+		$(if $(JAVA_OK),conformance-java 'cd clients/java && REDIS_SERVER=$(REDIS_SERVER) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) mvn -q -B -Dstyle.color=never -pl redislock-core test -Dtest=ConformanceTest') \
+		$(if $(GO_OK),conformance-go 'cd clients/go && REDIS_SERVER=$(REDIS_SERVER) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) HARNESS=$(CURDIR)/target/debug/harness go test -race -count=1 -timeout 600s -run TestConformance .')
 	python3 conformance/check_table.py $(CONFORMANCE_CLIENTS)
 
 # The module's and the Rust client's tests (unit, integration, doc tests) on $(REDIS_SERVER).

@@ -12,6 +12,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -144,10 +145,13 @@ func contend(addr string, l lib, n int, d time.Duration) row {
 			for ctx.Err() == nil {
 				start := time.Now()
 				if err := lk.lock(ctx); err != nil {
-					if ctx.Err() == nil {
+					// The row's end is not an error: its context's deadline (a wait's BLOCK
+					// timeout, computed from it, may answer before ctx.Err() is set).
+					if ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) {
 						mu.Lock()
 						errs++
 						mu.Unlock()
+						fmt.Fprintf(os.Stderr, "%d goroutines, %s: lock: %v\n", n, l.name, err)
 					}
 					continue
 				}
@@ -162,6 +166,7 @@ func contend(addr string, l lib, n int, d time.Duration) row {
 					mu.Lock()
 					errs++
 					mu.Unlock()
+					fmt.Fprintf(os.Stderr, "%d goroutines, %s: unlock: %v\n", n, l.name, err)
 				}
 			}
 		}(w)

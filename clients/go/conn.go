@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -60,16 +61,9 @@ func setName(ctx context.Context, conn *redis.Conn, name string) {
 	_ = conn.Do(ctx, "CLIENT", "SETNAME", name).Err()
 }
 
-// dedicated is a one-connection client for the node that serves key. readTimeout -1: no read
-// deadline (a wait); else the context's deadline bounds each call.
-func dedicated(ctx context.Context, client redis.UniversalClient, key string, noReadDeadline bool) (*redis.Client, error) {
-	o, err := nodeOptions(ctx, client, key)
-	if err != nil {
-		return nil, err
-	}
-	return dedicatedFrom(o, noReadDeadline), nil
-}
-
+// dedicatedFrom is a one-connection client made from o (the options of the node that serves a
+// key, see nodeOptions). noReadDeadline: no read deadline (a wait); else the context's
+// deadline bounds each call.
 func dedicatedFrom(o *redis.Options, noReadDeadline bool) *redis.Client {
 	// Its own push-notification state: the processor in the copied options is the user
 	// client's (go-redis refuses to register its handlers twice), and a one-connection client
@@ -190,12 +184,33 @@ func onOwnConn(ctx context.Context, w *waits, client redis.UniversalClient, key 
 	reply, err := fn(context.WithoutCancel(ctx), c)
 	close(finished)
 	<-watcher
-	if !cut.Load() && (err == nil || isReplyError(err)) {
+	if !cut.Load() && (err == nil || isReplyError(err) && !followable(err)) {
 		w.put(addr, c) // replies came: the connection is in step, fit for the next wait
-	} else if !cut.Load() {
+	} else if !cut.Load() { // or a node that no longer serves the key (READONLY, MOVED): not again
 		_ = c.Close()
 	}
 	return reply, err
+}
+
+// followable: the error of a server that failed, or that no longer serves the key after a
+// failover, so that the same request may go to the node that serves it now: no reply (the
+// connection closed, refused, timed out), or READONLY (a demoted primary), MOVED/ASK (a
+// cluster's slot moved), UNBLOCKED (a waiter or a blocked command on a demoted primary),
+// CLUSTERDOWN, TRYAGAIN, LOADING, MASTERDOWN.
+func followable(err error) bool {
+	if err == nil || errors.Is(err, redis.Nil) {
+		return false
+	}
+	if !isReplyError(err) {
+		return true
+	}
+	msg := err.Error()
+	for _, prefix := range []string{"READONLY ", "MOVED ", "ASK ", "UNBLOCKED ", "CLUSTERDOWN ", "TRYAGAIN ", "LOADING ", "MASTERDOWN "} {
+		if strings.HasPrefix(msg, prefix) {
+			return true
+		}
+	}
+	return false
 }
 
 // isReplyError: the server answered with an error (nothing changed), as opposed to an I/O error

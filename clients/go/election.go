@@ -2,12 +2,7 @@ package redislock
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"sync"
-	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // Leader is who leads an election: the value it campaigned with and its term (the grant's
@@ -119,101 +114,7 @@ func leaderOf(info *Info) Leader {
 
 // Observe reports every change of leader until ctx ends (then the channel is closed): first
 // who leads when it starts, then each new leader, and a zero Leader when nobody leads. It
-// follows the key's change feed (LOCK.WATCH and SSUBSCRIBE), and, since a feed message is a
-// claim and not proof (anyone allowed to SPUBLISH could send one), reads LOCK.INFO on every
-// message and reports what that shows, and nothing when it is the leader reported last. After a
-// lost connection it watches again and reads the state again.
+// follows the key's change feed as Watch does (each message confirmed by LOCK.INFO).
 func (e *Election) Observe(ctx context.Context) <-chan Leader {
-	ch := make(chan Leader)
-	go func() {
-		defer close(ch)
-		o := &observer{client: e.s.client, key: e.name, out: ch}
-		for {
-			o.run(ctx)
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(100 * time.Millisecond): // then watch again
-			}
-		}
-	}()
-	return ch
-}
-
-type observer struct {
-	client   redis.UniversalClient
-	key      string
-	out      chan<- Leader
-	last     Leader
-	reported bool
-}
-
-// run watches until ctx ends or a connection fails.
-func (o *observer) run(ctx context.Context) {
-	opts, err := nodeOptions(ctx, o.client, o.key)
-	if err != nil {
-		return
-	}
-	// Its own two connections, named as a feed's: the subscription is dialled with its name.
-	id := newFeedID()
-	opts.ClientName = feedSubName + id
-	node := dedicatedFrom(opts, false)
-	defer node.Close()
-	conn := node.Conn()
-	defer conn.Close()
-	setName(ctx, conn, feedWatchName+id)
-	watch, err := conn.Do(ctx, "LOCK.WATCH", o.key).Slice()
-	if err != nil || len(watch) < 1 {
-		return
-	}
-	channel := toStr(watch[0])
-	ps := node.SSubscribe(ctx, channel)
-	stop := make(chan struct{})
-	defer close(stop)
-	go func() { // Receive does not end with ctx: closing the subscription ends it
-		select {
-		case <-ctx.Done():
-		case <-stop:
-		}
-		_ = ps.Close()
-	}()
-	for {
-		msg, err := ps.Receive(ctx)
-		if err != nil {
-			return
-		}
-		switch msg.(type) {
-		case *redis.Subscription, *redis.Message:
-		default:
-			continue
-		}
-		if err := o.confirm(ctx, conn); err != nil {
-			return
-		}
-	}
-}
-
-// confirm reads the state and reports its leader if it is news.
-func (o *observer) confirm(ctx context.Context, conn *redis.Conn) error {
-	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	reply, err := conn.Do(rctx, "LOCK.INFO", o.key).Result()
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return fmt.Errorf("redislock: LOCK.INFO: %w", err)
-	}
-	var info *Info
-	if err == nil {
-		info = parseInfo(reply)
-	}
-	l := leaderOf(info)
-	if o.reported && l == o.last {
-		return nil
-	}
-	select {
-	case o.out <- l:
-		o.last, o.reported = l, true
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return observe(ctx, e.s.client, e.name, leaderOf)
 }

@@ -23,6 +23,8 @@ var (
 	ErrSessionClosed = errors.New("redislock: session closed")
 	// ErrNoLeader: nobody leads the election.
 	ErrNoLeader = errors.New("redislock: no leader")
+	// ErrInvalidArgument: a call refused before anything was sent (a ttl out of range, no keys).
+	ErrInvalidArgument = errors.New("redislock: invalid argument")
 )
 
 // lockError is one error that matches several sentinels (and the context's error when that was
@@ -43,10 +45,19 @@ func newError(errs []error, format string, args ...any) error {
 // cancellation is not, and both wrap the context's error.
 func waitEnded(ctx context.Context, key string) error {
 	cause := ctx.Err()
+	if cause == nil {
+		// Its deadline has passed, and ctx's timer has not fired yet (it may run late under load).
+		cause = context.DeadlineExceeded
+	}
 	if errors.Is(cause, context.DeadlineExceeded) {
 		return newError([]error{ErrTimeout, ErrNotObtained, cause}, "redislock: %q not obtained: %v", key, cause)
 	}
 	return newError([]error{ErrNotObtained, cause}, "redislock: %q not obtained: %v", key, cause)
+}
+
+// invalid is an argument refused before anything is sent.
+func invalid(msg string) error {
+	return newError([]error{ErrInvalidArgument}, "redislock: %s", msg)
 }
 
 // lost is a hold's loss, with its reason.

@@ -90,7 +90,9 @@ func (n *feedNode) add(ctx context.Context, key string, h *hold) {
 		return // released or lost already
 	}
 	if n.holds[key] == nil {
-		n.holds[key] = map[*hold]struct{}{}
+		n.holds[key] = map[*hold]struct{}{h: {}}
+		// A refusal (MOVED: the map of the slots is behind a failover) keeps h here: the read
+		// that follows meets it too, and moves h on.
 		reply, err := n.conn.Do(ctx, "LOCK.WATCH", key).Slice()
 		if err != nil || len(reply) == 0 {
 			return
@@ -166,8 +168,12 @@ func (n *feedNode) read() {
 			n.mu.Lock()
 			key, ok := n.channels[m.Channel]
 			n.mu.Unlock()
-			if ok && m.Kind == "ssubscribe" {
+			switch {
+			case ok && m.Kind == "ssubscribe":
 				n.check(ctx, key)
+			case ok && m.Kind == "sunsubscribe":
+				// Unasked: the node gave up the key's slot (a cluster failover).
+				n.move(key)
 			}
 		}
 		cancel()
@@ -176,16 +182,55 @@ func (n *feedNode) read() {
 
 // check reads the key's state and ends every hold on it whose token it no longer lists.
 func (n *feedNode) check(ctx context.Context, key string) {
-	if err := n.checkOnce(ctx, key); err != nil && !isReplyError(err) {
+	err := n.checkOnce(ctx, key)
+	switch {
+	case err == nil:
+	case !isReplyError(err):
 		n.rewatch(ctx)
+	case followable(err): // MOVED, READONLY: the key is served elsewhere now
+		n.move(key)
 	}
 }
 
-func (n *feedNode) checkOnce(ctx context.Context, key string) error {
+// moveDelay is how long the feed waits before it watches a moved key on its new node (a
+// cluster client's map of the slots is reloaded meanwhile).
+const moveDelay = 200 * time.Millisecond
+
+// move takes key's holds off this node's feed and watches them again on the node that serves
+// the key now (after a failover), where the first LOCK.INFO read finds a loss meanwhile.
+func (n *feedNode) move(key string) {
 	n.mu.Lock()
-	conn := n.conn
+	hs := n.holds[key]
+	delete(n.holds, key)
+	for ch, k := range n.channels {
+		if k == key {
+			delete(n.channels, ch)
+		}
+	}
 	n.mu.Unlock()
-	reply, err := conn.Do(ctx, "LOCK.INFO", key).Result()
+	if len(hs) == 0 {
+		return
+	}
+	if cc, ok := n.f.client.(*redis.ClusterClient); ok {
+		cc.ReloadState(context.Background())
+	}
+	go func() {
+		select {
+		case <-n.stop:
+			return
+		case <-time.After(moveDelay):
+		}
+		for h := range hs {
+			n.f.watch(h)
+		}
+	}()
+}
+
+func (n *feedNode) checkOnce(ctx context.Context, key string) error {
+	// Under mu, as every use of conn: closing it must not race its use (go-redis).
+	n.mu.Lock()
+	reply, err := n.conn.Do(ctx, "LOCK.INFO", key).Result()
+	n.mu.Unlock()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return err
 	}
@@ -216,6 +261,11 @@ func (n *feedNode) checkOnce(ctx context.Context, key string) error {
 // rewatch makes the watch connection again (the watches ended with the old one) and reads
 // every key again.
 func (n *feedNode) rewatch(ctx context.Context) {
+	select {
+	case <-n.stop: // the feed was closed
+		return
+	default:
+	}
 	n.mu.Lock()
 	_ = n.conn.Close()
 	n.conn = n.node.Conn()
@@ -241,7 +291,9 @@ func (f *feed) close() {
 	for _, n := range nodes {
 		close(n.stop)
 		_ = n.ps.Close()
+		n.mu.Lock()
 		_ = n.conn.Close()
 		_ = n.node.Close()
+		n.mu.Unlock()
 	}
 }

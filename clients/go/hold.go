@@ -111,12 +111,12 @@ func (h *hold) check() error {
 			return err
 		}
 		if h.opts.ttl < 0 {
-			return errors.New("redislock: ttl must not be negative")
+			return invalid("ttl must not be negative")
 		}
 		return nil
 	}
 	if h.opts.ttl <= 0 {
-		return errors.New("redislock: a lock outside a session needs a positive ttl (WithTTL)")
+		return invalid("a lock outside a session needs a positive ttl (WithTTL)")
 	}
 	return nil
 }
@@ -155,23 +155,39 @@ func (h *hold) acquire(ctx context.Context, wait bool) error {
 		if !wait {
 			return newError([]error{ErrNotObtained}, "redislock: %q is held by another owner", h.key())
 		}
-		blockMs := int64(0)
-		if dl, ok := ctx.Deadline(); ok {
-			if blockMs = ms(time.Until(dl)); blockMs <= 0 {
+		for {
+			blockMs := int64(0)
+			if dl, ok := ctx.Deadline(); ok {
+				if blockMs = ms(time.Until(dl)); blockMs <= 0 {
+					return waitEnded(ctx, h.key())
+				}
+			}
+			// The try answered nil, so this object holds nothing there: a grant that raced the
+			// end of ctx is this call's own, and cleanup may release it.
+			reply, err = waitCall(ctx, h.waits, h.client, h.key(), h.acquireArgs(blockMs))
+			if ctx.Err() != nil {
+				h.cleanup(ctx)
 				return waitEnded(ctx, h.key())
 			}
-		}
-		// The try answered nil, so this object holds nothing there: a grant that raced the end
-		// of ctx is this call's own, and cleanup may release it.
-		reply, err = waitCall(ctx, h.waits, h.client, h.key(), h.acquireArgs(blockMs))
-		if ctx.Err() != nil {
-			h.cleanup(ctx)
-			return waitEnded(ctx, h.key())
+			if err != nil && followable(err) {
+				// The server that queued this wait failed over (UNBLOCKED or READONLY on a demoted
+				// primary, MOVED, its connection killed by Sentinel or lost): queue again on the
+				// node that serves the key now, within ctx, after giving back a grant that may
+				// have been made unseen.
+				h.cleanup(ctx)
+				if cc, ok := h.client.(*redis.ClusterClient); ok {
+					cc.ReloadState(ctx)
+				}
+				select {
+				case <-ctx.Done():
+					return waitEnded(ctx, h.key())
+				case <-time.After(requeueDelay):
+				}
+				continue
+			}
+			break
 		}
 		if err != nil {
-			if !isReplyError(err) {
-				h.cleanup(ctx)
-			}
 			return err
 		}
 		if reply == nil {
@@ -182,6 +198,9 @@ func (h *hold) acquire(ctx context.Context, wait bool) error {
 	}
 	return h.granted(reply)
 }
+
+// requeueDelay is how long a wait whose server failed over waits before it queues again.
+const requeueDelay = 100 * time.Millisecond
 
 // cleanup releases what an interrupted acquire may have been granted (best effort, bounded).
 func (h *hold) cleanup(ctx context.Context) {
@@ -316,6 +335,9 @@ func (h *hold) monitor(stop, stopped chan struct{}) {
 			ctx, cancel := context.WithTimeout(context.Background(), period)
 			n, err := h.client.Do(ctx, h.extendArgs(ttl)...).Int64()
 			cancel()
+			if err != nil && followable(err) {
+				continue // a failover or a lost connection: the next renewal tries again, the deadline bounds it
+			}
 			if err != nil {
 				h.lose(stop, "extend failed: "+err.Error(), err)
 				return
@@ -397,10 +419,10 @@ func (h *hold) release(ctx context.Context) error {
 // extend sets a plain hold's deadline to now + ttl (and the watchdog's ttl from then on).
 func (h *hold) extend(ctx context.Context, ttl time.Duration) error {
 	if h.session != nil {
-		return errors.New("redislock: a hold in a session has no deadline to extend: the session's keepalive covers it")
+		return invalid("a hold in a session has no deadline to extend: the session's keepalive covers it")
 	}
 	if ttl <= 0 {
-		return errors.New("redislock: ttl must be positive")
+		return invalid("ttl must be positive")
 	}
 	sent := time.Now()
 	n, err := h.client.Do(ctx, h.extendArgs(ttl)...).Int64()

@@ -2,7 +2,6 @@ package redislock
 
 import (
 	"context"
-	"errors"
 	"time"
 )
 
@@ -133,7 +132,7 @@ func NewMultiLock(s Scope, names []string, opts ...Option) *MultiLock {
 // Lock waits until every key is granted, as Mutex.Lock.
 func (m *MultiLock) Lock(ctx context.Context) error {
 	if len(m.h.keys) == 0 {
-		return errors.New("redislock: a MultiLock needs at least one key")
+		return invalid("a MultiLock needs at least one key")
 	}
 	return m.h.acquire(ctx, true)
 }
@@ -141,7 +140,7 @@ func (m *MultiLock) Lock(ctx context.Context) error {
 // TryLock takes every key if all are free now; else ErrNotObtained.
 func (m *MultiLock) TryLock(ctx context.Context) error {
 	if len(m.h.keys) == 0 {
-		return errors.New("redislock: a MultiLock needs at least one key")
+		return invalid("a MultiLock needs at least one key")
 	}
 	return m.h.acquire(ctx, false)
 }

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -24,6 +27,7 @@ const DefaultSessionTTL = 10 * time.Second
 // its holds survived).
 type Session struct {
 	client    redis.UniversalClient
+	key       string        // WithSessionKey: the key whose node serves the session (a cluster)
 	node      *redis.Client // the session's own client, for the node that serves it
 	conn      *redis.Conn   // a bound session's connection
 	id        string
@@ -39,8 +43,11 @@ type Session struct {
 	closing   bool
 	keepalive chan struct{} // closed when the keepalive goroutine has returned
 	stop      chan struct{}
-	waits     *waits // idle wait connections of its locks
-	feed      *feed  // the change feed its holds' losses are reported by
+	raw       atomic.Pointer[net.Conn] // a bound session's socket, as dialled
+	connMu    sync.Mutex               // held by each call on conn (or node), and by closing them
+	lastOK    time.Time                // when the last keepalive that succeeded was sent (keepalive goroutine)
+	waits     *waits                   // idle wait connections of its locks
+	feed      *feed                    // the change feed its holds' losses are reported by
 }
 
 // A SessionOption configures a session.
@@ -79,22 +86,24 @@ func NewSession(ctx context.Context, client redis.UniversalClient, opts ...Sessi
 		f(&o)
 	}
 	if o.ttl <= 0 {
-		return nil, errors.New("redislock: the session ttl must be positive")
+		return nil, invalid("the session ttl must be positive")
 	}
 	if _, ok := client.(*redis.ClusterClient); ok && o.key == "" {
-		return nil, errors.New("redislock: a session in a cluster belongs to one node: name a key it will lock (WithSessionKey)")
+		return nil, invalid("a session in a cluster belongs to one node: name a key it will lock (WithSessionKey)")
 	}
-	node, err := dedicated(ctx, client, o.key, false)
+	s := &Session{client: client, key: o.key, ttl: o.ttl, lockDelay: o.lockDelay, bound: !o.unbound,
+		done: make(chan struct{}), stop: make(chan struct{}), keepalive: make(chan struct{}), waits: &waits{}, feed: &feed{client: client}}
+	node, err := s.newNode(ctx)
 	if err != nil {
 		return nil, err
 	}
-	s := &Session{client: client, node: node, ttl: o.ttl, lockDelay: o.lockDelay, bound: !o.unbound,
-		done: make(chan struct{}), stop: make(chan struct{}), keepalive: make(chan struct{}), waits: &waits{}, feed: &feed{client: client}}
+	s.node = node
 	args := []any{"LOCK.SESSION", "OPEN", ms(o.ttl)}
 	if s.bound {
 		args = append(args, "BOUND")
-		s.conn = node.Conn()
+		s.conn = s.node.Conn()
 	}
+	opened := time.Now()
 	if o.lockDelay > 0 {
 		args = append(args, "LOCKDELAY", ms(o.lockDelay))
 	}
@@ -104,11 +113,34 @@ func NewSession(ctx context.Context, client redis.UniversalClient, opts ...Sessi
 		return nil, err
 	}
 	s.id = id
+	s.lastOK = opened
 	if s.bound {
-		s.nameAfterSerial(ctx)
+		s.nameAfterSerial(ctx, s.conn)
 	}
 	go s.keepAlive()
 	return s, nil
+}
+
+// newNode is a one-connection client for the node that serves the session (the user's client's
+// node, a failover client's current primary, a cluster's master for the session's key). A
+// bound session's socket is kept as it is dialled, so that the keepalive goroutine sees it
+// close at once (a CLIENT KILL, the server gone, a failover), not at the next keepalive.
+func (s *Session) newNode(ctx context.Context) (*redis.Client, error) {
+	o, err := nodeOptions(ctx, s.client, s.key)
+	if err != nil {
+		return nil, err
+	}
+	if s.bound {
+		dial := o.Dialer
+		o.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := dial(ctx, network, addr)
+			if err == nil {
+				s.raw.Store(&c)
+			}
+			return c, err
+		}
+	}
+	return dedicatedFrom(o, false), nil
 }
 
 func (s *Session) scope() (redis.UniversalClient, *Session, *waits, *feed) {
@@ -116,6 +148,8 @@ func (s *Session) scope() (redis.UniversalClient, *Session, *waits, *feed) {
 }
 
 func (s *Session) call(ctx context.Context, args ...any) *redis.Cmd {
+	s.connMu.Lock()
+	defer s.connMu.Unlock()
 	if s.conn != nil {
 		return s.conn.Do(ctx, args...)
 	}
@@ -125,6 +159,9 @@ func (s *Session) call(ctx context.Context, args ...any) *redis.Cmd {
 func (s *Session) closeConns() {
 	s.waits.close()
 	s.feed.close()
+	// After any call in flight on the connection (go-redis's Close must not race its use).
+	s.connMu.Lock()
+	defer s.connMu.Unlock()
 	if s.conn != nil {
 		_ = s.conn.Close()
 	}
@@ -134,10 +171,10 @@ func (s *Session) closeConns() {
 // nameAfterSerial names the bound connection redislock-session-<serial> (the serial from
 // LOCK.SESSION INFO; never the id), so that CLIENT LIST says whose it is. Best effort: a server
 // without the serial, or a user refused CLIENT SETNAME, leaves it unnamed.
-func (s *Session) nameAfterSerial(ctx context.Context) {
+func (s *Session) nameAfterSerial(ctx context.Context, conn *redis.Conn) {
 	c, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.ttl)
 	defer cancel()
-	reply, err := s.conn.Do(c, "LOCK.SESSION", "INFO", s.id).Result()
+	reply, err := conn.Do(c, "LOCK.SESSION", "INFO", s.id).Result()
 	if err != nil {
 		return
 	}
@@ -146,7 +183,7 @@ func (s *Session) nameAfterSerial(ctx context.Context) {
 		return
 	}
 	s.serial = toInt(serial)
-	setName(c, s.conn, fmt.Sprintf("%s%d", sessionName, s.serial))
+	setName(c, conn, fmt.Sprintf("%s%d", sessionName, s.serial))
 }
 
 // Serial is the session's serial, what LOCK.SESSION LIST and LOCK.INFO show (never the id): a
@@ -184,17 +221,35 @@ func (s *Session) usable() error {
 	return nil
 }
 
+// connCheckEvery is how often a bound session looks whether its connection was closed by the
+// server (a non-blocking peek at the socket: no traffic).
+const connCheckEvery = 50 * time.Millisecond
+
 func (s *Session) keepAlive() {
 	defer close(s.keepalive)
 	period := max(s.ttl/3, time.Millisecond)
 	t := time.NewTicker(period)
 	defer t.Stop()
+	var check <-chan time.Time
+	if s.bound {
+		c := time.NewTicker(connCheckEvery)
+		defer c.Stop()
+		check = c.C
+	}
 	for {
 		select {
 		case <-s.stop:
 			return
+		case <-check:
+			if raw := s.raw.Load(); raw != nil && closedByPeer(*raw) {
+				if !s.follow("its bound connection was closed", io.EOF) {
+					return
+				}
+			}
+			continue
 		case <-t.C:
 		}
+		sent := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), period)
 		_, err := s.call(ctx, "LOCK.SESSION", "KEEPALIVE", s.id).Int64()
 		cancel()
@@ -203,15 +258,115 @@ func (s *Session) keepAlive() {
 			return
 		default:
 		}
-		if errors.Is(err, redis.Nil) {
+		switch {
+		case err == nil:
+			s.lastOK = sent
+		case errors.Is(err, redis.Nil):
 			s.end("ended (expired, closed elsewhere, or its bound connection closed)", nil)
 			return
-		}
-		if err != nil {
+		case followable(err):
+			if !s.follow("keepalive failed: "+err.Error(), err) {
+				return
+			}
+		default:
 			s.end("keepalive failed: "+err.Error(), err)
 			return
 		}
 	}
+}
+
+// followRetry is how long the session waits between two tries to find its server again.
+const followRetry = 100 * time.Millisecond
+
+// follow finds the session again after its connection failed or its server answered as one
+// that no longer serves it (READONLY, MOVED, UNBLOCKED: a failover), on a new connection to the
+// node that serves it now: a failover client's current primary (asked of its Sentinels), a
+// cluster's master for the session's key, or the same server. A bound session asks to be
+// bound to the new connection (LOCK.SESSION ATTACH), an unbound one sends its keepalive. The
+// server decides: nil is a loss (a live primary ends a bound session the moment its connection
+// closes, so a killed connection is a lost session), OK means it lives there, with every hold.
+// Tried until the session's ttl from its last keepalive; any other refusal (ATTACH while the
+// server still sees the old connection open) is a loss. False when the session ended.
+func (s *Session) follow(why string, cause error) bool {
+	deadline := s.lastOK.Add(s.ttl)
+	for {
+		select {
+		case <-s.stop: // closed meanwhile: not a loss
+			return false
+		default:
+		}
+		if !time.Now().Before(deadline) {
+			s.end(why+"; no server took the session back within its ttl (last: "+cause.Error()+")", cause)
+			return false
+		}
+		if cc, ok := s.client.(*redis.ClusterClient); ok {
+			cc.ReloadState(context.Background())
+		}
+		// Each try within a keepalive period (a write-paused old primary would hold it the
+		// whole ttl), and within the ttl.
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		ctx, cancelTry := context.WithTimeout(ctx, max(s.ttl/3, followRetry))
+		go func() { // Close does not wait for a try's deadline
+			select {
+			case <-s.stop:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		sent := time.Now()
+		node, conn, err := s.rebind(ctx)
+		cancelTry()
+		cancel()
+		switch {
+		case err == nil:
+			s.connMu.Lock()
+			old, oldConn := s.node, s.conn
+			s.node, s.conn = node, conn
+			s.connMu.Unlock()
+			if oldConn != nil {
+				_ = oldConn.Close()
+			}
+			_ = old.Close()
+			s.lastOK = sent
+			return true
+		case errors.Is(err, redis.Nil):
+			s.end(why+"; the server has ended the session", cause)
+			return false
+		case !followable(err):
+			s.end(why+"; the server refused it back: "+err.Error(), err)
+			return false
+		}
+		cause = err
+		select {
+		case <-s.stop:
+			return false
+		case <-time.After(followRetry):
+		}
+	}
+}
+
+// rebind opens a connection to the node that serves the session now and binds the session to
+// it (ATTACH; an unbound session's KEEPALIVE). The connections are closed on an error.
+func (s *Session) rebind(ctx context.Context) (*redis.Client, *redis.Conn, error) {
+	node, err := s.newNode(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !s.bound {
+		if err := node.Do(ctx, "LOCK.SESSION", "KEEPALIVE", s.id).Err(); err != nil {
+			_ = node.Close()
+			return nil, nil, err
+		}
+		return node, nil, nil
+	}
+	conn := node.Conn()
+	if err := conn.Do(ctx, "LOCK.SESSION", "ATTACH", s.id).Err(); err != nil {
+		_ = conn.Close()
+		_ = node.Close()
+		return nil, nil, err
+	}
+	s.nameAfterSerial(ctx, conn)
+	return node, conn, nil
 }
 
 // end records the session's loss once and closes Done().
@@ -235,18 +390,25 @@ func (s *Session) end(reason string, cause error) {
 // Close ends the session (LOCK.SESSION CLOSE): every hold of it is released, with no
 // lock-delay. Done() is closed.
 func (s *Session) Close(ctx context.Context) error {
+	_, err := s.CloseCount(ctx)
+	return err
+}
+
+// CloseCount is Close, with how many holds the server released (0 if the session had ended
+// before, or was closed already).
+func (s *Session) CloseCount(ctx context.Context) (int64, error) {
 	s.mu.Lock()
 	if s.err != nil || s.closing {
 		s.mu.Unlock()
-		return nil
+		return 0, nil
 	}
 	s.closing = true
 	s.mu.Unlock()
 	close(s.stop)
 	<-s.keepalive
-	_, err := s.call(ctx, "LOCK.SESSION", "CLOSE", s.id).Result()
+	released, err := s.call(ctx, "LOCK.SESSION", "CLOSE", s.id).Int64()
 	if errors.Is(err, redis.Nil) {
-		err = nil
+		released, err = 0, nil
 	}
 	s.mu.Lock()
 	lostMeanwhile := s.err != nil
@@ -260,9 +422,9 @@ func (s *Session) Close(ctx context.Context) error {
 		close(s.done)
 	}
 	if err != nil {
-		return fmt.Errorf("redislock: LOCK.SESSION CLOSE: %w", err)
+		return 0, fmt.Errorf("redislock: LOCK.SESSION CLOSE: %w", err)
 	}
-	return nil
+	return released, nil
 }
 
 // SessionInfo is LOCK.SESSION INFO's reply.

@@ -49,8 +49,8 @@ func TestSessionLossEndsItsHolds(t *testing.T) {
 	if err != nil || si.Holds != 1 || si.Bound == 0 {
 		t.Fatalf("LOCK.SESSION INFO %+v %v", si, err)
 	}
-	// The bound connection is killed: the server ends the session, and the client learns it
-	// at its next keepalive.
+	// The bound connection is killed: the server ends the session, and the client sees its
+	// socket closed (a peek every 50 ms) rather than waiting for the next keepalive.
 	if err := rdb.Do(ctx, "CLIENT", "KILL", "ID", si.Bound).Err(); err != nil {
 		t.Fatal(err)
 	}

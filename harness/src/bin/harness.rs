@@ -8,7 +8,7 @@
 //!     {"port":40123,"pid":5012,"dir":"/tmp/redis-lock-tests/…","url":"redis://127.0.0.1:40123/"}
 //! harness cluster [--masters N] [--replicas N] [--until-signal]
 //!     {"nodes":[{"port":…,"pid":…,"dir":"…","url":"…"},…]}
-//! harness sentinel --primary-port PORT [--master-name NAME] [--down-after-ms MS]
+//! harness sentinel --primary-port PORT [--master-name NAME] [--quorum N] [--down-after-ms MS]
 //!                  [--failover-timeout-ms MS]
 //!     {"port":…,"pid":…,"dir":"…","url":"…"}
 //! ```
@@ -32,7 +32,7 @@ const USAGE: &str = "usage:
   harness server [--bin PATH] [--no-module] [--module-arg ARG]... [--replica-of PORT]
                  [--clock-offset-ms MS] [-- SERVER-ARG...]
   harness cluster [--masters N] [--replicas N] [--until-signal]
-  harness sentinel --primary-port PORT [--master-name NAME] [--down-after-ms MS]
+  harness sentinel --primary-port PORT [--master-name NAME] [--quorum N] [--down-after-ms MS]
                    [--failover-timeout-ms MS]
 Prints one JSON line, keeps the server(s) running until stdin closes. See harness/README.md.";
 
@@ -140,11 +140,11 @@ fn cluster(args: &[String]) -> Result<ExitCode, Usage> {
     Ok(code)
 }
 
-/// One Sentinel (quorum 1) monitoring the primary on 127.0.0.1:PORT as NAME (default
-/// `mymaster`), for the client suites' failover tests (the Java client's SentinelTest).
+/// One Sentinel monitoring the primary on 127.0.0.1:PORT (defaults: `mymaster`, quorum 1,
+/// down-after 1000 ms, failover-timeout 10000 ms), for the clients' failover tests.
 fn sentinel(args: &[String]) -> Result<ExitCode, Usage> {
-    let (mut port, mut name) = (None, "mymaster".to_string());
-    let (mut down_after_ms, mut failover_timeout_ms) = (1000, 5000);
+    let (mut primary_port, mut master_name) = (None, "mymaster".to_string());
+    let (mut quorum, mut down_after_ms, mut failover_timeout_ms) = (1, 1000, 10_000);
     let mut it = args.iter();
     while let Some(arg) = it.next() {
         let mut value = || {
@@ -152,22 +152,23 @@ fn sentinel(args: &[String]) -> Result<ExitCode, Usage> {
                 .ok_or_else(|| Usage(format!("{arg} needs a value")))
         };
         match arg.as_str() {
-            "--primary-port" => port = Some(number(arg, value()?)?),
-            "--master-name" => name = value()?.clone(),
+            "--primary-port" => primary_port = Some(number(arg, value()?)?),
+            "--master-name" => master_name = value()?.clone(),
+            "--quorum" => quorum = number(arg, value()?)?,
             "--down-after-ms" => down_after_ms = number(arg, value()?)?,
             "--failover-timeout-ms" => failover_timeout_ms = number(arg, value()?)?,
             other => return Err(Usage(format!("unknown option {other:?}"))),
         }
     }
-    let primary_port = port.ok_or_else(|| Usage("sentinel needs --primary-port".into()))?;
-    let dir = harness::test_dir("sentinel");
+    let primary_port = primary_port.ok_or_else(|| Usage("--primary-port is required".into()))?;
     let cfg = harness::SentinelConfig {
-        master_name: &name,
+        master_name: &master_name,
         primary_port,
-        quorum: 1,
+        quorum,
         down_after_ms,
         failover_timeout_ms,
     };
+    let dir = harness::test_dir("sentinel");
     let mut sentinel = harness::sentinel(0, &dir, &cfg);
     let code = hold(std::slice::from_mut(&mut sentinel), false, |s| {
         describe(&s[0])
