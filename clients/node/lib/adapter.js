@@ -129,6 +129,7 @@ class IORedisAdapter {
 function ioredisDedicated(node, name) {
   const conn = node.duplicate({ ...IOREDIS_WAITER, connectionName: name });
   const closed = closeOnce();
+  const subscribed = new Set(); // channels the server confirmed, until unsubscribed
   conn.on('error', (e) => closed.error(e));
   conn.on('end', () => closed.fire());
   return {
@@ -137,13 +138,34 @@ function ioredisDedicated(node, name) {
       return conn.call(command, ...rest);
     },
     /** SSUBSCRIBE `channel`, resolving once the server confirmed it; messages go to `onMessage`. */
-    subscribe(channel, onMessage) {
+    async subscribe(channel, onMessage) {
       conn.removeAllListeners('smessage');
       conn.on('smessage', (ch, message) => onMessage(ch, message));
-      return conn.ssubscribe(channel);
+      await conn.ssubscribe(channel);
+      subscribed.add(channel);
     },
     unsubscribe(channel) {
+      subscribed.delete(channel);
       return conn.sunsubscribe(channel);
+    },
+    /**
+     * `fn(channel)` once for each channel the server unsubscribed this connection from unasked:
+     * its slot left the node (a cluster failover or migration). ioredis 6 emits 'moved' for such
+     * a `sunsubscribe`, ioredis 5 an 'error' ("Command queue state error"); both take the channel
+     * out of the connection's subscription set, which is what is compared here.
+     */
+    onUnsubscribed(fn) {
+      const check = () => {
+        const set = conn.condition && conn.condition.subscriber;
+        const now = set ? new Set(set.channels('ssubscribe')) : new Set();
+        for (const channel of [...subscribed]) {
+          if (now.has(channel)) continue;
+          subscribed.delete(channel);
+          fn(channel);
+        }
+      };
+      conn.on('moved', check);
+      conn.on('error', check);
     },
     onClose: closed.onClose,
     close() {
