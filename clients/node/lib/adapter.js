@@ -238,8 +238,11 @@ class IORedisClusterAdapter {
     this.isCluster = true;
   }
 
-  /** The slot table read again (after MOVED, READONLY or a lost connection: a failover). */
-  refresh() {
+  /**
+   * The slot table read again (after MOVED, READONLY or a lost connection: a failover). `key`
+   * (the key whose slot may have moved) matters only to node-redis's cluster adapter.
+   */
+  refresh(_key) {
     return this._refreshSlots();
   }
 
@@ -430,11 +433,22 @@ class NodeRedisClusterAdapter {
   }
 
   /**
-   * node-redis rediscovers the slot table by itself on MOVED (and on a lost node); it has no
-   * public call to ask for it, so a retry after a failover just waits a little (see
-   * wire.following) and finds its table updated.
+   * The slot table read again, as far as node-redis lets anyone ask: it rediscovers by itself on
+   * a MOVED its own commands meet, and has no public call for it. So with `key` (a key whose
+   * slot may have moved) a harmless keyed read (LOCK.INFO) is sent through the cluster: on the
+   * slot's old master, now a replica, it meets MOVED and node-redis reads the table again. A
+   * connection of the adapter's own (a bound session's, a wait's, the feed's) meets no such MOVED
+   * inside node-redis: without this, a bound session alone kept re-attaching on the old master
+   * (seen with node-redis 4 and 5). Without `key`, and on errors (a node down), nothing.
    */
-  async refresh() {}
+  async refresh(key) {
+    if (key === undefined) return;
+    try {
+      await this.callOnKey(key, ['LOCK.INFO', key]);
+    } catch {
+      // the caller's own retry reports what is wrong
+    }
+  }
 
   call(args, key) {
     if (key === undefined) {

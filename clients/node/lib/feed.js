@@ -624,7 +624,7 @@ class Feed {
       let first = true;
       let last = error;
       while (pending.length > 0) {
-        await cluster.refresh();
+        await cluster.refresh(pending[0].keys()[0]);
         const left = [];
         for (const sub of pending) {
           if (sub.done) continue;
