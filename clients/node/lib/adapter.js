@@ -403,6 +403,10 @@ class NodeRedisAdapter {
       call: (args) => conn.sendCommand(strings(args)),
       subscribe: (channel, onMessage) => conn.sSubscribe(channel, (message, ch) => onMessage(ch, message)),
       unsubscribe: (channel) => conn.sUnsubscribe(channel),
+      /** As ioredisDedicated's: node-redis 4 and 5 emit 'sharded-channel-moved' for it. */
+      onUnsubscribed(fn) {
+        conn.on('sharded-channel-moved', (channel) => fn(String(channel)));
+      },
       onClose: closed.onClose,
       close() {
         closed.fire();

@@ -4,7 +4,9 @@
 // failed over twice within seconds was seen not to complete its second failover, so each test
 // here fails over a shard of its own): holds of an unbound and a bound session and a watchdog
 // hold kept with their tokens on the new master, renewed there, no loss reported; a queued waiter
-// queued again on the new master and granted there without the caller sending again.
+// queued again on the new master and granted there without the caller sending again; the feed
+// (node-redis's 'sharded-channel-moved' for the server's unasked sunsubscribe) moved to the new
+// master: an election observer's resync there, then its next change.
 // test/cluster-failover.test.js does the same and more with an ioredis Cluster.
 
 const test = require('node:test');
@@ -13,7 +15,7 @@ const IORedis = require('ioredis');
 const redis5 = require('redis');
 const redis4 = require('redis4');
 const { startCluster, until } = require('./harness');
-const { Lock, Session } = require('..');
+const { Lock, Session, Election } = require('..');
 const { slotOf } = require('../lib/slot');
 
 const PATIENCE = 30000;
@@ -59,6 +61,11 @@ async function shardOf(client, key) {
   }, PATIENCE);
 }
 
+/** The shard channels (the change feed's) subscribed on one node. */
+async function feedChannels(c) {
+  return (await c.call('PUBSUB', 'SHARDCHANNELS', 'lock.feed:*')).map(String).sort();
+}
+
 /** The number of waiters queued on `key` on one node. */
 async function waiters(c, key) {
   const reply = await c.call('LOCK.INFO', key);
@@ -89,15 +96,21 @@ async function connect(t, lib) {
 
 // The tags' slots: {fo-nr5} 10419 and {fo-nr4-1} 14607, on two of the harness's three even ranges.
 for (const [kind, lib, tag] of [['node-redis@5', redis5, '{fo-nr5}'], ['node-redis@4', redis4, '{fo-nr4-1}']]) {
-  test(`a planned CLUSTER FAILOVER keeps sessions, renewals and a waiter (${kind} createCluster)`, async (t) => {
+  test(`a planned CLUSTER FAILOVER keeps sessions, renewals, a waiter and the feed (${kind} createCluster)`, async (t) => {
     const client = await connect(t, lib);
     const { master: oldPort, replica: newPort } = await shardOf(client, tag);
     const fresh = node(t, newPort);
     const lost = [];
     const report = (what) => (x) => lost.push([what, x.lostReason]);
 
-    const plain = new Lock(client, tag + 'plain', 3000, { watchdog: true, onLost: report('plain'), feed: false });
+    // Watched through the feed (onLost): reported lost only if the new master lacks it.
+    const plain = new Lock(client, tag + 'plain', 3000, { watchdog: true, onLost: report('plain') });
     assert.equal(await plain.acquire(), true);
+    const leader = await new Election(client, tag + 'leader').campaign('a', { onLost: report('leader') });
+    const observation = new Election(client, tag + 'leader').observe();
+    t.after(() => observation.close());
+    const first = await observation.get(PATIENCE);
+    assert.deepEqual([first.leader, first.resync], [{ value: 'a', term: leader.term }, true]);
     const unbound = await new Session(client, 3000, { key: tag, onLost: report('unbound') }).open();
     const inUnbound = new Lock(client, tag + 's1', 0, { session: unbound, feed: false });
     assert.equal(await inUnbound.acquire(), true);
@@ -117,6 +130,8 @@ for (const [kind, lib, tag] of [['node-redis@5', redis5, '{fo-nr5}'], ['node-red
     const granted = waiter.acquire({ timeout: PATIENCE });
     const old = node(t, oldPort);
     await until('the waiter queued', async () => (await waiters(old, tag + 'busy')) === 1);
+    await until('two feed channels on the old master', async () => (await feedChannels(old)).length === 2);
+    const channels = await feedChannels(old);
 
     const keepalives = await calls(fresh, 'lock.session|keepalive');
     assert.equal(await fresh.call('CLUSTER', 'FAILOVER'), 'OK');
@@ -132,6 +147,14 @@ for (const [kind, lib, tag] of [['node-redis@5', redis5, '{fo-nr5}'], ['node-red
     for (const lock of [plain, inUnbound, inBound, inLone]) {
       assert.deepEqual(await tokens(fresh, lock.name), [String(lock.token)], lock.name);
     }
+    await until('the feed subscribed on the new master', async () => {
+      return JSON.stringify(await feedChannels(fresh)) === JSON.stringify(channels);
+    }, PATIENCE);
+    const again = await observation.get(PATIENCE);
+    assert.deepEqual([again.leader, again.resync], [{ value: 'a', term: leader.term }, true]);
+    assert.equal(await leader.resign(), true);
+    const none = await observation.get(PATIENCE);
+    assert.deepEqual([none.leader, none.resync], [null, false]);
     assert.deepEqual(lost, []);
 
     await until('the waiter queued again on the new master', async () => (await waiters(fresh, tag + 'busy')) === 1, PATIENCE);
