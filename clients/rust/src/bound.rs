@@ -8,7 +8,7 @@
 //! It is a plain thread with a sync connection in the async API too: nothing else is sent on
 //! the connection, and a read that ends with the connection is the quickest way to learn of it.
 //!
-//! With a cluster node's client ([`Follow`], the sync API) a failover is followed (issue 34):
+//! With a cluster node's client ([`Follow`], both APIs) a failover is followed (issue 34):
 //! when the client's pool has moved to the slot's new master (its keepalives met `MOVED`), or
 //! the connection closed, the thread binds the session to a new connection with `LOCK.SESSION
 //! ATTACH id` (a promoted replica has the session unbound) and reports a loss only when the
@@ -149,18 +149,44 @@ fn name_after_serial(conn: &mut Connection, id: &str) {
     }
 }
 
-/// How a bound session of a cluster node's client follows a failover: the client (whose pool
-/// follows `MOVED`), the session's id and ttl.
+/// A client whose endpoint a bound session's thread re-points after a failover: the sync
+/// client's or the async client's shared state. The thread is sync in both APIs, so the
+/// following is done with blocking I/O.
+pub(crate) trait FollowTarget: Send + Sync {
+    /// Where the client points now.
+    fn endpoint(&self) -> &Endpoint;
+    /// After `error`: true if the client now points at the slot's master (its connections to
+    /// the old node forgotten).
+    fn follow_blocking(&self, error: &Error) -> bool;
+}
+
+impl FollowTarget for Inner {
+    fn endpoint(&self) -> &Endpoint {
+        self
+    }
+
+    fn follow_blocking(&self, error: &Error) -> bool {
+        self.follow(error)
+    }
+}
+
+/// How a bound session of a cluster node's client follows a failover: the client (whose
+/// commands follow `MOVED`), the session's id and ttl.
 pub(crate) struct Follow {
-    pub(crate) inner: Arc<Inner>,
+    pub(crate) inner: Arc<dyn FollowTarget>,
     pub(crate) id: String,
     pub(crate) ttl: Duration,
 }
 
 impl Follow {
-    /// Where the client's pool points now.
+    /// Where the client points now.
     fn address(&self) -> redis::ConnectionAddr {
-        self.inner.redis().get_connection_info().addr.clone()
+        self.inner
+            .endpoint()
+            .redis()
+            .get_connection_info()
+            .addr
+            .clone()
     }
 
     /// `LOCK.SESSION ATTACH id` on a new connection to where the client points (following a
@@ -169,11 +195,11 @@ impl Follow {
     fn attach(&self, stopped: &AtomicBool) -> Result<Option<Connection>, Error> {
         let deadline = std::time::Instant::now() + self.ttl;
         loop {
-            let tried = self
-                .inner
-                .connect(self.inner.connect_timeout)
+            let endpoint = self.inner.endpoint();
+            let tried = endpoint
+                .connect(endpoint.connect_timeout)
                 .and_then(|mut conn| {
-                    conn.set_read_timeout(Some(self.inner.io_timeout))
+                    conn.set_read_timeout(Some(endpoint.io_timeout))
                         .map_err(Error::from_redis)?;
                     let reply: Option<String> = redis::cmd("LOCK.SESSION")
                         .arg("ATTACH")
@@ -187,7 +213,7 @@ impl Follow {
             match tried {
                 Ok(attached) => return Ok(attached),
                 Err(e) => {
-                    self.inner.follow(&e);
+                    self.inner.follow_blocking(&e);
                     if std::time::Instant::now() >= deadline || stopped.load(Ordering::Acquire) {
                         return Err(e);
                     }

@@ -435,7 +435,7 @@ impl SessionBuilder<Client> {
                 .inner
                 .is_cluster()
                 .then(|| crate::bound::Follow {
-                    inner: Arc::clone(&session.client.inner),
+                    inner: Arc::clone(&session.client.inner) as Arc<dyn crate::bound::FollowTarget>,
                     id: state.id().to_string(),
                     ttl: Duration::from_millis(ttl_ms),
                 });

@@ -163,7 +163,17 @@ impl SessionBuilder<Client> {
                     None => LossReason::SessionEnded,
                 })
             };
-            session.bound = Some(Bound::watch(conn, None, closed).map_err(Error::Spawn)?);
+            // A cluster node's client follows a failover: re-attach on the slot's new master.
+            let follow = session
+                .client
+                .inner
+                .is_cluster()
+                .then(|| crate::bound::Follow {
+                    inner: Arc::clone(&session.client.inner) as Arc<dyn crate::bound::FollowTarget>,
+                    id: state.id().to_string(),
+                    ttl: Duration::from_millis(ttl_ms),
+                });
+            session.bound = Some(Bound::watch(conn, follow, closed).map_err(Error::Spawn)?);
         }
         let lease = Lease {
             client: Arc::clone(&session.client.inner),
