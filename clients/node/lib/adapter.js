@@ -141,7 +141,18 @@ function ioredisDedicated(node, name) {
     async subscribe(channel, onMessage) {
       conn.removeAllListeners('smessage');
       conn.on('smessage', (ch, message) => onMessage(ch, message));
-      await conn.ssubscribe(channel);
+      // ioredis 5 answers a MOVED to SSUBSCRIBE with a 'moved' event and never settles the
+      // command (ioredis 6 rejects it too): the 'moved' rejects here instead of waiting forever.
+      let onMoved;
+      const moved = new Promise((_, reject) => {
+        onMoved = () => reject(new Error(`MOVED: SSUBSCRIBE ${channel} was refused (its slot moved)`));
+        conn.once('moved', onMoved);
+      });
+      try {
+        await Promise.race([conn.ssubscribe(channel), moved]);
+      } finally {
+        conn.off('moved', onMoved);
+      }
       subscribed.add(channel);
     },
     unsubscribe(channel) {
