@@ -49,7 +49,7 @@ const MAX_BACKOFF_MS = 1000;
  * master before it is given up: a hold is then reported lost, an observer gets the error.
  */
 const HANDOVER_PATIENCE_MS = 30000;
-/** ms between two looks at the slot table while handing subscribers over. */
+/** ms between two looks at the slot table while handing subscribers over: 50, doubled up to 250. */
 const HANDOVER_RETRY_MS = 250;
 
 /** Events that end the hold whose token they carry. */
@@ -623,6 +623,7 @@ class Feed {
       let pending = subs;
       let first = true;
       let last = error;
+      let pause = 50;
       while (pending.length > 0) {
         await cluster.refresh(pending[0].keys()[0]);
         const left = [];
@@ -652,7 +653,8 @@ class Feed {
           this._report(sub, sub.kind === 'hold' ? `feed connection lost: ${message}` : last);
         }
         pending = pending.filter((s) => !s.done);
-        if (pending.length > 0) await new Promise((resolve) => setTimeout(resolve, HANDOVER_RETRY_MS));
+        if (pending.length > 0) await new Promise((resolve) => setTimeout(resolve, pause));
+        pause = Math.min(HANDOVER_RETRY_MS, pause * 2);
       }
     };
     run().catch(() => {});
