@@ -129,6 +129,7 @@ class IORedisAdapter {
 function ioredisDedicated(node, name) {
   const conn = node.duplicate({ ...IOREDIS_WAITER, connectionName: name });
   const closed = closeOnce();
+  const subscribed = new Set(); // channels the server confirmed, until unsubscribed
   conn.on('error', (e) => closed.error(e));
   conn.on('end', () => closed.fire());
   return {
@@ -137,13 +138,45 @@ function ioredisDedicated(node, name) {
       return conn.call(command, ...rest);
     },
     /** SSUBSCRIBE `channel`, resolving once the server confirmed it; messages go to `onMessage`. */
-    subscribe(channel, onMessage) {
+    async subscribe(channel, onMessage) {
       conn.removeAllListeners('smessage');
       conn.on('smessage', (ch, message) => onMessage(ch, message));
-      return conn.ssubscribe(channel);
+      // ioredis 5 answers a MOVED to SSUBSCRIBE with a 'moved' event and never settles the
+      // command (ioredis 6 rejects it too): the 'moved' rejects here instead of waiting forever.
+      let onMoved;
+      const moved = new Promise((_, reject) => {
+        onMoved = () => reject(new Error(`MOVED: SSUBSCRIBE ${channel} was refused (its slot moved)`));
+        conn.once('moved', onMoved);
+      });
+      try {
+        await Promise.race([conn.ssubscribe(channel), moved]);
+      } finally {
+        conn.off('moved', onMoved);
+      }
+      subscribed.add(channel);
     },
     unsubscribe(channel) {
+      subscribed.delete(channel);
       return conn.sunsubscribe(channel);
+    },
+    /**
+     * `fn(channel)` once for each channel the server unsubscribed this connection from unasked:
+     * its slot left the node (a cluster failover or migration). ioredis 6 emits 'moved' for such
+     * a `sunsubscribe`, ioredis 5 an 'error' ("Command queue state error"); both take the channel
+     * out of the connection's subscription set, which is what is compared here.
+     */
+    onUnsubscribed(fn) {
+      const check = () => {
+        const set = conn.condition && conn.condition.subscriber;
+        const now = set ? new Set(set.channels('ssubscribe')) : new Set();
+        for (const channel of [...subscribed]) {
+          if (now.has(channel)) continue;
+          subscribed.delete(channel);
+          fn(channel);
+        }
+      };
+      conn.on('moved', check);
+      conn.on('error', check);
     },
     onClose: closed.onClose,
     close() {
@@ -216,8 +249,11 @@ class IORedisClusterAdapter {
     this.isCluster = true;
   }
 
-  /** The slot table read again (after MOVED, READONLY or a lost connection: a failover). */
-  refresh() {
+  /**
+   * The slot table read again (after MOVED, READONLY or a lost connection: a failover). `key`
+   * (the key whose slot may have moved) matters only to node-redis's cluster adapter.
+   */
+  refresh(_key) {
     return this._refreshSlots();
   }
 
@@ -378,6 +414,10 @@ class NodeRedisAdapter {
       call: (args) => conn.sendCommand(strings(args)),
       subscribe: (channel, onMessage) => conn.sSubscribe(channel, (message, ch) => onMessage(ch, message)),
       unsubscribe: (channel) => conn.sUnsubscribe(channel),
+      /** As ioredisDedicated's: node-redis 4 and 5 emit 'sharded-channel-moved' for it. */
+      onUnsubscribed(fn) {
+        conn.on('sharded-channel-moved', (channel) => fn(String(channel)));
+      },
       onClose: closed.onClose,
       close() {
         closed.fire();
@@ -408,11 +448,22 @@ class NodeRedisClusterAdapter {
   }
 
   /**
-   * node-redis rediscovers the slot table by itself on MOVED (and on a lost node); it has no
-   * public call to ask for it, so a retry after a failover just waits a little (see
-   * wire.following) and finds its table updated.
+   * The slot table read again, as far as node-redis lets anyone ask: it rediscovers by itself on
+   * a MOVED its own commands meet, and has no public call for it. So with `key` (a key whose
+   * slot may have moved) a harmless keyed read (LOCK.INFO) is sent through the cluster: on the
+   * slot's old master, now a replica, it meets MOVED and node-redis reads the table again. A
+   * connection of the adapter's own (a bound session's, a wait's, the feed's) meets no such MOVED
+   * inside node-redis: without this, a bound session alone kept re-attaching on the old master
+   * (seen with node-redis 4 and 5). Without `key`, and on errors (a node down), nothing.
    */
-  async refresh() {}
+  async refresh(key) {
+    if (key === undefined) return;
+    try {
+      await this.callOnKey(key, ['LOCK.INFO', key]);
+    } catch {
+      // the caller's own retry reports what is wrong
+    }
+  }
 
   call(args, key) {
     if (key === undefined) {

@@ -109,7 +109,7 @@ class Observation {
   close() {
     if (this._closed) return;
     this._closed = true;
-    this._feed.drop(this._observer);
+    this._observer.feed.drop(this._observer); // its feed now: a failover may have moved it
   }
 
   [Symbol.asyncIterator]() {

@@ -38,11 +38,19 @@
 // message published after the read may arrive before the read's reply).
 
 const { adapt } = require('./adapter');
+const { movedAway } = require('./wire');
 
 /** ms the connections stay open after the last subscriber left (a lock taken again reuses them). */
 const IDLE_CLOSE_MS = 2000;
 /** The longest wait before reconnecting after the connections failed (for observers). */
 const MAX_BACKOFF_MS = 1000;
+/**
+ * How long a subscriber whose key's slot left its node (a cluster failover) looks for the slot's
+ * master before it is given up: a hold is then reported lost, an observer gets the error.
+ */
+const HANDOVER_PATIENCE_MS = 30000;
+/** ms between two looks at the slot table while handing subscribers over: 50, doubled up to 250. */
+const HANDOVER_RETRY_MS = 250;
 
 /** Events that end the hold whose token they carry. */
 const HOLD_ENDS = new Set(['released', 'expired', 'lost']);
@@ -209,12 +217,16 @@ function sameLeader(a, b) {
 
 const feeds = new WeakMap();
 
-/** The Feed of the server that serves `key` for `client` (made on first use). */
+/**
+ * The Feed of the server that serves `key` for `client` (made on first use). With a cluster
+ * client it is the feed of the key's master now, and it follows a failover (`_handOver`).
+ */
 function feedFor(client, key) {
-  const node = adapt(client).nodeClient(key);
+  const adapter = adapt(client);
+  const node = adapter.nodeClient(key);
   let feed = feeds.get(node);
   if (feed === undefined) {
-    feed = new Feed(adapt(node));
+    feed = new Feed(adapt(node), adapter.isCluster ? adapter : null);
     feeds.set(node, feed);
   }
   return feed;
@@ -223,8 +235,10 @@ function feedFor(client, key) {
 let ids = 0;
 
 class Feed {
-  constructor(adapter) {
+  /** `adapter`: the node's; `cluster`: the cluster client's adapter when the node is a cluster's. */
+  constructor(adapter, cluster = null) {
     this._adapter = adapter;
+    this._cluster = cluster;
     this.id = `${process.pid}-${++ids}`;
     this._subs = new Map(); // key -> Set of subscribers
     this._keys = new Map(); // key watched on the current connections -> {channel, seq, pending}
@@ -273,9 +287,10 @@ class Feed {
     clearTimeout(hold.timer);
     hold.timer = setTimeout(() => {
       if (hold.done) return;
-      this._remove(hold);
-      this._kick();
-      this._report(hold, 'deadline passed: no renewal succeeded');
+      const feed = hold.feed; // this one, or the one it was handed over to after a failover
+      feed._remove(hold);
+      feed._kick();
+      feed._report(hold, 'deadline passed: no renewal succeeded');
     }, Math.max(0, deadline - now()));
     hold.timer.unref();
   }
@@ -334,6 +349,11 @@ class Feed {
     };
     watch.onClose(lost);
     sub.onClose(lost);
+    if (this._cluster !== null && typeof sub.onUnsubscribed === 'function') {
+      sub.onUnsubscribed((channel) => {
+        if (!conns.closing && this._conns === conns) this._slotLeft(channel);
+      });
+    }
     this._conns = conns;
     return conns;
   }
@@ -350,10 +370,18 @@ class Feed {
     }
   }
 
-  /** Both connections are gone (or unusable): every hold is lost; observers wait for a resync. */
+  /**
+   * Both connections are gone (or unusable): every hold is lost; observers wait for a resync. In
+   * a cluster a lost connection (or MOVED, READONLY) is a failover until shown otherwise: every
+   * subscriber is handed over to its key's master now (`_handOver`), where LOCK.INFO decides.
+   */
   _disconnected(error) {
     if (this._conns === null && this._keys.size === 0 && error === undefined) return;
     this._close();
+    if (this._following(error)) {
+      this._handOver(this._take([...this._subs.keys()]), error);
+      return;
+    }
     const message = error && error.message ? error.message : String(error);
     for (const set of [...this._subs.values()]) {
       for (const sub of [...set]) {
@@ -421,6 +449,7 @@ class Feed {
       reply = await watch.call(['LOCK.WATCH', key]);
     } catch (error) {
       if (this._conns !== null && this._conns.watch !== watch) return;
+      if (this._following(error)) return this._handOver(this._take([key]), error);
       if (/unknown command/i.test(String(error.message))) this.unsupported = error;
       if (!/^(ERR|WRONGTYPE)/.test(String(error.message)) && this.unsupported === null) throw error;
       // Refused: holders are dropped silently (the watchdog or session still reports),
@@ -436,7 +465,12 @@ class Feed {
     // recent: seq -> message of those applied since the last state read.
     this._keys.set(key, { channel, seq: null, pending: [], claims: new Map(), recent: new Map() });
     this._channels.set(channel, key);
-    await sub.subscribe(channel, (ch, data) => this._message(String(ch), data));
+    try {
+      await sub.subscribe(channel, (ch, data) => this._message(String(ch), data));
+    } catch (error) {
+      if (!this._following(error) || this._keys.get(key) === undefined) throw error;
+      return this._handOver(this._take([key]), error);
+    }
     await this._sync(key);
   }
 
@@ -470,6 +504,11 @@ class Feed {
     ];
     const state = stateOf(await Promise.allSettled(replies));
     if (this._keys.get(key) !== st) return;
+    if (state === REPLICA && this._cluster !== null) {
+      // A cluster node that turned replica: the slot has a new master, where the holds are (a
+      // failover keeps them) and the key's feed now is.
+      return this._handOver(this._take([key]), new Error('READONLY the node is a replica now'));
+    }
     const subs = only !== undefined ? only : [...(this._subs.get(key) || [])];
     let claims = new Map();
     if (only === undefined) {
@@ -481,6 +520,7 @@ class Feed {
     }
     for (const sub of subs) {
       if (sub.done) continue;
+      sub.followUntil = undefined; // on its key's master: a hand-over (if any) is complete
       const effect = sub.onState(key, state, sentAt, claims.get(sub));
       if (effect !== null) {
         if (sub.kind === 'hold') this._remove(sub);
@@ -523,6 +563,121 @@ class Feed {
     this._chain = this._chain
       .then(() => (this._keys.get(key) === st ? this._sync(key) : undefined))
       .catch((error) => this._disconnected(error));
+  }
+
+  // --- a failover in a cluster (issue 34) ---
+
+  /** Whether `error` on this feed's node means its slots may have moved (in a cluster). */
+  _following(error) {
+    return this._cluster !== null && error !== undefined && movedAway(error);
+  }
+
+  /** The server unsubscribed `channel` unasked (a planned CLUSTER FAILOVER): its key moved. */
+  _slotLeft(channel) {
+    const key = this._channels.get(channel);
+    if (key === undefined) return;
+    this._handOver(this._take([key]), new Error(`sunsubscribe: the slot of ${JSON.stringify(key)} left this node`));
+  }
+
+  /**
+   * Take every subscriber of `keys` out of this feed (not ended: its deadline timer runs on) and
+   * forget those keys here. Nothing is sent: the node may be a replica now, or dead; its watches
+   * end with the connections.
+   */
+  _take(keys) {
+    const taken = new Set();
+    for (const key of keys) for (const sub of this._subs.get(key) || []) taken.add(sub);
+    for (const sub of taken) {
+      this._unchecked.delete(sub);
+      for (const key of sub.keys()) {
+        const set = this._subs.get(key);
+        if (set === undefined) continue;
+        set.delete(sub);
+        if (set.size === 0) this._subs.delete(key);
+      }
+    }
+    for (const key of keys) {
+      if (this._subs.has(key)) continue;
+      const st = this._keys.get(key);
+      if (st === undefined) continue;
+      this._keys.delete(key);
+      this._channels.delete(st.channel);
+    }
+    if (taken.size > 0) this._kick(); // idle-close the connections if nothing is left here
+    return [...taken];
+  }
+
+  /**
+   * Give `subs` (taken from this feed) to the feeds of their keys' masters now, once the slot
+   * table names one: there each is a new subscriber, checked against LOCK.INFO, so a hold is
+   * reported lost only if the new master lacks its token, and an observer reports the leader
+   * there (`resync: true`). Given up after HANDOVER_PATIENCE_MS without a master.
+   */
+  _handOver(subs, error) {
+    subs = subs.filter((s) => !s.done);
+    if (subs.length === 0) return;
+    const start = now();
+    for (const sub of subs) if (sub.followUntil === undefined) sub.followUntil = start + HANDOVER_PATIENCE_MS;
+    const cluster = this._cluster;
+    const run = async () => {
+      let pending = subs;
+      let first = true;
+      let last = error;
+      let pause = 50;
+      while (pending.length > 0) {
+        await cluster.refresh(pending[0].keys()[0]);
+        const left = [];
+        for (const sub of pending) {
+          if (sub.done) continue;
+          let found;
+          try {
+            found = feedFor(cluster.client, sub.keys()[0]);
+          } catch (e) {
+            last = e; // no master known for the slot yet
+            left.push(sub);
+            continue;
+          }
+          if (found === this && first) {
+            left.push(sub); // the table still names this node: look again once (not decided yet?)
+            continue;
+          }
+          found._adopt(sub);
+        }
+        pending = left;
+        first = false;
+        const t = now();
+        for (const sub of pending.filter((s) => t >= s.followUntil)) {
+          sub.done = true;
+          clearTimeout(sub.timer);
+          const message = last && last.message ? last.message : String(last);
+          this._report(sub, sub.kind === 'hold' ? `feed connection lost: ${message}` : last);
+        }
+        pending = pending.filter((s) => !s.done);
+        if (pending.length > 0) await new Promise((resolve) => setTimeout(resolve, pause));
+        pause = Math.min(HANDOVER_RETRY_MS, pause * 2);
+      }
+    };
+    run().catch(() => {});
+  }
+
+  /** `sub`, handed over by another feed, subscribes here and is checked as a new subscriber. */
+  _adopt(sub) {
+    sub.feed = this;
+    sub.pending = [];
+    if (sub.kind === 'hold') {
+      sub.floor = new Map(sub.keys().map((k) => [k, -1]));
+      sub.checked = new Set();
+    } else {
+      sub.floor = -1; // the new master's watch numbers from its own seq
+      sub.reported = false; // its resync is reported, changed or not
+    }
+    if (this.unsupported !== null) {
+      sub.done = true;
+      clearTimeout(sub.timer);
+      this._report(sub, sub.kind === 'hold' ? `feed connection lost: ${this.unsupported.message}` : this.unsupported);
+      return;
+    }
+    this._add(sub);
   }
 
   _message(channel, data) {

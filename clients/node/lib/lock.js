@@ -202,7 +202,7 @@ class Lock {
           left = Math.ceil(waitMs - elapsed);
           if (left <= 0) return false;
         }
-        await this._adapter.refresh();
+        await this._adapter.refresh(key);
         await new Promise((resolve) => setTimeout(resolve, wire.FOLLOW_BACKOFF_MS));
       }
     }

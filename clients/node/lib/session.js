@@ -166,7 +166,7 @@ class Session {
     const run = async () => {
       let last = error;
       while (!this._closed && this._lostReason === null) {
-        await this._adapter.refresh();
+        await this._adapter.refresh(this._id);
         let conn = null;
         try {
           conn = await this._adapter.dedicated(this._id, 'redislock-session');

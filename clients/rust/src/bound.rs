@@ -8,7 +8,7 @@
 //! It is a plain thread with a sync connection in the async API too: nothing else is sent on
 //! the connection, and a read that ends with the connection is the quickest way to learn of it.
 //!
-//! With a cluster node's client ([`Follow`], the sync API) a failover is followed (issue 34):
+//! With a cluster node's client ([`Follow`], both APIs) a failover is followed (issue 34):
 //! when the client's pool has moved to the slot's new master (its keepalives met `MOVED`), or
 //! the connection closed, the thread binds the session to a new connection with `LOCK.SESSION
 //! ATTACH id` (a promoted replica has the session unbound) and reports a loss only when the
@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use redis::Connection;
 
-use crate::client::Endpoint;
+use crate::client::{Endpoint, Inner};
 use crate::command::Command;
 use crate::error::Error;
 
@@ -154,14 +154,24 @@ fn name_after_serial(conn: &mut Connection, id: &str) {
     }
 }
 
-/// Where a bound session's thread reconnects: the client's endpoint, and, for a cluster node's
-/// sync client, the pool that follows `MOVED` to the slot's new master.
-pub(crate) trait Target: Send + Sync {
-    /// The server and the timeouts.
+/// A client whose endpoint a bound session's thread re-points after a failover: the sync
+/// client's or the async client's shared state. The thread is sync in both APIs, so the
+/// following is done with blocking I/O.
+pub(crate) trait FollowTarget: Send + Sync {
+    /// Where the client points now.
     fn endpoint(&self) -> &Endpoint;
-    /// Follow a failover that `error` reveals (true when the client now points elsewhere).
-    fn follow(&self, _error: &Error) -> bool {
-        false
+    /// After `error`: true if the client now points at the slot's master (its connections to
+    /// the old node forgotten).
+    fn follow_blocking(&self, error: &Error) -> bool;
+}
+
+impl FollowTarget for Inner {
+    fn endpoint(&self) -> &Endpoint {
+        self
+    }
+
+    fn follow_blocking(&self, error: &Error) -> bool {
+        self.follow(error)
     }
 }
 
@@ -169,14 +179,14 @@ pub(crate) trait Target: Send + Sync {
 /// session's ttl to find one), or to the same server after its connection dropped (within the
 /// session's grace, when it has one).
 pub(crate) struct Follow {
-    pub(crate) inner: Arc<dyn Target>,
+    pub(crate) inner: Arc<dyn FollowTarget>,
     pub(crate) id: String,
     /// How long to keep trying: the ttl (a failover) or the grace (a dropped connection).
     pub(crate) ttl: Duration,
 }
 
 impl Follow {
-    /// Where the client's pool points now.
+    /// Where the client points now.
     fn address(&self) -> redis::ConnectionAddr {
         self.inner
             .endpoint()
@@ -210,7 +220,7 @@ impl Follow {
             match tried {
                 Ok(attached) => return Ok(attached),
                 Err(e) => {
-                    self.inner.follow(&e);
+                    self.inner.follow_blocking(&e);
                     if std::time::Instant::now() >= deadline || stopped.load(Ordering::Acquire) {
                         return Err(e);
                     }

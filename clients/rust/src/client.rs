@@ -59,6 +59,18 @@ pub(crate) struct Endpoint {
     pub(crate) durable: Option<Durable>,
     /// Whether the server can take durable grants, once asked (`INFO server`).
     pub(crate) durable_ok: std::sync::OnceLock<bool>,
+    /// The server is a cluster node (`for_key` made this client, or it answered `MOVED`):
+    /// `READONLY` and a role-change `UNBLOCKED` then mean "follow the failover".
+    pub(crate) cluster: std::sync::atomic::AtomicBool,
+}
+
+/// Where a cluster node's client goes after an error that says its node gave up the slot.
+pub(crate) enum Next {
+    /// The node a `MOVED` named.
+    To(redis::Client),
+    /// The master the demoted node's `ROLE` names (an I/O step: the sync and the async client
+    /// each ask in their own way, and read the reply with [`Endpoint::master_in_role`]).
+    ByRole,
 }
 
 impl Endpoint {
@@ -71,6 +83,7 @@ impl Endpoint {
             io_timeout: DEFAULT_IO_TIMEOUT,
             durable: None,
             durable_ok: std::sync::OnceLock::new(),
+            cluster: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -82,6 +95,7 @@ impl Endpoint {
             io_timeout: io.max(Duration::from_millis(1)),
             durable: self.durable,
             durable_ok: std::sync::OnceLock::new(),
+            cluster: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -167,13 +181,90 @@ impl Endpoint {
     }
 }
 
-impl crate::bound::Target for Inner {
-    fn endpoint(&self) -> &Endpoint {
-        &self.endpoint
+impl Endpoint {
+    /// Whether this is a cluster node's endpoint ([`Client::for_key`], or it met `MOVED`).
+    pub(crate) fn is_cluster(&self) -> bool {
+        self.cluster.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    fn follow(&self, error: &Error) -> bool {
-        Inner::follow(self, error)
+    /// After `error`: whether it says this cluster node no longer serves the client's slot as
+    /// a master, and where to go (issue 34). `MOVED` names that node; `READONLY` (a replica
+    /// now: a session's `OPEN` names no key to redirect by) and a waiter's `UNBLOCKED ...
+    /// (master -> replica?)` are followed to the master the node's `ROLE` names. The command
+    /// did not run in any of these cases, so it may be sent again. A node that is gone
+    /// (`kill -9`) is not followed: nothing here knows the other nodes.
+    pub(crate) fn follow_plan(&self, error: &Error) -> Option<Next> {
+        let Error::Server(e) = error else {
+            return None;
+        };
+        if e.kind() == redis::ErrorKind::Moved {
+            self.cluster
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+            return self
+                .redirected(e)
+                .ok()
+                .map(|endpoint| Next::To(endpoint.redis()));
+        }
+        (self.is_cluster() && demoted(e)).then_some(Next::ByRole)
+    }
+
+    /// Point this endpoint at `next` (a failover followed).
+    pub(crate) fn repoint(&self, next: redis::Client) {
+        *self.redis.write().unwrap_or_else(PoisonError::into_inner) = next;
+    }
+
+    /// [`Endpoint::follow_plan`] carried out with blocking I/O (`ROLE` on a sync connection):
+    /// true if the endpoint now points at the slot's master. For the sync client, and for a
+    /// bound session's thread in both APIs.
+    pub(crate) fn follow_blocking(&self, error: &Error) -> bool {
+        let next = match self.follow_plan(error) {
+            None => return false,
+            Some(Next::To(next)) => Ok(next),
+            Some(Next::ByRole) => self.master_by_role(),
+        };
+        match next {
+            Ok(next) => {
+                self.repoint(next);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// The master this node replicates now (`ROLE` answers `slave host port ...`).
+    fn master_by_role(&self) -> Result<redis::Client, Error> {
+        let mut conn = self.connect(self.connect_timeout)?;
+        conn.set_read_timeout(Some(self.io_timeout))
+            .map_err(Error::from_redis)?;
+        let role: Vec<redis::Value> = redis::cmd("ROLE")
+            .query(&mut conn)
+            .map_err(Error::from_redis)?;
+        self.master_in_role(&role)
+    }
+
+    /// The master a replica's `ROLE` reply (`slave host port ...`) names, with this endpoint's
+    /// credentials, database and TLS settings.
+    pub(crate) fn master_in_role(&self, role: &[redis::Value]) -> Result<redis::Client, Error> {
+        let text = |v: &redis::Value| match v {
+            redis::Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+            redis::Value::SimpleString(s) => Some(s.clone()),
+            redis::Value::Int(n) => Some(n.to_string()),
+            _ => None,
+        };
+        let words: Vec<Option<String>> = role.iter().take(3).map(text).collect();
+        match words.as_slice() {
+            [Some(kind), Some(host), Some(port)] if kind == "slave" => {
+                let port = port.parse().map_err(|_| Error::UnexpectedReply {
+                    command: "ROLE",
+                    reply: format!("{role:?}"),
+                })?;
+                self.at(host, port)
+            }
+            _ => Err(Error::UnexpectedReply {
+                command: "ROLE",
+                reply: format!("{role:?}"),
+            }),
+        }
     }
 }
 
@@ -185,13 +276,10 @@ pub(crate) struct Inner {
     idle: Mutex<Vec<Connection>>,
     /// The change feed's connections and thread, started by the first watch.
     pub(crate) feed: std::sync::OnceLock<Arc<Subscriber>>,
-    /// The server is a cluster node ([`Client::for_key`] made this client, or it answered
-    /// `MOVED`): `READONLY` and a role-change `UNBLOCKED` then mean "follow the failover".
-    cluster: std::sync::atomic::AtomicBool,
 }
 
 /// How many failovers (redirects) one command follows before its error is returned.
-const MAX_FOLLOWS: usize = 5;
+pub(crate) const MAX_FOLLOWS: usize = 5;
 
 impl std::ops::Deref for Inner {
     type Target = Endpoint;
@@ -420,77 +508,20 @@ impl Inner {
             endpoint,
             idle: Mutex::new(Vec::new()),
             feed: std::sync::OnceLock::new(),
-            cluster: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
-    /// Whether this client is a cluster node's ([`Client::for_key`], or it met `MOVED`).
-    pub(crate) fn is_cluster(&self) -> bool {
-        self.cluster.load(std::sync::atomic::Ordering::Relaxed)
-    }
-
-    /// After `error`: whether it says this cluster node no longer serves the client's slot as
-    /// a master, and the client now points at the node that does (issue 34). `MOVED` names
-    /// that node; `READONLY` (a replica now: a session's `OPEN` names no key to redirect by)
-    /// and a waiter's `UNBLOCKED ... (master -> replica?)` are followed to the master the node's
-    /// `ROLE` names. The command did not run in any of these cases, so it may be sent again.
-    /// A node that is gone (`kill -9`) is not followed: nothing here knows the other nodes.
+    /// After `error`: whether this cluster node's client now points at the slot's master
+    /// ([`Endpoint::follow_blocking`]); the pool of the old node's connections is emptied.
     pub(crate) fn follow(&self, error: &Error) -> bool {
-        use std::sync::atomic::Ordering::Relaxed;
-        let Error::Server(e) = error else {
+        if !self.endpoint.follow_blocking(error) {
             return false;
-        };
-        let next = if e.kind() == redis::ErrorKind::Moved {
-            self.cluster.store(true, Relaxed);
-            self.redirected(e).map(|endpoint| endpoint.redis())
-        } else if self.cluster.load(Relaxed) && demoted(e) {
-            self.master_by_role()
-        } else {
-            return false;
-        };
-        let Ok(next) = next else {
-            return false;
-        };
-        *self
-            .endpoint
-            .redis
-            .write()
-            .unwrap_or_else(PoisonError::into_inner) = next;
+        }
         self.idle
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clear();
         true
-    }
-
-    /// The master this node replicates now (`ROLE` answers `slave host port ...`).
-    fn master_by_role(&self) -> Result<redis::Client, Error> {
-        let mut conn = self.connect(self.connect_timeout)?;
-        conn.set_read_timeout(Some(self.io_timeout))
-            .map_err(Error::from_redis)?;
-        let role: Vec<redis::Value> = redis::cmd("ROLE")
-            .query(&mut conn)
-            .map_err(Error::from_redis)?;
-        let text = |v: &redis::Value| match v {
-            redis::Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
-            redis::Value::SimpleString(s) => Some(s.clone()),
-            redis::Value::Int(n) => Some(n.to_string()),
-            _ => None,
-        };
-        let words: Vec<Option<String>> = role.iter().take(3).map(text).collect();
-        match words.as_slice() {
-            [Some(kind), Some(host), Some(port)] if kind == "slave" => {
-                let port = port.parse().map_err(|_| Error::UnexpectedReply {
-                    command: "ROLE",
-                    reply: format!("{role:?}"),
-                })?;
-                self.at(host, port)
-            }
-            _ => Err(Error::UnexpectedReply {
-                command: "ROLE",
-                reply: format!("{role:?}"),
-            }),
-        }
     }
 
     /// Run `command` on a pooled (or new) connection whose read timeout is `read_timeout`.

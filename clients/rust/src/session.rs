@@ -467,7 +467,7 @@ impl SessionBuilder<Client> {
                 false => self.grace_period(),
             };
             let follow = within.map(|ttl| crate::bound::Follow {
-                inner: Arc::clone(&session.client.inner) as Arc<dyn crate::bound::Target>,
+                inner: Arc::clone(&session.client.inner) as Arc<dyn crate::bound::FollowTarget>,
                 id: state.id().to_string(),
                 ttl,
             });

@@ -3,6 +3,8 @@
 //! `MOVED` it gets there, or the demoted node's `ROLE`), so a session's keepalives, a watchdog's
 //! renewals and a queued waiter go on there, and a bound session is re-attached there. Holds kept with their tokens, no loss reported, the
 //! waiter granted without the caller sending again. Every wait is on observable state.
+//! The async client (`aio::Client::for_key`) does the same, in a test of its own on a cluster of
+//! its own.
 
 mod support;
 
@@ -11,7 +13,7 @@ use std::time::Duration;
 
 use redis::Value;
 use redis_lock_client::{Client, Session};
-use support::{cluster, ms, test_dir, wait_for, Server};
+use support::{cluster, eventually, ms, test_dir, wait_for, Server};
 
 const PATIENCE: Duration = Duration::from_secs(30);
 
@@ -192,4 +194,135 @@ fn a_planned_failover_keeps_sessions_renewals_and_waiters() {
     assert_eq!(session.close().unwrap(), Some(0));
     assert!(in_bound.release().unwrap());
     assert_eq!(bound.close().unwrap(), Some(0));
+}
+
+/// Whether `LOCK.SESSION INFO id` on `server` shows the session bound to a connection there.
+fn attached(server: &Server, id: &str) -> bool {
+    let reply: Value = redis::cmd("LOCK.SESSION")
+        .arg("INFO")
+        .arg(id)
+        .query(&mut server.conn())
+        .unwrap();
+    match reply {
+        Value::Array(items) => items
+            .chunks(2)
+            .any(|p| p[0] == Value::BulkString(b"bound".to_vec()) && p[1] != Value::Nil),
+        Value::Map(pairs) => pairs
+            .iter()
+            .any(|(k, v)| *k == Value::BulkString(b"bound".to_vec()) && *v != Value::Nil),
+        _ => false,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_async_client_follows_a_planned_failover() {
+    use redis_lock_client::aio;
+
+    let dir = test_dir("client-cluster-failover-async");
+    let nodes = tokio::task::spawn_blocking(move || cluster::start(3, 1, &dir))
+        .await
+        .unwrap();
+    let tag = "{fo-rust-async}";
+    let seed = aio::Client::open(&nodes[0].url()).unwrap();
+    let client = seed.for_key(tag).await.unwrap();
+    let old = nodes
+        .iter()
+        .find(|n| {
+            role(n) == "master" && {
+                let r: redis::RedisResult<Value> =
+                    redis::cmd("LOCK.FENCE").arg(tag).query(&mut n.conn());
+                r.is_ok()
+            }
+        })
+        .expect("the tag's master");
+    let new = nodes
+        .iter()
+        .find(|n| master_of(n) == Some(old.port()))
+        .expect("its replica");
+
+    let session = aio::Session::builder(&client, ms(3_000))
+        .open()
+        .await
+        .unwrap();
+    let in_session = client
+        .with_session(&session)
+        .acquire(&format!("{tag}s"), Duration::ZERO)
+        .await
+        .unwrap()
+        .expect("granted");
+    let bound = aio::Session::builder(&client, ms(3_000))
+        .bound(true)
+        .open()
+        .await
+        .unwrap();
+    let in_bound = client
+        .with_session(&bound)
+        .acquire(&format!("{tag}b"), Duration::ZERO)
+        .await
+        .unwrap()
+        .expect("granted");
+    let dog = client
+        .acquire_with_watchdog(&format!("{tag}dog"), ms(3_000))
+        .await
+        .unwrap()
+        .expect("granted");
+    let holder = client
+        .acquire(&format!("{tag}busy"), ms(60_000))
+        .await
+        .unwrap()
+        .expect("granted");
+    let waiter = {
+        let client = client.clone();
+        let key = format!("{tag}busy");
+        tokio::spawn(async move { client.acquire_blocking(&key, ms(60_000), PATIENCE).await })
+    };
+    let busy = format!("{tag}busy");
+    eventually("the waiter queued", PATIENCE, || info(old, &busy).1 == 1).await;
+
+    let keepalives = new.calls("lock.session|keepalive");
+    let ok: Value = redis::cmd("CLUSTER")
+        .arg("FAILOVER")
+        .query(&mut new.conn())
+        .unwrap();
+    assert_eq!(ok, Value::Okay);
+    eventually("the replica promoted", PATIENCE, || role(new) == "master").await;
+    eventually("keepalives on the new master", PATIENCE, || {
+        new.calls("lock.session|keepalive") >= keepalives + 2
+    })
+    .await;
+    eventually("a renewal on the new master", PATIENCE, || {
+        new.calls("lock.extend") >= 1
+    })
+    .await;
+    eventually(
+        "the bound session attached on the new master",
+        PATIENCE,
+        || attached(new, bound.id()),
+    )
+    .await;
+    assert_eq!(info(new, in_bound.key()).0, vec![in_bound.token()]);
+    assert!(!bound.is_lost() && !in_bound.is_lost());
+    assert_eq!(info(new, in_session.key()).0, vec![in_session.token()]);
+    assert_eq!(info(new, dog.key()).0, vec![dog.token()]);
+    assert!(!session.is_lost() && !in_session.is_lost() && !dog.is_lost());
+
+    eventually(
+        "the waiter queued again on the new master",
+        PATIENCE,
+        || info(new, &busy).1 == 1,
+    )
+    .await;
+    assert!(holder.release().await.unwrap());
+    let granted = waiter.await.unwrap().unwrap().expect("the waiter granted");
+    assert_eq!(info(new, granted.key()).0, vec![granted.token()]);
+
+    assert!(granted.release().await.unwrap());
+    assert!(dog.release().await.unwrap());
+    assert!(in_session.release().await.unwrap());
+    assert_eq!(session.close().await.unwrap(), Some(0));
+    assert!(in_bound.release().await.unwrap());
+    assert_eq!(bound.close().await.unwrap(), Some(0));
+    tokio::task::spawn_blocking(move || drop(nodes))
+        .await
+        .unwrap();
 }

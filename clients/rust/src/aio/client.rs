@@ -15,7 +15,7 @@ use tokio::sync::oneshot;
 
 use super::guard::Guard;
 use super::session::Session;
-use crate::client::{Endpoint, MAX_IDLE};
+use crate::client::{Endpoint, Next, MAX_FOLLOWS, MAX_IDLE};
 use crate::command::{self, in_step, Command, Failure};
 use crate::error::Error;
 use crate::hold::{Acquisition, Durable, Settled, Target};
@@ -56,12 +56,6 @@ pub(crate) struct Inner {
     /// The change feed's connections and thread (the sync client's: a thread in both APIs),
     /// started by the first watch.
     pub(crate) feed: std::sync::OnceLock<Arc<crate::subscriber::Subscriber>>,
-}
-
-impl crate::bound::Target for Inner {
-    fn endpoint(&self) -> &Endpoint {
-        &self.endpoint
-    }
 }
 
 impl std::ops::Deref for Inner {
@@ -138,29 +132,31 @@ impl Client {
     }
 
     /// In a Redis Cluster: a client for the node that serves `key` (see
-    /// [`crate::Client::for_key`]), with connections of its own unless it is this one.
+    /// [`crate::Client::for_key`]), with connections of its own. Like the sync client's, it
+    /// follows a planned failover of its slot (issue 34): a command that meets `MOVED`,
+    /// `READONLY` or a waiter's role-change `UNBLOCKED` is sent again to the slot's master, so
+    /// sessions' keepalives, watchdogs' renewals and queued waiters go on there, and a bound
+    /// session re-attaches there.
     pub async fn for_key(&self, key: &str) -> Result<Client, Error> {
-        let fence = command::fence(key, 1);
+        // A client of its own for the node, even when it is this client's: following a
+        // failover (or this probe's `MOVED`) repoints a client's endpoint, and two keys'
+        // clients sharing one endpoint would drag each other to the wrong node.
         let inner = &self.inner;
-        match inner
-            .run(inner.io_timeout, inner.connect_timeout, &fence)
-            .await
-        {
-            Ok(_) => Ok(Client {
-                session: None,
-                ..self.clone()
-            }),
-            Err(Failure {
-                error: Error::Server(e),
-                ..
-            }) if e.kind() == redis::ErrorKind::Moved => {
-                let endpoint = inner.redirected(&e)?;
-                let mut client = Client::from_parts(endpoint, self.owner.clone(), None);
-                client.watch = self.watch;
-                Ok(client)
-            }
-            Err(failure) => Err(failure.error),
-        }
+        let endpoint = inner.with_timeouts(inner.connect_timeout, inner.io_timeout);
+        endpoint
+            .cluster
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        let mut client = Client::from_parts(endpoint, self.owner.clone(), None);
+        client.watch = self.watch;
+        let node = &client.inner;
+        node.run(
+            node.io_timeout,
+            node.connect_timeout,
+            &command::fence(key, 1),
+        )
+        .await
+        .map_err(|failure| failure.error)?;
+        Ok(client)
     }
 
     /// Try once to take the lock `key` for `ttl`, without waiting: `Ok(Some(guard))` granted,
@@ -318,7 +314,29 @@ impl Inner {
     /// reply the connection is forgotten (requests already on it finish or fail on their own),
     /// and the next command opens a new one. A shared connection found dead on first use (the
     /// server restarted, or closed it as idle) is replaced once.
+    ///
+    /// In a cluster, an error that says the node gave up the slot ([`Inner::follow`]) sends
+    /// the command again to the slot's master, as the sync client does.
     pub(crate) async fn run<T: 'static>(
+        &self,
+        timeout: Duration,
+        connect: Duration,
+        command: &Command<T>,
+    ) -> Result<T, Failure> {
+        let mut follows = 0;
+        loop {
+            let result = self.run_once(timeout, connect, command).await;
+            if let Err(failure) = &result {
+                if follows < MAX_FOLLOWS && self.follow(&failure.error).await {
+                    follows += 1;
+                    continue;
+                }
+            }
+            return result;
+        }
+    }
+
+    async fn run_once<T: 'static>(
         &self,
         timeout: Duration,
         connect: Duration,
@@ -370,6 +388,10 @@ impl Inner {
     /// [`Inner::run_blocking`], then, if `then` asks for one given the reply, a second command
     /// on the same connection (a `WAIT` counts only its own connection's writes), read within
     /// the timeout `then` gives with it.
+    ///
+    /// In a cluster a waiter whose node turned replica (`UNBLOCKED ... master -> replica`) or a
+    /// request that met `MOVED` is sent again to the slot's master ([`Inner::follow`]), unless
+    /// the caller stopped waiting.
     pub(crate) async fn run_blocking_then<T: 'static, U: 'static>(
         &self,
         timeout: Duration,
@@ -378,13 +400,36 @@ impl Inner {
         then: impl Fn(&T) -> Option<(Command<U>, Duration)>,
     ) -> (Result<T, Failure>, Option<Result<U, Error>>) {
         let mut abandoned = pin!(abandoned);
+        let mut follows = 0;
+        loop {
+            let (result, second, gave_up) = self
+                .run_blocking_then_once(timeout, command, abandoned.as_mut(), &then)
+                .await;
+            if let Err(failure) = &result {
+                if !gave_up && follows < MAX_FOLLOWS && self.follow(&failure.error).await {
+                    follows += 1;
+                    continue;
+                }
+            }
+            return (result, second);
+        }
+    }
+
+    /// One try of [`Inner::run_blocking_then`]; true with it if the caller stopped waiting.
+    async fn run_blocking_then_once<T: 'static, U: 'static>(
+        &self,
+        timeout: Duration,
+        command: &Command<T>,
+        mut abandoned: Pin<&mut impl Future<Output = ()>>,
+        then: &impl Fn(&T) -> Option<(Command<U>, Duration)>,
+    ) -> (Result<T, Failure>, Option<Result<U, Error>>, bool) {
         let pooled = lock(&self.idle).pop();
         let mut fresh = pooled.is_none();
         let mut waiter = match pooled {
             Some(waiter) => waiter,
             None => match self.open_waiter().await {
                 Ok(waiter) => waiter,
-                Err(e) => return (Err(Failure::unsent(e)), None),
+                Err(e) => return (Err(Failure::unsent(e)), None, false),
             },
         };
         loop {
@@ -393,7 +438,7 @@ impl Inner {
             let (reply, gave_up) = self.wait(&mut waiter, command, abandoned.as_mut()).await;
             let result = command.read(reply);
             if in_step(&result) {
-                let second = match result.as_ref().ok().and_then(&then) {
+                let second = match result.as_ref().ok().and_then(then) {
                     Some((next, timeout)) => {
                         waiter.conn.set_response_timeout(timeout);
                         Some(next.read(next.cmd.query_async(&mut waiter.conn).await))
@@ -406,18 +451,18 @@ impl Inner {
                         idle.push(waiter);
                     }
                 }
-                return (result.map_err(Failure::sent), second);
+                return (result.map_err(Failure::sent), second, gave_up);
             }
             match result {
                 // A pooled connection found dead on first use: once more on a new one.
                 Err(Error::Connection(e)) if e.is_connection_dropped() && !fresh && !gave_up => {
                     waiter = match self.open_waiter().await {
                         Ok(waiter) => waiter,
-                        Err(e) => return (Err(Failure::unsent(e)), None),
+                        Err(e) => return (Err(Failure::unsent(e)), None, false),
                     };
                     fresh = true;
                 }
-                result => return (result.map_err(Failure::sent), None),
+                result => return (result.map_err(Failure::sent), None, gave_up),
             }
         }
     }
@@ -451,6 +496,40 @@ impl Inner {
         }
     }
 
+    /// After `error`: whether this cluster node's client now points at the slot's master
+    /// ([`Endpoint::follow_plan`]; the demoted node's `ROLE` asked here without blocking the
+    /// runtime). The old node's connections are forgotten: requests already on them finish
+    /// or fail on their own.
+    pub(crate) async fn follow(&self, error: &Error) -> bool {
+        let next = match self.follow_plan(error) {
+            None => return false,
+            Some(Next::To(next)) => next,
+            Some(Next::ByRole) => match self.master_by_role().await {
+                Ok(next) => next,
+                Err(_) => return false,
+            },
+        };
+        self.repoint(next);
+        self.forget_connections();
+        true
+    }
+
+    fn forget_connections(&self) {
+        *lock(&self.shared) = None;
+        lock(&self.idle).clear();
+    }
+
+    /// The master this (demoted) node replicates now, from its `ROLE`.
+    async fn master_by_role(&self) -> Result<redis::Client, Error> {
+        let mut conn = self.connect(self.connect_timeout).await?;
+        conn.set_response_timeout(self.io_timeout);
+        let role: Vec<Value> = redis::cmd("ROLE")
+            .query_async(&mut conn)
+            .await
+            .map_err(Error::from_redis)?;
+        self.master_in_role(&role)
+    }
+
     /// A new connection for blocking acquires, with its client id (`None` if the server does
     /// not tell it, e.g. an ACL forbids `CLIENT ID`: a cancelled wait then stays in the queue
     /// until it ends). Asking the id is part of opening it, bounded by the connect timeout.
@@ -480,6 +559,21 @@ impl Inner {
             .get_multiplexed_async_connection_with_config(&config)
             .await
             .map_err(Error::from_redis)
+    }
+}
+
+impl crate::bound::FollowTarget for Inner {
+    fn endpoint(&self) -> &Endpoint {
+        self
+    }
+
+    /// From a bound session's thread (not the runtime): `ROLE` on a sync connection.
+    fn follow_blocking(&self, error: &Error) -> bool {
+        if !self.endpoint.follow_blocking(error) {
+            return false;
+        }
+        self.forget_connections();
+        true
     }
 }
 

@@ -163,9 +163,15 @@ impl SessionBuilder<Client> {
                     None => LossReason::SessionEnded,
                 })
             };
-            // A session with a grace re-attaches after its connection dropped, within it.
-            let follow = self.grace_period().map(|ttl| crate::bound::Follow {
-                inner: Arc::clone(&session.client.inner) as Arc<dyn crate::bound::Target>,
+            // A cluster node's client follows a failover: re-attach on the slot's new master.
+            // A session with a grace re-attaches after its connection dropped, within the
+            // grace (the server ends it then).
+            let within = match session.client.inner.is_cluster() {
+                true => Some(Duration::from_millis(ttl_ms)),
+                false => self.grace_period(),
+            };
+            let follow = within.map(|ttl| crate::bound::Follow {
+                inner: Arc::clone(&session.client.inner) as Arc<dyn crate::bound::FollowTarget>,
                 id: state.id().to_string(),
                 ttl,
             });
