@@ -154,21 +154,12 @@ pub fn session<'a>(args: &[&'a [u8]]) -> Result<Session<'a>> {
         }
     } else if is(b"RESTORE") {
         // The grace is last and optional: a stream or file from before `GRACE` has none.
-        let (id, serial, ttl, deadline, lock_delay, bound, user, grace) = match rest {
-            [id, serial, ttl, deadline, lock_delay, bound, user] => {
-                (id, serial, ttl, deadline, lock_delay, bound, user, None)
-            }
-            [id, serial, ttl, deadline, lock_delay, bound, user, grace] => (
-                id,
-                serial,
-                ttl,
-                deadline,
-                lock_delay,
-                bound,
-                user,
-                Some(grace),
-            ),
-            _ => return Err(Error::WrongArity),
+        let (fields, grace) = match rest {
+            [fields @ .., grace] if fields.len() == 7 => (fields, Some(grace)),
+            fields => (fields, None),
+        };
+        let [id, serial, ttl, deadline, lock_delay, bound, user] = fields else {
+            return Err(Error::WrongArity);
         };
         let number = |a: &[u8]| {
             integer(a)
