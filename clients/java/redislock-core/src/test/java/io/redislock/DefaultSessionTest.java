@@ -61,9 +61,7 @@ class DefaultSessionTest {
 
   /** The session serial LOCK.INFO shows on {@code key}'s first holder (null: a hold in no session). */
   static Long holderSession(LockClient client, String key) {
-    Map<String, Object> info = LockInfo.fields(client.call(key, client.args(Cmd.INFO).key(key)));
-    Map<String, Object> holder = LockInfo.fields(((List<?>) info.get("holders")).get(0));
-    return (Long) holder.get("session");
+    return client.info(key).holders().get(0).session();
   }
 
   /** The serials of every session on the server (LOCK.SESSION LIST, as an administrator). */
