@@ -20,8 +20,10 @@ import redis.clients.jedis.JedisShardedPubSub;
  * it waits in the key's FIFO queue, one command, and leads once granted. The owner is the
  * candidate's <em>value</em> (an address, an id: keep values unique); the <em>term</em> is the
  * grant's fencing token, larger for every new leader, so a deposed leader's fenced writes are
- * refused. A leadership is a {@link Lock} with a watchdog, or with {@link Options#session} a
- * hold of the session (a bound session ends the moment the leader's process dies).
+ * refused. A leadership is a {@link Lock} with a watchdog held in the client's default session
+ * (the leader's process dies: the next candidate leads the default grace later, not at the
+ * ttl), or with {@link Options#session} a hold of that session, or with
+ * {@link Options#noSession()} a ttl-only hold renewed by its watchdog.
  *
  * <p>{@link #leader()} reads LOCK.INFO. {@link #observe()} follows the key's change feed; every
  * message is only a claim (anyone allowed to SPUBLISH can forge one), so each makes the observer
@@ -29,13 +31,14 @@ import redis.clients.jedis.JedisShardedPubSub;
  * and only when that differs from what it reported last.
  */
 public final class Election {
-  /** A leadership's hold time without a session (renewed by its watchdog every third). */
+  /** A leadership's hold time without a session of its own (renewed by its watchdog every third). */
   public static final Duration DEFAULT_TTL = Duration.ofSeconds(10);
 
   /** Settings: {@code Election.options().session(s)}. */
   public static final class Options {
     Duration ttl;
     Session session;
+    boolean noSession;
     Duration watchdogPeriod;
 
     /** How long a leadership lasts unless renewed (default 10 s; with a session, 0: none). */
@@ -44,10 +47,19 @@ public final class Election {
       return this;
     }
 
-    /** Hold leaderships in this session (bound: takeover within ms of the leader's death). */
+    /**
+     * Hold leaderships in this session (bound: takeover within ms of the leader's death);
+     * {@code session(null)} is {@link #noSession()}.
+     */
     public Options session(Session session) {
       this.session = session;
+      this.noSession = session == null;
       return this;
+    }
+
+    /** Leaderships held by their ttl and watchdog alone, not in the client's default session. */
+    public Options noSession() {
+      return session(null);
     }
 
     public Options watchdogPeriod(Duration period) {
@@ -99,6 +111,9 @@ public final class Election {
       o.session(options.session);
       ttl = options.ttl != null ? options.ttl : Duration.ZERO;
     } else {
+      if (options.noSession) {
+        o.noSession();
+      }
       o.watchdog(true).watchdogPeriod(options.watchdogPeriod);
       ttl = options.ttl != null ? options.ttl : DEFAULT_TTL;
     }

@@ -33,6 +33,14 @@ import redis.clients.jedis.exceptions.JedisDataException;
  * closes that connection; the server drops a disconnected waiter, and a grant that raced the
  * interrupt is released, so nothing is left held.
  *
+ * <p><b>The default session</b>: a lock made without {@link Options#session} (and without
+ * {@link Options#lockDelay}) holds in its client's default session ({@link LockClient}): it sends
+ * {@code LOCK.ACQUIRE name owner ttl SESSION id}, so the hold keeps its own ttl as its deadline
+ * (the watchdog, {@link #extend()} and {@code durable} work as ever) and also ends the grace
+ * ({@link LockClient#DEFAULT_GRACE}) after the server saw this process's connection close: a
+ * killed holder's lock is handed on within a second, not at its ttl. {@link Options#noSession()}
+ * keeps the ttl-only hold.
+ *
  * <p><b>Lifetime</b>: a hold lasts {@code ttl} from its grant. {@link #extend()} moves the
  * deadline; the watchdog ({@link Options#watchdog}) extends every third of the ttl; a loss (an
  * extend answered 0 or failed, the deadline passed, the session was lost, or the change feed
@@ -49,6 +57,8 @@ public class Lock implements java.util.concurrent.locks.Lock {
     Duration watchdogPeriod;
     BiConsumer<Lock, LockLostException> onLost;
     Session session;
+    /** noSession(): no session at all, not even the client's default one. */
+    boolean noSession;
     Duration lockDelay;
     int durable;
     Duration durableTimeout = Duration.ofSeconds(1);
@@ -77,13 +87,29 @@ public class Lock implements java.util.concurrent.locks.Lock {
       return this;
     }
 
-    /** Hold the lock in {@code session} ({@code SESSION id}): it ends when the session does. */
+    /**
+     * Hold the lock in {@code session} ({@code SESSION id}): it ends when the session does.
+     * {@code session(null)} is {@link #noSession()}.
+     */
     public Options session(Session session) {
       this.session = session;
+      this.noSession = session == null;
       return this;
     }
 
-    /** LOCKDELAY: after the hold expires, nobody gets the lock for this long (0 to 60 s). */
+    /**
+     * Hold by the ttl alone, in no session, not even the client's default one: the hold outlives
+     * this process until its ttl (or a release) ends it, as before the default session.
+     */
+    public Options noSession() {
+      return session(null);
+    }
+
+    /**
+     * LOCKDELAY: after the hold expires, nobody gets the lock for this long (0 to 60 s). Such a
+     * lock joins no default session: a hold in a session has its session's lock-delay, one for
+     * all its holds, never one of its own, so it holds by its ttl alone.
+     */
     public Options lockDelay(Duration delay) {
       this.lockDelay = delay;
       return this;
@@ -113,6 +139,7 @@ public class Lock implements java.util.concurrent.locks.Lock {
       o.watchdogPeriod = watchdogPeriod;
       o.onLost = onLost;
       o.session = session;
+      o.noSession = noSession;
       o.lockDelay = lockDelay;
       o.durable = durable;
       o.durableTimeout = durableTimeout;
@@ -137,6 +164,10 @@ public class Lock implements java.util.concurrent.locks.Lock {
   private final Object state = new Object();
   private ScheduledFuture<?> watchdogTask;
   private ScheduledFuture<?> deadlineTask;
+  /** True for a lock in its client's default session (no session given, no noSession, no lockDelay). */
+  final boolean joinsDefault;
+  /** The session of the current (or last) hold: the one given, the default one, or null. */
+  volatile Session session;
   /** The feed watching this hold (with onLost), or null. */
   private volatile Feed feed;
 
@@ -149,6 +180,8 @@ public class Lock implements java.util.concurrent.locks.Lock {
       throw new IllegalArgumentException("owner must not be empty");
     }
     boolean inSession = options.session != null;
+    this.session = options.session;
+    this.joinsDefault = !inSession && !options.noSession && options.lockDelay == null;
     this.ttlMs = ttl.toMillis();
     if (ttlMs < 0 || (ttlMs == 0 && !inSession)) {
       throw new IllegalArgumentException("ttl must be a positive number of milliseconds (0 only in a session), got " + ttl);
@@ -192,8 +225,9 @@ public class Lock implements java.util.concurrent.locks.Lock {
   }
 
   void sessionArgs(CommandArguments args) {
-    if (options.session != null) {
-      args.add("SESSION").add(options.session.usableId());
+    Session s = session;
+    if (s != null) {
+      args.add("SESSION").add(s.usableId());
     }
   }
 
@@ -255,6 +289,14 @@ public class Lock implements java.util.concurrent.locks.Lock {
     return Duration.ofMillis(ttlMs);
   }
 
+  /**
+   * The session of the current (or last) hold: the one given in the options, the client's
+   * default session once acquired in it, or null (noSession, lockDelay, not acquired yet).
+   */
+  public Session session() {
+    return session;
+  }
+
   /** True once the current hold was found lost. */
   public boolean isLost() {
     return lostReason != null;
@@ -281,7 +323,7 @@ public class Lock implements java.util.concurrent.locks.Lock {
     }
     long waitMs = timeout == null ? -1 : Math.max(0, timeout.toMillis());
     if (!client.followsFailover()) {
-      return attempt(waitMs);
+      return inDefaultSession(waitMs);
     }
     // Sentinel or a Cluster shard's failover: a wait queued on a primary that was demoted is
     // answered with an error there (UNBLOCKED, READONLY, MOVED, or its connection closed):
@@ -293,7 +335,7 @@ public class Lock implements java.util.concurrent.locks.Lock {
     while (true) {
       long left = waitMs < 0 ? -1 : Math.max(0, TimeUnit.NANOSECONDS.toMillis(end - System.nanoTime()));
       try {
-        return attempt(left);
+        return inDefaultSession(left);
       } catch (JedisConnectionException | JedisDataException e) {
         boolean outOfTime = waitMs > 0 && System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(pause) >= end;
         if (!failoverError(e) || waitMs == 0 || outOfTime) {
@@ -313,6 +355,36 @@ public class Lock implements java.util.concurrent.locks.Lock {
     }
     String m = String.valueOf(e.getMessage());
     return m.startsWith("UNBLOCKED") || m.startsWith("READONLY") || m.startsWith("MOVED") || m.startsWith("CLUSTERDOWN");
+  }
+
+  /**
+   * {@link #attempt}, in the client's default session if this lock joins it: an acquire that
+   * meets that session's end ({@code ERR no such session}, or a waiter answered {@code ERR the
+   * session ended while the client waited}) tries again in a new default session, at the back
+   * of the queue, within what is left of {@code waitMs}.
+   */
+  private boolean inDefaultSession(long waitMs) throws InterruptedException {
+    if (!joinsDefault) {
+      return attempt(waitMs);
+    }
+    long end = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(Math.max(0, waitMs));
+    for (int i = 1; ; i++) {
+      Session s = session;
+      if (token == 0 || s == null || !s.usable()) {
+        s = client.defaultSession(keys().get(0));
+        session = s;
+      }
+      long left = waitMs <= 0 ? waitMs : Math.max(1, TimeUnit.NANOSECONDS.toMillis(end - System.nanoTime()));
+      try {
+        return attempt(left);
+      } catch (JedisDataException e) {
+        if (!LockClient.sessionGone(e) || i == LockClient.DEFAULT_SESSION_ATTEMPTS) {
+          throw e;
+        }
+        client.retireDefault(s);
+        session = null;
+      }
+    }
   }
 
   /** One acquire: one try, then (waitMs != 0) one BLOCK wait of waitMs (-1: no limit). */
@@ -442,8 +514,9 @@ public class Lock implements java.util.concurrent.locks.Lock {
         watchdogTask = client.scheduler().scheduleWithFixedDelay(this::renew, period, period, TimeUnit.MILLISECONDS);
       }
     }
-    if (options.session != null && options.session.hold(this)) {
-      lose("session lost: " + options.session.lostReason());
+    Session s = session;
+    if (s != null && s.hold(this)) {
+      lose("session lost: " + s.lostReason());
       return;
     }
     if (options.onLost != null && options.feed) {
@@ -536,8 +609,9 @@ public class Lock implements java.util.concurrent.locks.Lock {
     }
     stopTimers();
     unwatch();
-    if (options.session != null) {
-      options.session.forget(this);
+    Session s = session;
+    if (s != null) {
+      s.forget(this);
     }
     LockLostException error = new LockLostException("lost " + name + ": " + reason, reason);
     if (options.onLost != null) {
@@ -562,8 +636,9 @@ public class Lock implements java.util.concurrent.locks.Lock {
   public boolean release() {
     stopTimers();
     unwatch();
-    if (options.session != null) {
-      options.session.forget(this);
+    Session s = session;
+    if (s != null) {
+      s.forget(this);
     }
     forget();
     return released(client.call(keys().get(0), releaseArgs()));

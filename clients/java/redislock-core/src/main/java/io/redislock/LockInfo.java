@@ -19,8 +19,12 @@ import java.util.Map;
  */
 public record LockInfo(String owner, long token, long ttl, long waiters, String mode, Long limit, List<Holder> holders) {
 
-  /** One holder: its owner, token and ms to its deadline (-1: a session hold with none). */
-  public record Holder(String owner, long token, long ttl) {}
+  /**
+   * One holder: its owner, token, ms to its deadline (-1: a session hold with none), and the
+   * serial of its session (as {@link Session#serial()} and {@code LOCK.SESSION LIST} show it;
+   * null for a hold in no session).
+   */
+  public record Holder(String owner, long token, long ttl, Long session) {}
 
   /** LOCK.INFO's reply (decoded), or null for nil. */
   static LockInfo parse(Object reply) {
@@ -33,7 +37,7 @@ public record LockInfo(String owner, long token, long ttl, long waiters, String 
     if (hs instanceof List<?>) {
       for (Object h : (List<?>) hs) {
         Map<String, Object> hf = fields(h);
-        holders.add(new Holder((String) hf.get("owner"), (Long) hf.get("token"), (Long) hf.get("ttl")));
+        holders.add(new Holder((String) hf.get("owner"), (Long) hf.get("token"), (Long) hf.get("ttl"), (Long) hf.get("session")));
       }
     }
     Object token = f.get("token");

@@ -24,9 +24,17 @@ import redis.clients.jedis.exceptions.JedisDataException;
  * session the moment that connection closes, so a holder process that dies (crash,
  * {@code kill -9}) hands its locks on at once, not at a ttl.
  *
+ * <p>{@link Options#grace}: a bound session opened {@code BOUND GRACE ms}. When its connection
+ * drops while this process lives ({@code CLIENT KILL}, a proxy or the network closing it) the
+ * server keeps the session that long, <em>detached</em>; the watching thread sees the close at
+ * once and binds the session to a new connection ({@code LOCK.SESSION ATTACH}), so every hold
+ * keeps its token. A killed process's holds are handed on the grace after its connection closed.
+ * The client's default session ({@link LockClient#DEFAULT_GRACE}) is one of these.
+ *
  * <p>A loss is reported once ({@link #lostReason()}, {@link Options#onLost}, and each hold as
  * {@code "session lost: <reason>"}): {@code "ended"} (KEEPALIVE answered nil),
- * {@code "keepalive failed: ..."}, {@code "connection lost: ..."} (bound). No re-ATTACH.
+ * {@code "keepalive failed: ..."}, {@code "connection lost: ..."} (bound, without a grace, or
+ * no re-ATTACH landed within it), {@code "grace ran out: ..."} (ATTACH answered nil).
  */
 public final class Session implements AutoCloseable {
   /** Settings of a session: {@code Session.options().bound(true)...}. */
@@ -36,6 +44,7 @@ public final class Session implements AutoCloseable {
     String key;
     Consumer<Session> onLost;
     Duration keepalivePeriod;
+    Duration grace;
 
     /** End the session the moment its connection closes (its holder died). */
     public Options bound(boolean bound) {
@@ -65,6 +74,16 @@ public final class Session implements AutoCloseable {
       this.keepalivePeriod = period;
       return this;
     }
+
+    /**
+     * With {@link #bound}: {@code GRACE ms}, how long the server keeps the session after its
+     * connection drops, for this client to re-{@code ATTACH} it on a new connection (0 to 60 s,
+     * at most the ttl; null or 0: none, a dropped connection ends the session).
+     */
+    public Options grace(Duration grace) {
+      this.grace = grace;
+      return this;
+    }
   }
 
   public static Options options() {
@@ -79,8 +98,10 @@ public final class Session implements AutoCloseable {
   private volatile Long serial;
   private volatile boolean closed;
   private volatile String lostReason;
-  private Connection conn;
+  private volatile Connection conn;
   private ScheduledFuture<?> keepalive;
+  /** How many times a dropped bound connection was replaced by a re-ATTACH. */
+  private volatile int reattached;
   /** When a keepalive (or OPEN) was last answered: a failover's retries end a ttl after it. */
   private volatile long lastKept;
 
@@ -97,6 +118,23 @@ public final class Session implements AutoCloseable {
     if (options.keepalivePeriod != null && options.keepalivePeriod.toMillis() >= ttlMs) {
       throw new IllegalArgumentException("keepalivePeriod must be shorter than the ttl");
     }
+    if (graceMs() > 0 && !options.bound) {
+      throw new IllegalArgumentException("a grace needs a bound session (only a bound session outlives its connection)");
+    }
+  }
+
+  private long graceMs() {
+    return options.grace == null ? 0 : options.grace.toMillis();
+  }
+
+  /** The grace ({@code GRACE ms}) the session was opened with; zero without one. */
+  public Duration grace() {
+    return Duration.ofMillis(graceMs());
+  }
+
+  /** How many times this bound session was re-{@code ATTACH}ed on a new connection after a drop. */
+  public int reattachCount() {
+    return reattached;
   }
 
   /** The session id ({@code {tag}} and 32 hex digits), null before open(). A secret. */
@@ -129,6 +167,9 @@ public final class Session implements AutoCloseable {
     CommandArguments args = client.args(Cmd.SESSION).add("OPEN").add(ttlMs);
     if (options.bound) {
       args.add("BOUND");
+      if (graceMs() > 0) {
+        args.add("GRACE").add(graceMs());
+      }
     }
     if (options.lockDelay != null) {
       args.add("LOCKDELAY").add(options.lockDelay.toMillis());
@@ -154,9 +195,7 @@ public final class Session implements AutoCloseable {
         throw e;
       }
       conn = c;
-      Thread watcher = new Thread(this::watchConnection, "redislock-session-watch");
-      watcher.setDaemon(true);
-      watcher.start();
+      watch(c);
     } else if (client.isCluster()) {
       // OPEN has no key: send it to the node of the key the session will lock
       try (Connection c = client.dedicated(options.key)) {
@@ -194,16 +233,84 @@ public final class Session implements AutoCloseable {
     }
   }
 
+  private void watch(Connection c) {
+    Thread watcher = new Thread(() -> watchConnection(c), "redislock-session-watch");
+    watcher.setDaemon(true);
+    watcher.start();
+  }
+
   /** The bound connection carries nothing after OPEN: a read returns only when it closes. */
-  private void watchConnection() {
-    Connection c = conn;
+  private void watchConnection(Connection c) {
+    String why;
     try {
       c.setTimeoutInfinite();
       c.getOne();
-      lose("connection lost: unexpected reply on the bound connection");
+      why = "unexpected reply on the bound connection";
     } catch (RuntimeException e) {
-      lose("connection lost: " + e.getMessage());
+      why = String.valueOf(e.getMessage());
     }
+    if (graceMs() > 0 && !closed && lostReason == null) {
+      reattach(why);
+    } else {
+      lose("connection lost: " + why);
+    }
+  }
+
+  /**
+   * The bound connection dropped and the server keeps the session its grace: bind it to a new
+   * connection ({@code LOCK.SESSION ATTACH id}) before the grace ends. Tried again every 10 ms
+   * while the server still lists the old connection (it may not have seen the close yet) or no
+   * connection can be made; lost when ATTACH answers nil (the grace ran out) or the time is up.
+   * The time is the grace from now (the drop was seen at once), or for a client that follows
+   * failovers the session's ttl from its last keepalive (a promoted replica keeps the session,
+   * unbound, that long).
+   */
+  private void reattach(String why) {
+    long deadline = client.followsFailover()
+        ? lastKept + TimeUnit.MILLISECONDS.toNanos(ttlMs)
+        : System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(graceMs());
+    String last = why;
+    while (!closed && lostReason == null) {
+      Connection c = null;
+      try {
+        c = client.dedicated(routeKey());
+        Object reply = LockClient.on(c, client.args(Cmd.SESSION).add("ATTACH").key(id));
+        if (reply == null) {
+          c.close();
+          lose("grace ran out: ATTACH answered nil after the connection was lost (" + why + ")");
+          return;
+        }
+        synchronized (this) {
+          if (closed || lostReason != null) {
+            c.close();
+            return;
+          }
+          conn = c;
+          reattached++;
+        }
+        if (serial != null) {
+          LockClient.setName(c, "redislock-session-" + serial);
+        }
+        lastKept = System.nanoTime();
+        watch(c);
+        return;
+      } catch (RuntimeException e) {
+        if (c != null) {
+          c.close();
+        }
+        last = String.valueOf(e.getMessage());
+      }
+      if (System.nanoTime() - deadline >= 0) {
+        break;
+      }
+      try {
+        Thread.sleep(10);
+      } catch (InterruptedException e) {
+        Thread.currentThread().interrupt();
+        break;
+      }
+    }
+    lose("connection lost: " + why + "; no ATTACH within the grace (" + last + ")");
   }
 
   private void keepalive() {
@@ -249,7 +356,12 @@ public final class Session implements AutoCloseable {
     return id;
   }
 
-  /** LOCK.SESSION INFO as a map (ttl, bound, lockdelay, holds), or null. */
+  /** True while acquires may join it: open, not closed, not lost. */
+  boolean usable() {
+    return id != null && !closed && lostReason == null;
+  }
+
+  /** LOCK.SESSION INFO as a map (bound, holds, lockdelay, ttl, serial, grace, detached), or null. */
   public Map<String, Object> info() {
     Object reply = client.call(routeKey(), client.args(Cmd.SESSION).add("INFO").key(usableIdOrOpen()));
     return reply == null ? null : LockInfo.fields(reply);
@@ -285,8 +397,9 @@ public final class Session implements AutoCloseable {
       }
       return (Long) client.call(routeKey(), client.args(Cmd.SESSION).add("CLOSE").key(id));
     } finally {
-      if (conn != null) {
-        conn.close();
+      Connection c = conn;
+      if (c != null) {
+        c.close();
       }
     }
   }
@@ -317,8 +430,9 @@ public final class Session implements AutoCloseable {
         keepalive.cancel(false);
       }
     }
-    if (conn != null) {
-      conn.close(); // the server ends a bound session it still had
+    Connection c = conn;
+    if (c != null) {
+      c.close(); // the server ends (or, with a grace, detaches) a bound session it still had
     }
     List<Lock> held = new ArrayList<>(holds);
     holds.clear();

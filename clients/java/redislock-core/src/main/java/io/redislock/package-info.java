@@ -11,7 +11,10 @@
  *       owned by the handle; {@link io.redislock.Semaphore}, {@link io.redislock.ReadWriteLock}
  *       and {@link io.redislock.MultiLock} change only the commands it sends.
  *   <li>{@link io.redislock.Session}: one lease for many holds; {@code BOUND} ends it when the
- *       holder's connection closes.
+ *       holder's connection closes ({@code GRACE}: unless a new connection re-ATTACHes it in
+ *       time). Every lock made without one joins its client's default session
+ *       ({@code LockClient.defaultSession}: one {@code BOUND GRACE 500} session per client and
+ *       node), so a killed holder's locks are handed on within a second.
  *   <li>{@link io.redislock.Election}: campaign, leader, resign, observe.
  *   <li>{@link io.redislock.Fence}: the fenced-write scripts. {@code Feed} (package-private): the
  *       change feed that reports losses at once. {@link io.redislock.LockInfo}: LOCK.INFO parsed.

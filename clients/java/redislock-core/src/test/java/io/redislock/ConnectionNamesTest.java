@@ -75,12 +75,14 @@ class ConnectionNamesTest {
         "redislock-feed-sub-" + feedId,
         "redislock-feed-watch-" + feedId,
         "redislock-session-" + serial,
+        // the waiter's lock has no session given: the client's default session, named alike
+        "redislock-session-" + other.session().serial(),
         "redislock-waiter"));
     Collections.sort(expected);
     assertTrue(blocked(list).contains(" name=redislock-waiter "), list);
     assertEquals(expected, names(list), list);
     for (String line : list.split("\n")) {
-      if (line.contains(" name=redislock-session-")) {
+      if (line.contains(" name=redislock-session-" + serial + " ")) {
         assertEquals(s.info().get("bound"), Long.parseLong(line.replaceAll("^id=(\\d+) .*$", "$1").trim()), line);
       }
     }

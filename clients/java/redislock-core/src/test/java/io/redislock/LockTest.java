@@ -257,7 +257,7 @@ class LockTest {
     assertTrue(a.tryLock());
     long t = a.token();
     Thread.sleep(1500); // time passing is the point: 2.5 ttls without a loss
-    assertFalse(lost.isDone());
+    assertFalse(lost.isDone(), () -> lost.join().reason());
     assertEquals(t, client.info(k).token());
     redis.del(k); // the next renewal answers 0
     assertEquals("not held", lost.get(10, TimeUnit.SECONDS).reason());

@@ -29,6 +29,14 @@ import net.javacrumbs.shedlock.core.SimpleLock;
  * <p>{@code lockAtMostFor} is the hold's ttl. {@code lockAtLeastFor}: {@code unlock()} before it
  * passed does not release; it sets the hold's deadline to {@code lockAtLeastUntil}
  * ({@code LOCK.EXTEND} with the time left), so nobody runs the task again before then.
+ *
+ * <p>Sessions: a run with no {@code lockAtLeastFor} holds in the client's default session (see
+ * {@link LockClient}), so a node that dies mid-run frees the task's lock the default grace after
+ * its connection closed, not at {@code lockAtMostFor}. A run with a {@code lockAtLeastFor} holds
+ * by its ttl alone ({@code Lock.options().noSession()}): that hold must outlive the run, and
+ * possibly the process (its {@code LockClient} closing releases every hold of the default
+ * session), and the server cannot move a hold out of a session; so there, as with ShedLock's own
+ * providers, a dead node's lock lasts until {@code lockAtMostFor}.
  */
 public class RedislockLockProvider implements ExtensibleLockProvider {
   private final LockClient client;
@@ -62,7 +70,11 @@ public class RedislockLockProvider implements ExtensibleLockProvider {
     if (atMost.toMillis() <= 0) {
       throw new IllegalArgumentException("lockAtMostFor must be at least 1 ms, got " + atMost);
     }
-    Lock lock = client.lock(prefix + config.getName(), atMost);
+    Lock.Options options = Lock.options();
+    if (!config.getLockAtLeastFor().isZero()) {
+      options.noSession(); // the lockAtLeastFor tail must outlive the run, even the process
+    }
+    Lock lock = client.lock(prefix + config.getName(), atMost, options);
     try {
       if (!lock.acquire(wait)) {
         return Optional.empty();

@@ -51,6 +51,26 @@ class RedislockLockProviderTest {
     return client.info("shedlock:" + name);
   }
 
+  /**
+   * A run without lockAtLeastFor holds in the client's default session (a node that dies
+   * mid-run frees it the grace after); one with lockAtLeastFor holds by its ttl alone, since
+   * that tail must outlive the run and the process.
+   */
+  @Test
+  void aRunWithoutLockAtLeastForIsInTheDefaultSessionOneWithItIsNot() {
+    String n = name();
+    SimpleLock lock = provider.lock(config(n, Duration.ofSeconds(30), Duration.ZERO)).orElseThrow();
+    assertEquals(client.defaultSessions().get(0).serial(), info(n).holders().get(0).session());
+    lock.unlock();
+    String m = name();
+    SimpleLock tail = provider.lock(config(m, Duration.ofSeconds(30), Duration.ofSeconds(20))).orElseThrow();
+    assertNull(info(m).holders().get(0).session());
+    tail.unlock();
+    client.closeDefaultSessions(); // as the LockClient's close() does: the tail is kept
+    long ttl = info(m).ttl();
+    assertTrue(ttl > 10_000 && ttl <= 20_000, "held for lockAtLeastFor: " + ttl);
+  }
+
   @Test
   void lockAndUnlock() {
     String n = name();

@@ -33,6 +33,10 @@ import org.springframework.integration.support.locks.RenewableLockRegistry;
  * <p>Each hold lasts {@code expireAfter} (default 60 s, as {@code RedisLockRegistry}) from its
  * grant; {@link #renewLock} extends it, or {@link #withWatchdog()} renews every third of it.
  * {@link #expireUnusedOlderThan} forgets unlocked locks not used for that long.
+ *
+ * <p>The holds are in the {@link LockClient}'s default session: a process that dies (crash,
+ * {@code kill -9}) frees its locks the default grace (500 ms) after the server saw its
+ * connection close, not at {@code expireAfter}; closing the {@code LockClient} releases them.
  */
 public class RedislockLockRegistry implements ExpirableLockRegistry, RenewableLockRegistry {
   /** RedisLockRegistry's default expireAfter. */

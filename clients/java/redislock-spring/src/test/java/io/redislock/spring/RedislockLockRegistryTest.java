@@ -37,6 +37,20 @@ class RedislockLockRegistryTest {
     return "k" + System.nanoTime();
   }
 
+  /** The registry's holds are in the client's default session: a dead process frees them fast. */
+  @Test
+  void holdsAreInTheClientsDefaultSession() throws Exception {
+    RedislockLockRegistry registry = new RedislockLockRegistry(clientA, "app");
+    String k = key();
+    Lock lock = registry.obtain(k);
+    lock.lock();
+    try {
+      assertEquals(clientA.defaultSessions().get(0).serial(), clientA.info(registry.keyOf(k)).holders().get(0).session());
+    } finally {
+      lock.unlock();
+    }
+  }
+
   @Test
   void obtainReturnsOneLockPerKeyReentrantForItsThread() throws Exception {
     RedislockLockRegistry registry = new RedislockLockRegistry(clientA, "app");
