@@ -130,8 +130,10 @@ fn paused_leader(child: &str) {
     support::send_signal(child.0.id(), "CONT");
     let lost = expect_line("lost ");
     println!("paused leader: told `{lost}` after SIGCONT");
+    // ExtendFailed: its watchdog's renewal, sent as it resumed, timed out (seen under make
+    // test-servers' load, CI run 37): a loss reported all the same.
     assert!(
-        ["Expired", "NotHeld", "Taken"]
+        ["Expired", "NotHeld", "Taken", "ExtendFailed"]
             .iter()
             .any(|r| lost.starts_with(r)),
         "{lost}"
