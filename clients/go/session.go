@@ -22,9 +22,10 @@ const DefaultSessionTTL = 10 * time.Second
 //
 // By default it is BOUND: opened on a connection of its own, which the server ends the session
 // with the moment it closes (the process died, the network dropped), so another process is
-// granted its locks at once. That connection carries only the keepalives; if a keepalive fails
-// the session counts as lost (no re-ATTACH: a session found again would not prove that each of
-// its holds survived).
+// granted its locks at once. That connection carries only the keepalives; when it drops, the
+// session is looked for again on a new connection (LOCK.SESSION ATTACH): with WithGrace the
+// server keeps it that long for this, without it the server has ended it and the session is
+// lost. Locks made from a Client (New) join the client's default session (DefaultSession).
 type Session struct {
 	client    redis.UniversalClient
 	key       string        // WithSessionKey: the key whose node serves the session (a cluster)
@@ -58,6 +59,7 @@ type sessionOptions struct {
 	lockDelay time.Duration
 	unbound   bool
 	key       string
+	grace     time.Duration
 }
 
 // WithSessionTTL sets how long the session lives without a keepalive (default 10 s).
@@ -70,6 +72,14 @@ func WithSessionTTL(ttl time.Duration) SessionOption {
 func WithSessionLockDelay(d time.Duration) SessionOption {
 	return func(o *sessionOptions) { o.lockDelay = d }
 }
+
+// WithGrace lets a BOUND session outlive its connection by d (LOCK.SESSION OPEN ... BOUND
+// GRACE ms; 0 to 60 s, at most the ttl): when the connection drops while the process lives (a
+// CLIENT KILL, a proxy or the network closing it) the server keeps the session detached for d,
+// and the keepalive, which sees the close within 50 ms, binds it to a new connection
+// (LOCK.SESSION ATTACH) with every hold. Without it (the default for NewSession) a dropped
+// connection ends the session at once. The client's default session has DefaultSessionGrace.
+func WithGrace(d time.Duration) SessionOption { return func(o *sessionOptions) { o.grace = d } }
 
 // WithUnbound opens a session that lives by its ttl alone (not BOUND to a connection).
 func WithUnbound() SessionOption { return func(o *sessionOptions) { o.unbound = true } }
@@ -101,6 +111,9 @@ func NewSession(ctx context.Context, client redis.UniversalClient, opts ...Sessi
 	args := []any{"LOCK.SESSION", "OPEN", ms(o.ttl)}
 	if s.bound {
 		args = append(args, "BOUND")
+		if o.grace > 0 {
+			args = append(args, "GRACE", ms(o.grace))
+		}
 		s.conn = s.node.Conn()
 	}
 	opened := time.Now()
@@ -212,6 +225,13 @@ func (s *Session) reason() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.why
+}
+
+// live: not ended and not being closed (a default session fit for new holds).
+func (s *Session) live() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err == nil && !s.closing
 }
 
 func (s *Session) usable() error {
@@ -433,6 +453,11 @@ type SessionInfo struct {
 	Bound     int64 // the bound client's id; 0: not bound
 	LockDelay time.Duration
 	Holds     int64
+	Serial    int64         // what LOCK.SESSION LIST and LOCK.INFO show for it
+	Grace     time.Duration // BOUND GRACE (0: none)
+	// Detached is how long a connection still has to ATTACH the session while it is detached
+	// (its bound connection closed, its grace running); -1 while it is not detached.
+	Detached time.Duration
 }
 
 // Info reads the session's state from the server; nil if the server has no such session. It
@@ -451,10 +476,17 @@ func (s *Session) Info(ctx context.Context) (*SessionInfo, error) {
 		return nil, err
 	}
 	f := fields(reply)
+	detached := -time.Millisecond
+	if d, ok := f["detached"]; ok && d != nil {
+		detached = time.Duration(toInt(d)) * time.Millisecond
+	}
 	return &SessionInfo{
 		TTL:       time.Duration(toInt(f["ttl"])) * time.Millisecond,
 		Bound:     toInt(f["bound"]),
 		LockDelay: time.Duration(toInt(f["lockdelay"])) * time.Millisecond,
 		Holds:     toInt(f["holds"]),
+		Serial:    toInt(f["serial"]),
+		Grace:     time.Duration(toInt(f["grace"])) * time.Millisecond,
+		Detached:  detached,
 	}, nil
 }
