@@ -324,6 +324,35 @@ func TestDefaultSessionOnePerClient(t *testing.T) {
 	}
 }
 
+// A go-redis client closed without redislock.Close: the default session's keepalive finds it
+// closed (within a keepalive period, 3.3 s) and closes the session, releasing its holds.
+func TestDefaultSessionClosedWithItsClient(t *testing.T) {
+	ctx := testserver.Ctx(t, 30*time.Second)
+	srv := testserver.New(t)
+	rdb := srv.Client(t)
+	own := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	m := redislock.NewMutex(redislock.New(own), "closed-with-rdb")
+	if err := m.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := infoLock(t, rdb, "lock_sessions"); n != 1 {
+		t.Fatalf("lock_sessions %d", n)
+	}
+	if err := own.Close(); err != nil {
+		t.Fatal(err)
+	}
+	testserver.Eventually(t, 10*time.Second, "the default session closed", func() bool {
+		return infoLock(t, rdb, "lock_sessions_closed") == 1
+	})
+	if fence(t, rdb, "closed-with-rdb") != 0 {
+		t.Fatal("held after its session was closed")
+	}
+	<-m.Done()
+	if !errors.Is(m.Err(), redislock.ErrSessionClosed) {
+		t.Fatalf("Err %v", m.Err())
+	}
+}
+
 // A CLIENT KILL of the default session's connection, the process alive: the keepalive
 // ATTACHes the session on a new connection within the grace, and every hold is kept with its
 // token.

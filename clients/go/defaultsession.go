@@ -38,9 +38,11 @@ import (
 //
 // go-redis clients have no close hook, so the sessions live in a registry keyed by the go-redis
 // client (a finalizer-free design): Close(ctx, rdb), or Client.Close of any Client made on rdb,
-// closes them (LOCK.SESSION CLOSE: every hold released at once, no lock-delay). A process that
-// exits without closing them ends them all the same: the server sees the connection close and
-// ends the session after the grace.
+// closes them (LOCK.SESSION CLOSE: every hold released at once, no lock-delay). A go-redis
+// client closed without it is found closed by the keepalive (a PING through rdb before each
+// keepalive, answered ErrClosed locally once it is closed), which closes them then: within a
+// keepalive period (3.3 s). A process that exits without closing them ends them all the same:
+// the server sees the connection close and ends the session after the grace.
 
 // DefaultSessionGrace is the default session's GRACE: how long the server keeps it after its
 // connection drops, for the keepalive to ATTACH it again; also how much longer than the close
@@ -110,14 +112,14 @@ func DefaultSession(ctx context.Context, rdb redis.UniversalClient, key string) 
 		}
 		delete(ds.byNode, node) // ended: its conns are closed; nothing left to close
 	}
-	opts := []SessionOption{WithSessionTTL(DefaultSessionTTL), WithSessionKey(key)}
+	opts := []SessionOption{WithSessionTTL(DefaultSessionTTL), WithSessionKey(key), withOwner(rdb)}
 	if !ds.noGrace[node] {
 		opts = append(opts, WithGrace(DefaultSessionGrace))
 	}
 	s, err := NewSession(ctx, rdb, opts...)
 	if err != nil && !ds.noGrace[node] && refusesGrace(err) {
 		ds.noGrace[node] = true
-		s, err = NewSession(ctx, rdb, opts[:2]...)
+		s, err = NewSession(ctx, rdb, opts[:3]...)
 	}
 	if err != nil {
 		return nil, err

@@ -36,6 +36,7 @@ type Session struct {
 	ttl       time.Duration
 	lockDelay time.Duration
 	bound     bool
+	owner     redis.UniversalClient // a default session's go-redis client; nil for NewSession's
 
 	done      chan struct{}
 	mu        sync.Mutex
@@ -60,6 +61,13 @@ type sessionOptions struct {
 	unbound   bool
 	key       string
 	grace     time.Duration
+	owner     redis.UniversalClient // a default session's go-redis client
+}
+
+// withOwner makes the session rdb's default session: its keepalive ends it (Close(ctx, rdb))
+// when it finds rdb closed.
+func withOwner(rdb redis.UniversalClient) SessionOption {
+	return func(o *sessionOptions) { o.owner = rdb }
 }
 
 // WithSessionTTL sets how long the session lives without a keepalive (default 10 s).
@@ -101,7 +109,7 @@ func NewSession(ctx context.Context, client redis.UniversalClient, opts ...Sessi
 	if _, ok := client.(*redis.ClusterClient); ok && o.key == "" {
 		return nil, invalid("a session in a cluster belongs to one node: name a key it will lock (WithSessionKey)")
 	}
-	s := &Session{client: client, key: o.key, ttl: o.ttl, lockDelay: o.lockDelay, bound: !o.unbound,
+	s := &Session{client: client, owner: o.owner, key: o.key, ttl: o.ttl, lockDelay: o.lockDelay, bound: !o.unbound,
 		done: make(chan struct{}), stop: make(chan struct{}), keepalive: make(chan struct{}), waits: &waits{}, feed: &feed{client: client}}
 	node, err := s.newNode(ctx)
 	if err != nil {
@@ -269,6 +277,10 @@ func (s *Session) keepAlive() {
 			continue
 		case <-t.C:
 		}
+		if s.ownerClosed() {
+			go s.closeWithOwner()
+			return
+		}
 		sent := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), period)
 		_, err := s.call(ctx, "LOCK.SESSION", "KEEPALIVE", s.id).Int64()
@@ -314,6 +326,10 @@ func (s *Session) follow(why string, cause error) bool {
 		case <-s.stop: // closed meanwhile: not a loss
 			return false
 		default:
+		}
+		if s.ownerClosed() {
+			s.end(why+"; its go-redis client was closed", redis.ErrClosed)
+			return false
 		}
 		if !time.Now().Before(deadline) {
 			s.end(why+"; no server took the session back within its ttl (last: "+cause.Error()+")", cause)
@@ -387,6 +403,26 @@ func (s *Session) rebind(ctx context.Context) (*redis.Client, *redis.Conn, error
 	}
 	s.nameAfterSerial(ctx, conn)
 	return node, conn, nil
+}
+
+// ownerClosed: a default session whose go-redis client was closed (go-redis has no close
+// hook: a PING through it answers ErrClosed without a round trip once it is closed).
+func (s *Session) ownerClosed() bool {
+	if s.owner == nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), followRetry)
+	defer cancel()
+	return errors.Is(s.owner.Ping(ctx).Err(), redis.ErrClosed)
+}
+
+// closeWithOwner closes the default sessions of a go-redis client found closed (from a
+// goroutine of its own: Close waits for the keepalive to return).
+func (s *Session) closeWithOwner() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_ = Close(ctx, s.owner)
+	_ = s.Close(ctx) // if it was no longer in the registry
 }
 
 // end records the session's loss once and closes Done().
