@@ -151,6 +151,14 @@ func (s *Session) newNode(ctx context.Context) (*redis.Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The user's ReadTimeout/WriteTimeout is for the user's commands: a shorter one would cut
+	// the session's own calls (an OPEN, a CLOSE with no deadline), and a cut call closes a bound
+	// session's connection. Its calls are bounded by their contexts, and by the ttl at most.
+	for _, t := range []*time.Duration{&o.ReadTimeout, &o.WriteTimeout} {
+		if *t > 0 && *t < s.ttl {
+			*t = s.ttl
+		}
+	}
 	if s.bound {
 		dial := o.Dialer
 		o.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
