@@ -67,6 +67,44 @@ func TestCluster(t *testing.T) {
 		}
 	})
 
+	t.Run("one default session per node", func(t *testing.T) {
+		// The locks above (keys on every node) joined the cluster client's default sessions:
+		// one per master, each on its own node.
+		var held []*redislock.Mutex
+		for i := 0; i < 12; i++ {
+			m := redislock.NewMutex(c, fmt.Sprintf("job:%d", i))
+			if err := m.Lock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			held = append(held, m)
+			node, _ := rdb.MasterForKey(ctx, m.Key())
+			s, err := redislock.DefaultSession(ctx, rdb, m.Key())
+			if err != nil {
+				t.Fatal(err)
+			}
+			info, _ := redislock.Inspect(ctx, rdb, m.Key())
+			if info == nil || info.Holders[0].SessionSerial != s.Serial() || len(sessionList(t, node)) != 1 {
+				t.Fatalf("%s: %+v, want a hold of that node's one default session %d", m.Key(), info, s.Serial())
+			}
+		}
+		if err := redislock.Close(ctx, rdb); err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range cl.Nodes {
+			node := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", n.Port)})
+			if got := len(sessionList(t, node)); got != 0 {
+				t.Fatalf("node %d: %d sessions after Close", n.Port, got)
+			}
+			_ = node.Close()
+		}
+		for _, m := range held {
+			<-m.Done()
+			if !errors.Is(m.Err(), redislock.ErrSessionClosed) {
+				t.Fatalf("%s: %v", m.Key(), m.Err())
+			}
+		}
+	})
+
 	t.Run("session, multi-key, election", func(t *testing.T) {
 		if _, err := redislock.NewSession(ctx, rdb); err == nil {
 			t.Fatal("a cluster session without WithSessionKey")

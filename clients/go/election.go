@@ -3,6 +3,8 @@ package redislock
 import (
 	"context"
 	"sync"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Leader is who leads an election: the value it campaigned with and its term (the grant's
@@ -13,22 +15,31 @@ type Leader struct {
 }
 
 // Election is leader election on one lock key, in a session (etcd's concurrency.Election
-// shape). A candidate campaigns with LOCK.ACQUIRE name value 0 SESSION id BLOCK: it waits in
-// the key's FIFO queue and leads once granted, until it resigns or its session ends (a bound
-// session ends the moment the leader's process dies, and the next candidate leads at once).
+// shape). A candidate campaigns with LOCK.ACQUIRE name value ttl SESSION id BLOCK (ttl 0 in an
+// explicit Session): it waits in the key's FIFO queue and leads once granted, until it resigns
+// or its session ends (a bound session ends the moment the leader's process dies, plus its
+// grace, and the next candidate leads).
 //
 // There is no Proclaim: the value is the hold's owner, which the server does not let a holder
 // change; resign and campaign again to publish another value.
 type Election struct {
-	s    *Session
+	s    Scope
 	name string
 
 	mu   sync.Mutex
 	lead *Mutex // this candidate's leadership, once won
 }
 
-// NewElection is an election on the key name, whose leaderships live in s.
-func NewElection(s *Session, name string) *Election { return &Election{s: s, name: name} }
+// NewElection is an election on the key name, whose leaderships live in s: a *Session, or a
+// *Client, whose leaderships are holds with a ttl of their own (DefaultTTL, renewed by the
+// watchdog) in the go-redis client's default session, so that the next candidate leads within
+// DefaultSessionGrace of the leader's process dying.
+func NewElection(s Scope, name string) *Election { return &Election{s: s, name: name} }
+
+func (e *Election) client() redis.UniversalClient {
+	rdb, _, _, _ := e.s.scope()
+	return rdb
+}
 
 // Key is the election's key.
 func (e *Election) Key() string { return e.name }
@@ -94,7 +105,7 @@ func (e *Election) Resign(ctx context.Context) error {
 
 // Leader reads who leads now (LOCK.INFO); ErrNoLeader when nobody does.
 func (e *Election) Leader(ctx context.Context) (Leader, error) {
-	info, err := Inspect(ctx, e.s.client, e.name)
+	info, err := Inspect(ctx, e.client(), e.name)
 	if err != nil {
 		return Leader{}, err
 	}
@@ -116,5 +127,5 @@ func leaderOf(info *Info) Leader {
 // who leads when it starts, then each new leader, and a zero Leader when nobody leads. It
 // follows the key's change feed as Watch does (each message confirmed by LOCK.INFO).
 func (e *Election) Observe(ctx context.Context) <-chan Leader {
-	return observe(ctx, e.s.client, e.name, leaderOf)
+	return observe(ctx, e.client(), e.name, leaderOf)
 }

@@ -26,6 +26,9 @@ type hold struct {
 	lockDelay time.Duration // plain holds only: LOCKDELAY
 	opts      options
 	bare      bool // Acquire: the grant is the caller's to keep; no monitor
+	// inDefault: made from a Client without WithDefaultSession(false) or WithLockDelay: each
+	// grant is in the go-redis client's default session (dsess), with the hold's own ttl too.
+	inDefault bool
 
 	mu       sync.Mutex
 	token    int64         // the live hold's token (the largest for a MultiLock); 0: not held
@@ -35,6 +38,7 @@ type hold struct {
 	stop     chan struct{} // closed to stop the monitor goroutine
 	stopped  chan struct{} // closed when the monitor goroutine has returned
 	deadline time.Time     // a plain hold's deadline as this process knows it
+	dsess    *Session      // the default session of the last acquire (inDefault)
 }
 
 func newHold(s Scope, keys []string, opts []Option) *hold {
@@ -48,6 +52,7 @@ func newHold(s Scope, keys []string, opts []Option) *hold {
 		h.owner = newOwner()
 	}
 	h.lockDelay = h.opts.lockDelay
+	h.inDefault = session == nil && !h.opts.noDefault && h.lockDelay <= 0
 	h.done = make(chan struct{})
 	close(h.done) // not held yet: Done() is closed
 	return h
@@ -74,6 +79,8 @@ func (h *hold) acquireArgs(blockMs int64) []any {
 	}
 	if h.session != nil {
 		args = append(args, "SESSION", h.session.id)
+	} else if ds := h.defaultSession(); ds != nil {
+		args = append(args, "SESSION", ds.id)
 	} else if h.lockDelay > 0 && !h.multi {
 		args = append(args, "LOCKDELAY", ms(h.lockDelay))
 	}
@@ -121,11 +128,54 @@ func (h *hold) check() error {
 	return nil
 }
 
-// acquire takes the hold: one try on the user's client, then (wait) one LOCK.ACQUIRE ... BLOCK
+func (h *hold) defaultSession() *Session {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.dsess
+}
+
+// acquire is acquireOnce, in the default session for a hold that joins it: the session of the
+// live hold for a retry by its holder, else the go-redis client's live one (opened if need
+// be). When the server says that session ended (before the acquire, or while it waited), the
+// acquire is made again in a new one, within ctx.
+func (h *hold) acquire(ctx context.Context, wait bool) error {
+	if !h.inDefault {
+		return h.acquireOnce(ctx, wait)
+	}
+	if err := h.check(); err != nil {
+		return err
+	}
+	var err error
+	for attempt := 0; attempt < defaultAttempts; attempt++ {
+		h.mu.Lock()
+		s := h.dsess
+		keep := h.token != 0 && s != nil && s.live()
+		h.mu.Unlock()
+		if !keep {
+			if s, err = DefaultSession(ctx, h.client, h.key()); err != nil {
+				if ctx.Err() != nil {
+					return waitEnded(ctx, h.key())
+				}
+				return err
+			}
+			h.mu.Lock()
+			h.dsess = s
+			h.mu.Unlock()
+		}
+		err = h.acquireOnce(ctx, wait)
+		if !sessionGone(err) || ctx.Err() != nil {
+			return err
+		}
+		retire(h.client, s)
+	}
+	return err
+}
+
+// acquireOnce takes the hold: one try on the user's client, then (wait) one LOCK.ACQUIRE ... BLOCK
 // on a connection of its own, bounded by ctx's deadline. A wait that ctx ends leaves no grant
 // behind: its connection is closed (the server drops the waiter, and revokes a grant it could
 // not deliver) and a grant that arrived anyway is released.
-func (h *hold) acquire(ctx context.Context, wait bool) error {
+func (h *hold) acquireOnce(ctx context.Context, wait bool) error {
 	if err := h.check(); err != nil {
 		return err
 	}
@@ -300,6 +350,11 @@ func (h *hold) monitor(stop, stopped chan struct{}) {
 	}
 	h.mu.Lock()
 	deadline, ttl0 := h.deadline, h.opts.ttl
+	var sessionDone <-chan struct{} // nil (never ready) outside the default session
+	ds := h.dsess
+	if h.inDefault && ds != nil {
+		sessionDone = ds.Done()
+	}
 	h.mu.Unlock()
 	expiry := time.NewTimer(time.Until(deadline))
 	defer expiry.Stop()
@@ -316,6 +371,14 @@ func (h *hold) monitor(stop, stopped chan struct{}) {
 	for {
 		select {
 		case <-stop:
+			return
+		case <-sessionDone:
+			// The hold's default session ended: the server has ended the hold with it.
+			if errors.Is(ds.Err(), ErrSessionClosed) {
+				h.end(stop, newError([]error{ErrSessionClosed}, "redislock: %q released: its default session was closed", h.key()))
+				return
+			}
+			h.lose(stop, "session lost: "+ds.reason(), ds.Err())
 			return
 		case <-expiry.C:
 			h.mu.Lock()

@@ -22,8 +22,12 @@ import (
 // TestMain doubles as the killed-holder helper: with REDISLOCK_HELPER=holder the test binary
 // takes a lock in a BOUND session, prints its token and waits to be killed.
 func TestMain(m *testing.M) {
-	if os.Getenv("REDISLOCK_HELPER") == "holder" {
+	switch os.Getenv("REDISLOCK_HELPER") {
+	case "holder":
 		holder()
+		return
+	case "default-holder":
+		defaultHolder()
 		return
 	}
 	os.Exit(m.Run())

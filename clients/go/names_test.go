@@ -29,7 +29,7 @@ func clientNames(t *testing.T, list string) []string {
 }
 
 // Issue 32: CLIENT LIST says whose each connection is: the BOUND session's after its serial
-// (never its id), the session's feed, an election observer and a waiter. The server is this
+// (never its id; the go-redis client's default session's too), the session's feed, an election observer and a waiter. The server is this
 // test's own, so every named connection on it is one of these.
 func TestConnectionNames(t *testing.T) {
 	ctx := testserver.Ctx(t, 20*time.Second)
@@ -56,13 +56,17 @@ func TestConnectionNames(t *testing.T) {
 	go func() { got <- redislock.NewMutex(c, "names").Lock(ctx) }()
 	testserver.WaitBlocked(t, rdb, 1)
 	redislock.NewElection(s, "names-election").Observe(ctx)
+	ds, err := redislock.DefaultSession(ctx, rdb, "names") // the waiter's (the Client's locks join it)
+	if err != nil {
+		t.Fatal(err)
+	}
 	feed := regexp.MustCompile(fmt.Sprintf(`^redislock-feed-(watch|sub)-(%d-\d+)$`, os.Getpid()))
 	var list string
 	var names []string
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		list = rdb.ClientList(ctx).Val()
 		names = clientNames(t, list)
-		if len(names) >= 6 || time.Now().After(deadline) {
+		if len(names) >= 7 || time.Now().After(deadline) {
 			break
 		}
 	}
@@ -75,7 +79,8 @@ func TestConnectionNames(t *testing.T) {
 			rest = append(rest, n)
 		}
 	}
-	want := []string{fmt.Sprintf("redislock-session-%d", s.Serial()), "redislock-waiter"}
+	want := []string{fmt.Sprintf("redislock-session-%d", s.Serial()), fmt.Sprintf("redislock-session-%d", ds.Serial()), "redislock-waiter"}
+	sort.Strings(want)
 	if strings.Join(rest, " ") != strings.Join(want, " ") || len(feeds) != 2 {
 		t.Fatalf("names %q, want %q and two feeds (the session's, the observer's):\n%s", names, want, list)
 	}

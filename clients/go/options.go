@@ -17,8 +17,10 @@ type Scope interface {
 	scope() (redis.UniversalClient, *Session, *waits, *feed)
 }
 
-// Client makes locks outside a session: each hold has its own ttl, renewed by its watchdog
-// while held, and reports a loss on Done()/Err() and WithOnLost.
+// Client makes locks outside an explicit session: each hold has its own ttl, renewed by its
+// watchdog while held, and reports a loss on Done()/Err() and WithOnLost. Each hold is also in
+// the go-redis client's default session (DefaultSession), so a process that dies frees them
+// within DefaultSessionGrace of its connection closing; WithDefaultSession(false) opts out.
 type Client struct {
 	rdb   redis.UniversalClient
 	waits *waits // idle wait connections, reused by the next wait
@@ -26,7 +28,8 @@ type Client struct {
 }
 
 // New wraps a go-redis client (a *redis.Client, a failover client or a *redis.ClusterClient).
-// Close it when done: it keeps idle wait connections for the next waits.
+// Close it when done: it keeps idle wait connections for the next waits, and Close closes
+// rdb's default sessions (shared by every Client made on rdb).
 func New(rdb redis.UniversalClient) *Client {
 	return &Client{rdb: rdb, waits: &waits{}, feed: &feed{client: rdb}}
 }
@@ -35,13 +38,17 @@ func (c *Client) scope() (redis.UniversalClient, *Session, *waits, *feed) {
 	return c.rdb, nil, c.waits, c.feed
 }
 
-// Close closes the idle wait connections and the change feed's (not the go-redis client).
-// Locks made from it still work; their waits dial again, and their losses are found by their
-// watchdogs alone.
+// Close closes the idle wait connections, the change feed's, and the default sessions of the
+// go-redis client (Close(ctx, rdb), within 2 s; shared by every Client on rdb, so their holds
+// end with ErrSessionClosed); not the go-redis client itself. Locks made from it still work:
+// their waits dial again, the next acquire opens a new default session, and their losses are
+// found by their watchdogs and sessions alone.
 func (c *Client) Close() error {
 	c.waits.close()
 	c.feed.close()
-	return nil
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	return Close(ctx, c.rdb)
 }
 
 // Info reads a lock's state (LOCK.INFO); nil when it is free.
@@ -65,15 +72,18 @@ func Inspect(ctx context.Context, rdb redis.UniversalClient, key string) (*Info,
 // LOCK.ACQUIRE ... BLOCK on a connection of its own for as long as ctx allows (a wait ctx ends
 // leaves nothing held, as Mutex.Lock). It returns the fencing token and watches nothing: the
 // caller renews (LOCK.EXTEND key owner ttl) and releases (LOCK.RELEASE key owner) itself. The
-// building block of the redsync package.
-func Acquire(ctx context.Context, rdb redis.UniversalClient, key, owner string, ttl time.Duration, wait bool) (int64, error) {
+// hold is in rdb's default session as well (freed when this process dies) unless opts has
+// WithDefaultSession(false); opts may also give WithLockDelay and WithDurable. The building
+// block of the redsync package.
+func Acquire(ctx context.Context, rdb redis.UniversalClient, key, owner string, ttl time.Duration, wait bool, opts ...Option) (int64, error) {
 	c := &Client{rdb: rdb}
-	return c.Acquire(ctx, key, owner, ttl, wait)
+	return c.Acquire(ctx, key, owner, ttl, wait, opts...)
 }
 
 // Acquire is the package's Acquire, its wait on one of c's wait connections.
-func (c *Client) Acquire(ctx context.Context, key, owner string, ttl time.Duration, wait bool) (int64, error) {
-	h := newHold(c, []string{key}, []Option{WithOwner(owner), WithTTL(ttl), WithWatchdog(false)})
+func (c *Client) Acquire(ctx context.Context, key, owner string, ttl time.Duration, wait bool, opts ...Option) (int64, error) {
+	all := append([]Option{WithOwner(owner), WithTTL(ttl), WithWatchdog(false)}, opts...)
+	h := newHold(c, []string{key}, all)
 	h.bare = true
 	if err := h.acquire(ctx, wait); err != nil {
 		return 0, err
@@ -93,6 +103,7 @@ type options struct {
 	renewEvery time.Duration
 	onLost     func(error)
 
+	noDefault      bool          // WithDefaultSession(false)
 	lossFeed       int           // feedDefault, feedOn, feedOff
 	durable        int           // WAIT for this many replicas after a grant
 	durableTimeout time.Duration // how long WAIT waits
@@ -110,6 +121,12 @@ func defaults(inSession bool) options {
 func WithTTL(ttl time.Duration) Option {
 	return func(o *options) { o.ttl, o.ttlSet = ttl, true }
 }
+
+// WithDefaultSession(false) keeps a lock made from a Client out of the go-redis client's
+// default session: its holds live by their ttl (and watchdog) alone, as before sessions were
+// the default, so a holder that dies keeps them until the ttl runs out. On by default (see
+// DefaultSession); it has no effect on a lock made in a Session.
+func WithDefaultSession(on bool) Option { return func(o *options) { o.noDefault = !on } }
 
 // WithOwner sets the owner string (default host:pid:random). Keep it unique per holder.
 func WithOwner(owner string) Option { return func(o *options) { o.owner = owner } }

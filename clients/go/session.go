@@ -22,9 +22,10 @@ const DefaultSessionTTL = 10 * time.Second
 //
 // By default it is BOUND: opened on a connection of its own, which the server ends the session
 // with the moment it closes (the process died, the network dropped), so another process is
-// granted its locks at once. That connection carries only the keepalives; if a keepalive fails
-// the session counts as lost (no re-ATTACH: a session found again would not prove that each of
-// its holds survived).
+// granted its locks at once. That connection carries only the keepalives; when it drops, the
+// session is looked for again on a new connection (LOCK.SESSION ATTACH): with WithGrace the
+// server keeps it that long for this, without it the server has ended it and the session is
+// lost. Locks made from a Client (New) join the client's default session (DefaultSession).
 type Session struct {
 	client    redis.UniversalClient
 	key       string        // WithSessionKey: the key whose node serves the session (a cluster)
@@ -35,6 +36,7 @@ type Session struct {
 	ttl       time.Duration
 	lockDelay time.Duration
 	bound     bool
+	owner     redis.UniversalClient // a default session's go-redis client; nil for NewSession's
 
 	done      chan struct{}
 	mu        sync.Mutex
@@ -58,6 +60,14 @@ type sessionOptions struct {
 	lockDelay time.Duration
 	unbound   bool
 	key       string
+	grace     time.Duration
+	owner     redis.UniversalClient // a default session's go-redis client
+}
+
+// withOwner makes the session rdb's default session: its keepalive ends it (Close(ctx, rdb))
+// when it finds rdb closed.
+func withOwner(rdb redis.UniversalClient) SessionOption {
+	return func(o *sessionOptions) { o.owner = rdb }
 }
 
 // WithSessionTTL sets how long the session lives without a keepalive (default 10 s).
@@ -70,6 +80,14 @@ func WithSessionTTL(ttl time.Duration) SessionOption {
 func WithSessionLockDelay(d time.Duration) SessionOption {
 	return func(o *sessionOptions) { o.lockDelay = d }
 }
+
+// WithGrace lets a BOUND session outlive its connection by d (LOCK.SESSION OPEN ... BOUND
+// GRACE ms; 0 to 60 s, at most the ttl): when the connection drops while the process lives (a
+// CLIENT KILL, a proxy or the network closing it) the server keeps the session detached for d,
+// and the keepalive, which sees the close within 50 ms, binds it to a new connection
+// (LOCK.SESSION ATTACH) with every hold. Without it (the default for NewSession) a dropped
+// connection ends the session at once. The client's default session has DefaultSessionGrace.
+func WithGrace(d time.Duration) SessionOption { return func(o *sessionOptions) { o.grace = d } }
 
 // WithUnbound opens a session that lives by its ttl alone (not BOUND to a connection).
 func WithUnbound() SessionOption { return func(o *sessionOptions) { o.unbound = true } }
@@ -91,7 +109,7 @@ func NewSession(ctx context.Context, client redis.UniversalClient, opts ...Sessi
 	if _, ok := client.(*redis.ClusterClient); ok && o.key == "" {
 		return nil, invalid("a session in a cluster belongs to one node: name a key it will lock (WithSessionKey)")
 	}
-	s := &Session{client: client, key: o.key, ttl: o.ttl, lockDelay: o.lockDelay, bound: !o.unbound,
+	s := &Session{client: client, owner: o.owner, key: o.key, ttl: o.ttl, lockDelay: o.lockDelay, bound: !o.unbound,
 		done: make(chan struct{}), stop: make(chan struct{}), keepalive: make(chan struct{}), waits: &waits{}, feed: &feed{client: client}}
 	node, err := s.newNode(ctx)
 	if err != nil {
@@ -101,6 +119,9 @@ func NewSession(ctx context.Context, client redis.UniversalClient, opts ...Sessi
 	args := []any{"LOCK.SESSION", "OPEN", ms(o.ttl)}
 	if s.bound {
 		args = append(args, "BOUND")
+		if o.grace > 0 {
+			args = append(args, "GRACE", ms(o.grace))
+		}
 		s.conn = s.node.Conn()
 	}
 	opened := time.Now()
@@ -129,6 +150,14 @@ func (s *Session) newNode(ctx context.Context) (*redis.Client, error) {
 	o, err := nodeOptions(ctx, s.client, s.key)
 	if err != nil {
 		return nil, err
+	}
+	// The user's ReadTimeout/WriteTimeout is for the user's commands: a shorter one would cut
+	// the session's own calls (an OPEN, a CLOSE with no deadline), and a cut call closes a bound
+	// session's connection. Its calls are bounded by their contexts, and by the ttl at most.
+	for _, t := range []*time.Duration{&o.ReadTimeout, &o.WriteTimeout} {
+		if *t > 0 && *t < s.ttl {
+			*t = s.ttl
+		}
 	}
 	if s.bound {
 		dial := o.Dialer
@@ -214,6 +243,13 @@ func (s *Session) reason() string {
 	return s.why
 }
 
+// live: not ended and not being closed (a default session fit for new holds).
+func (s *Session) live() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err == nil && !s.closing
+}
+
 func (s *Session) usable() error {
 	if err := s.Err(); err != nil {
 		return err
@@ -248,6 +284,10 @@ func (s *Session) keepAlive() {
 			}
 			continue
 		case <-t.C:
+		}
+		if s.ownerClosed() {
+			go s.closeWithOwner()
+			return
 		}
 		sent := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), period)
@@ -294,6 +334,10 @@ func (s *Session) follow(why string, cause error) bool {
 		case <-s.stop: // closed meanwhile: not a loss
 			return false
 		default:
+		}
+		if s.ownerClosed() {
+			s.end(why+"; its go-redis client was closed", redis.ErrClosed)
+			return false
 		}
 		if !time.Now().Before(deadline) {
 			s.end(why+"; no server took the session back within its ttl (last: "+cause.Error()+")", cause)
@@ -369,6 +413,26 @@ func (s *Session) rebind(ctx context.Context) (*redis.Client, *redis.Conn, error
 	return node, conn, nil
 }
 
+// ownerClosed: a default session whose go-redis client was closed (go-redis has no close
+// hook: a PING through it answers ErrClosed without a round trip once it is closed).
+func (s *Session) ownerClosed() bool {
+	if s.owner == nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), followRetry)
+	defer cancel()
+	return errors.Is(s.owner.Ping(ctx).Err(), redis.ErrClosed)
+}
+
+// closeWithOwner closes the default sessions of a go-redis client found closed (from a
+// goroutine of its own: Close waits for the keepalive to return).
+func (s *Session) closeWithOwner() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_ = Close(ctx, s.owner)
+	_ = s.Close(ctx) // if it was no longer in the registry
+}
+
 // end records the session's loss once and closes Done().
 func (s *Session) end(reason string, cause error) {
 	s.mu.Lock()
@@ -433,6 +497,11 @@ type SessionInfo struct {
 	Bound     int64 // the bound client's id; 0: not bound
 	LockDelay time.Duration
 	Holds     int64
+	Serial    int64         // what LOCK.SESSION LIST and LOCK.INFO show for it
+	Grace     time.Duration // BOUND GRACE (0: none)
+	// Detached is how long a connection still has to ATTACH the session while it is detached
+	// (its bound connection closed, its grace running); -1 while it is not detached.
+	Detached time.Duration
 }
 
 // Info reads the session's state from the server; nil if the server has no such session. It
@@ -451,10 +520,17 @@ func (s *Session) Info(ctx context.Context) (*SessionInfo, error) {
 		return nil, err
 	}
 	f := fields(reply)
+	detached := -time.Millisecond
+	if d, ok := f["detached"]; ok && d != nil {
+		detached = time.Duration(toInt(d)) * time.Millisecond
+	}
 	return &SessionInfo{
 		TTL:       time.Duration(toInt(f["ttl"])) * time.Millisecond,
 		Bound:     toInt(f["bound"]),
 		LockDelay: time.Duration(toInt(f["lockdelay"])) * time.Millisecond,
 		Holds:     toInt(f["holds"]),
+		Serial:    toInt(f["serial"]),
+		Grace:     time.Duration(toInt(f["grace"])) * time.Millisecond,
+		Detached:  detached,
 	}, nil
 }

@@ -108,6 +108,8 @@ type Holder struct {
 	TTL time.Duration
 	// Session is true for a hold in a session.
 	Session bool
+	// SessionSerial is the serial of its session (LOCK.SESSION LIST, Session.Serial); 0: none.
+	SessionSerial int64
 }
 
 // Waiter is one client queued for a lock.
@@ -150,10 +152,11 @@ func parseInfo(reply any) *Info {
 		for _, h := range hs {
 			hf := fields(h)
 			info.Holders = append(info.Holders, Holder{
-				Owner:   toStr(hf["owner"]),
-				Token:   toInt(hf["token"]),
-				TTL:     time.Duration(toInt(hf["ttl"])) * time.Millisecond,
-				Session: toInt(hf["session"]) != 0, // the session's serial (1 before issue 32)
+				Owner:         toStr(hf["owner"]),
+				Token:         toInt(hf["token"]),
+				TTL:           time.Duration(toInt(hf["ttl"])) * time.Millisecond,
+				Session:       toInt(hf["session"]) != 0, // the session's serial (1 before issue 32)
+				SessionSerial: toInt(hf["session"]),
 			})
 		}
 	}

@@ -32,6 +32,13 @@ type Mutex struct {
 
 	pools   []redis.Pool
 	lockers []*redislock.Client
+
+	ttlOnly bool // WithDefaultSession(false)
+}
+
+// lockOptions: the hold in the go-redis client's default session unless WithDefaultSession(false).
+func (m *Mutex) lockOptions() []redislock.Option {
+	return []redislock.Option{redislock.WithDefaultSession(!m.ttlOnly)}
 }
 
 // Name returns mutex name (i.e. the Redis key).
@@ -92,7 +99,7 @@ func (m *Mutex) lockOne(ctx context.Context, tries int, value string) error {
 		wctx, cancel = context.WithTimeout(ctx, wait)
 	}
 	defer cancel()
-	token, err := m.lockers[0].Acquire(wctx, m.name, value, m.expiry, wait > 0)
+	token, err := m.lockers[0].Acquire(wctx, m.name, value, m.expiry, wait > 0, m.lockOptions()...)
 	switch {
 	case err == nil:
 		m.granted(value, token, start)
@@ -129,7 +136,7 @@ func (m *Mutex) lockQuorum(ctx context.Context, tries int, value string) error {
 		var mu sync.Mutex
 		var top int64
 		n, err := m.onPools(func(node int, c goredislib.UniversalClient) (bool, error) {
-			token, err := redislock.Acquire(ctx, c, m.name, value, m.expiry, false)
+			token, err := redislock.Acquire(ctx, c, m.name, value, m.expiry, false, m.lockOptions()...)
 			if errors.Is(err, redislock.ErrNotObtained) && ctx.Err() == nil {
 				return false, nil
 			}

@@ -12,6 +12,11 @@
 //   - A context that ends ends the wait, and the error matches the context's error as well as
 //     ErrFailed (go-redsync returns ErrFailed alone).
 //   - The lock has a fencing token (Mutex.Token), larger for every grant.
+//   - The lock is also in the go-redis client's default session (redislock.DefaultSession): a
+//     holder process that dies frees it within redislock.DefaultSessionGrace (0.5 s) of its
+//     connection closing, not at the expiry; the expiry still bounds it, and Extend, Until and
+//     Valid are as before. WithDefaultSession(false) keeps go-redsync's expiry-only lock. Call
+//     redislock.Close(ctx, client) at shutdown to end the session at once.
 //   - Several pools (independent servers) are still a quorum: each try takes the lock without
 //     waiting on each server, as go-redsync does.
 //
@@ -129,6 +134,15 @@ func WithGenValueFunc(genValueFunc func() (string, error)) Option {
 // be extended or unlocked here.
 func WithValue(v string) Option {
 	return OptionFunc(func(m *Mutex) { m.value = v })
+}
+
+// WithDefaultSession(false) keeps the lock out of the go-redis client's default session (not a
+// go-redsync option): it lives by its expiry alone, as go-redsync's do, so a holder that dies
+// keeps it until the expiry. By default the lock is also in the client's default session
+// (redislock.DefaultSession), and is freed within redislock.DefaultSessionGrace of its process
+// dying; the expiry, Extend and Until work as before.
+func WithDefaultSession(on bool) Option {
+	return OptionFunc(func(m *Mutex) { m.ttlOnly = !on })
 }
 
 // WithFailFast is accepted for compatibility.

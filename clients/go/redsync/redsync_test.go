@@ -10,6 +10,7 @@ import (
 
 	goredislib "github.com/redis/go-redis/v9"
 
+	redislock "redis-lock/clients/go"
 	"redis-lock/clients/go/internal/testserver"
 	"redis-lock/clients/go/redsync"
 	"redis-lock/clients/go/redsync/redis"
@@ -165,5 +166,48 @@ func TestReadmeExample(t *testing.T) {
 	info, _ := rdb.Info(ctx, "lock").Result()
 	if !strings.Contains(info, "lock_acquired:1\r\n") || !strings.Contains(info, "lock_released:1\r\n") {
 		t.Fatalf("INFO lock after the example:\n%s", info)
+	}
+}
+
+// The drop-in's lock is in the go-redis client's default session (freed when the holder's
+// process dies), with its expiry as its own deadline; WithDefaultSession(false) keeps
+// go-redsync's expiry-only lock.
+func TestDefaultSession(t *testing.T) {
+	ctx := testserver.Ctx(t, 20*time.Second)
+	p, rdb := pool(t)
+	rs := redsync.New(p)
+	in := rs.NewMutex("in-session", redsync.WithExpiry(5*time.Second))
+	out := rs.NewMutex("ttl-only", redsync.WithExpiry(5*time.Second), redsync.WithDefaultSession(false))
+	for _, m := range []*redsync.Mutex{in, out} {
+		if err := m.LockContext(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := redislock.DefaultSession(ctx, rdb, "in-session")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := redislock.Inspect(ctx, rdb, "in-session")
+	b, _ := redislock.Inspect(ctx, rdb, "ttl-only")
+	if a == nil || a.Holders[0].SessionSerial != s.Serial() || a.Holders[0].TTL <= 0 || a.Holders[0].TTL > 5*time.Second {
+		t.Fatalf("in the default session: %+v (session %d)", a, s.Serial())
+	}
+	if b == nil || b.Holders[0].Session || b.Holders[0].TTL <= 0 {
+		t.Fatalf("opted out: %+v", b)
+	}
+	if ok, err := in.ExtendContext(ctx); !ok || err != nil {
+		t.Fatalf("Extend in the session: %v %v", ok, err)
+	}
+	if err := redislock.Close(ctx, rdb); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := in.ValidContext(ctx); ok {
+		t.Fatal("Valid after the default session was closed")
+	}
+	if info, _ := redislock.Inspect(ctx, rdb, "in-session"); info != nil {
+		t.Fatalf("held after the default session was closed: %+v", info)
+	}
+	if ok, err := out.ValidContext(ctx); !ok || err != nil {
+		t.Fatalf("the opted-out lock after Close: %v %v", ok, err)
 	}
 }
