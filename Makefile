@@ -263,17 +263,28 @@ bench-failover: build ## How fast the Python client follows a planned CLUSTER FA
 
 # Issue 29's goal, per client with its defaults: kill -9 of a holder process to the next
 # holder's grant (the default session's GRACE, 500 ms, plus the handoff), and a CLIENT KILL of a
-# live holder's bound connection (the hold kept, the session re-attached). Python's for now.
+# live holder's bound connection (the hold kept, the session re-attached), each client's own
+# program, one after another on the release module.
 bench-takeover: build test-deps ## kill -9 of a holder to the next grant, and a CLIENT KILL blip, with each client's defaults; writes benches/results/takeover.md (RUNS=20)
 	$(CARGO) build -p redis-lock-harness
-	mkdir -p benches/results
+	mkdir -p benches/results target/bench
 	set -o pipefail; cd clients/python && PYTHONPATH=$(CURDIR)/target/pydeps REDIS_SERVER=$(REDIS_SERVER) \
 		REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_RELEASE) HARNESS=$(CURDIR)/target/debug/harness \
-		python3 bench/default_session_takeover.py $(or $(RUNS),20) | tee $(CURDIR)/target/bench-takeover-python.txt
+		python3 bench/default_session_takeover.py $(or $(RUNS),20) | tee $(CURDIR)/target/bench/takeover-python.txt
+	@if [ -n "$(GO_OK)" ]; then set -o pipefail; cd clients/go && REDIS_SERVER=$(REDIS_SERVER) \
+		REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_RELEASE) HARNESS=$(CURDIR)/target/debug/harness \
+		go run ./bench/takeover $(or $(RUNS),20) | tee $(CURDIR)/target/bench/takeover-go.txt; \
+	else echo "no go 1.22+: the Go row is skipped" > target/bench/takeover-go.txt; fi
+	@if [ -n "$(JAVA_OK)" ]; then set -o pipefail; cd clients/java && mvn -q -B install -DskipTests && \
+		mvn -q -B -pl redislock-core test-compile dependency:build-classpath -Dmdep.outputFile=target/cp.txt -Dmdep.includeScope=test && \
+		REDIS_SERVER=$(REDIS_SERVER) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_RELEASE) \
+		java -cp redislock-core/target/test-classes:redislock-core/target/classes:$$(cat redislock-core/target/cp.txt) \
+		io.redislock.TakeoverBench $(or $(RUNS),20) | tee $(CURDIR)/target/bench/takeover-java.txt; \
+	else echo "no mvn and JDK 17+: the Java row is skipped" > target/bench/takeover-java.txt; fi
 	{ echo "# Takeover with each client's defaults (make bench-takeover)"; echo; \
-	  echo "Release module, $$($(REDIS_SERVER) --version | cut -d' ' -f1-3), $$(nproc) cores, $$(date -u +%F)."; echo; \
-	  echo "## Python (clients/python/bench/default_session_takeover.py)"; echo; echo '```text'; \
-	  cat target/bench-takeover-python.txt; echo '```'; } > benches/results/takeover.md
+	  echo "Release module, $$($(REDIS_SERVER) --version | cut -d' ' -f1-3), $$(nproc) cores, $$(date -u +%F)."; \
+	  for c in python go java; do echo; echo "## $$c"; echo; echo '```text'; cat target/bench/takeover-$$c.txt; echo '```'; done; \
+	} > benches/results/takeover.md
 
 bench-cluster: build ## Print lock throughput on 1 vs 3 cluster masters (a measurement, no checks)
 	REDIS_SERVER=$(REDIS_SERVER) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_RELEASE) $(CARGO) test --release --test cluster -- --ignored --nocapture throughput
