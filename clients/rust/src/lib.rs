@@ -188,6 +188,7 @@ pub mod aio;
 mod bound;
 mod client;
 mod command;
+mod default_session;
 mod election;
 mod error;
 mod feed;
@@ -201,6 +202,7 @@ mod subscriber;
 pub(crate) mod watchdog;
 
 pub use client::{Client, DEFAULT_CONNECT_TIMEOUT, DEFAULT_IO_TIMEOUT};
+pub use default_session::{DEFAULT_GRACE, DEFAULT_SESSION_TTL};
 pub use command::{FENCED_CALL_LUA, FENCE_CHECK_LUA};
 pub use election::{Election, Leadership, Observer};
 pub use error::{Error, RedlockError};
