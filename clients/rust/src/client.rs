@@ -364,6 +364,8 @@ impl Client {
     pub fn with_session(&self, session: &Session) -> Client {
         Client {
             session: Some(Arc::clone(session.state())),
+            // (Session and defaults both set means "in the default session": see acquire_target.)
+            defaults: None,
             ..self.clone()
         }
     }
@@ -523,7 +525,8 @@ impl Client {
         wait: Option<Duration>,
     ) -> Result<Option<Guard>, Error> {
         let session = self.session.as_deref().map(SessionState::id);
-        let acquisition = Acquisition::new(target, owner, ttl, wait, session)?;
+        let acquisition = Acquisition::new(target, owner, ttl, wait, session)?
+            .keeping_own_ttl(self.session.is_some() && self.defaults.is_some());
         let inner = &self.inner;
         let timeout = acquisition.reply_timeout(inner.io_timeout);
         let durable = inner.durable;
