@@ -371,7 +371,7 @@ impl Client {
     }
 
     /// The same server and connections, every acquisition holding by its TTL alone: no
-    /// default session (see [Default session](crate#the-default-session)). A lock then outlives
+    /// default session (see [the default session](crate#the-default-session)). A lock then outlives
     /// a crash of this process until its TTL runs out, as before issue 29; use it where that
     /// is wanted (a lock that must hold across a restart of its holder), or to compare.
     pub fn without_session(&self) -> Client {
