@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use redis::{Connection, Value};
 use redis_lock_client::Client;
-use redis_lock_harness::{send_signal, unique_key, Server};
+use harness::{send_signal, unique_key, Server};
 
 /// The holder process: the lock taken as `mode` says, `held <token>` printed, then waits.
 fn holder(url: &str, key: &str, mode: &str) {
