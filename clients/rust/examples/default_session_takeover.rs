@@ -28,9 +28,9 @@ use std::process::{Child, Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use harness::{send_signal, unique_key, Server};
 use redis::{Connection, Value};
 use redis_lock_client::Client;
-use harness::{send_signal, unique_key, Server};
 
 /// The holder process: the lock taken as `mode` says, `held <token>` printed, then waits.
 fn holder(url: &str, key: &str, mode: &str) {

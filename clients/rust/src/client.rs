@@ -506,7 +506,9 @@ impl Client {
             };
             let wait = deadline.map(|d| d.saturating_duration_since(std::time::Instant::now()));
             match client.acquire_once(target.clone(), owner, ttl, wait) {
-                Err(e) if attempt < default_session::ATTEMPTS && default_session::session_gone(&e) => {
+                Err(e)
+                    if attempt < default_session::ATTEMPTS && default_session::session_gone(&e) =>
+                {
                     defaults.retire(&state);
                     attempt += 1;
                 }

@@ -221,8 +221,8 @@ mod subscriber;
 pub(crate) mod watchdog;
 
 pub use client::{Client, DEFAULT_CONNECT_TIMEOUT, DEFAULT_IO_TIMEOUT};
-pub use default_session::{DEFAULT_GRACE, DEFAULT_SESSION_TTL};
 pub use command::{FENCED_CALL_LUA, FENCE_CHECK_LUA};
+pub use default_session::{DEFAULT_GRACE, DEFAULT_SESSION_TTL};
 pub use election::{Election, Leadership, Observer};
 pub use error::{Error, RedlockError};
 pub use feed::{Change, Leader};

@@ -245,7 +245,10 @@ fn a_killed_holder_process_is_handed_on_long_before_its_ttl() {
     assert!(waiter > token);
     let took = granted_at - killed_at;
     // The grace (500 ms) and the server's 100 ms ticks at most, far from the 10 s.
-    assert!(left_ms - took > 5_000, "ttl left {left_ms} ms, took {took} ms");
+    assert!(
+        left_ms - took > 5_000,
+        "ttl left {left_ms} ms, took {took} ms"
+    );
     assert!(took >= 400, "before the grace: {took} ms");
     assert_eq!(counter(&server, "lock_sessions_grace_expired"), expired + 1);
 }
