@@ -414,3 +414,70 @@ macro_rules! shared_tests {
 }
 
 apis::both!(shared_tests);
+
+/// A cluster of three masters: the clients `for_key` makes share one default session per node
+/// (two keys of one node: one session there), a key of another node has its own there, and
+/// closing the seed client closes every node's.
+#[test]
+fn on_a_cluster_one_default_session_per_node() {
+    let dir = support::test_dir("default-cluster");
+    let nodes = support::cluster::start(3, 0, &dir);
+    let seed = redis_lock_client::Client::open(&nodes[0].url()).unwrap();
+    // The index of the node that serves `key` (the one that does not answer MOVED).
+    let node_of = |key: &str| -> usize {
+        nodes
+            .iter()
+            .position(|n| {
+                let r: redis::RedisResult<Value> =
+                    redis::cmd("LOCK.FENCE").arg(key).query(&mut n.conn());
+                r.is_ok()
+            })
+            .unwrap()
+    };
+    let keys: Vec<(String, usize)> = (0..40)
+        .map(|i| format!("default-cluster-{i}"))
+        .map(|k| {
+            let n = node_of(&k);
+            (k, n)
+        })
+        .collect();
+    let (a, node_a) = keys.iter().find(|(_, n)| *n != 0).unwrap().clone();
+    let (b, _) = keys
+        .iter()
+        .find(|(k, n)| *n == node_a && *k != a)
+        .unwrap()
+        .clone();
+    let (c, node_c) = keys.iter().find(|(_, n)| *n != node_a).unwrap().clone();
+    let ga = seed
+        .for_key(&a)
+        .unwrap()
+        .acquire(&a, ms(30_000))
+        .unwrap()
+        .unwrap();
+    let gb = seed
+        .for_key(&b)
+        .unwrap()
+        .acquire(&b, ms(30_000))
+        .unwrap()
+        .unwrap();
+    let gc = seed
+        .for_key(&c)
+        .unwrap()
+        .acquire(&c, ms(30_000))
+        .unwrap()
+        .unwrap();
+    let sessions = |n: usize| counter(&nodes[n], "lock_sessions");
+    assert_eq!(sessions(node_a), 1, "one session for both keys of the node");
+    assert_eq!(sessions(node_c), 1);
+    let mut conn_a = nodes[node_a].conn();
+    assert_eq!(serials_of(&mut conn_a, &a), serials_of(&mut conn_a, &b));
+    let mut conn_c = nodes[node_c].conn();
+    assert_eq!(serials_of(&mut conn_c, &c).len(), 1);
+
+    seed.close();
+    assert_eq!(sessions(node_a), 0);
+    assert_eq!(sessions(node_c), 0);
+    assert_eq!(fence(&mut conn_a, &a), None);
+    assert_eq!(fence(&mut conn_c, &c), None);
+    drop((ga, gb, gc));
+}
