@@ -382,6 +382,33 @@ macro_rules! shared_tests {
             assert_eq!(serials_of(&mut conn, &keys[1]), vec![serial]);
         } }
 
+        // The session ended while its connection was still up (an administrator's `LOCK.SESSION
+        // KILL`), then that connection is killed: the re-`ATTACH` is answered nil, every guard
+        // reports the loss, and the next acquire opens a new default session.
+        api_test! { fn a_reattach_answered_nil_reports_the_loss_to_every_guard() {
+            let (server, client, mut conn) = crate::apis::setup!();
+            let (a, b) = (unique_key("gone-a"), unique_key("gone-b"));
+            let ga = io!(client.acquire(&a, ms(30_000))).unwrap().unwrap();
+            let gb = io!(Semaphore::new(&client, &b, 1).acquire(ms(30_000))).unwrap().unwrap();
+            let serial = serials_of(&mut conn, &a)[0];
+            let bound = bound_of(&mut conn, serial).expect("bound");
+            let killed: Option<i64> = redis::cmd("LOCK.SESSION")
+                .arg("KILL")
+                .arg(serial)
+                .query(&mut conn)
+                .unwrap();
+            assert_eq!(killed, Some(2));
+            assert_eq!(client_kill(&mut conn, bound), 1);
+            for guard in [&ga, &gb] {
+                let reason = io!(wait_lost(guard, ms(5_000))).expect("the loss reported");
+                assert!(matches!(reason, redis_lock_client::LossReason::SessionEnded), "{reason:?}");
+            }
+            let again = io!(client.acquire(&a, ms(30_000))).unwrap().expect("free again");
+            assert_ne!(serials_of(&mut conn, &a), vec![serial]);
+            assert_eq!(counter(&server, "lock_sessions"), 1);
+            drop(again);
+        } }
+
         // An acquire whose default session ended on the server (`LOCK.SESSION KILL`, as an
         // expiry would end it) before the client saw it: `ERR no such session`, then the
         // acquire is made again in a new default session, and succeeds.
