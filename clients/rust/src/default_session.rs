@@ -29,6 +29,7 @@
 //! The sync [`Defaults`] lives here; the async one is `aio/default_session.rs`.
 
 use std::collections::HashMap;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -53,6 +54,13 @@ pub(crate) fn session_gone(error: &Error) -> bool {
     text.contains("no such session") || text.contains("session ended while the client waited")
 }
 
+/// The server's answer to `GRACE` from a module that does not know it (a syntax error naming
+/// it): the default session is then opened without a grace.
+pub(crate) fn refuses_grace(error: &Error) -> bool {
+    let text = error.to_string();
+    matches!(error, Error::Server(_)) && text.contains("syntax") && text.contains("GRACE")
+}
+
 /// The default sessions of one sync client (and its clones): this node's, and one per node of
 /// the clients [`Client::for_key`] made from it.
 #[derive(Default)]
@@ -64,6 +72,8 @@ pub(crate) struct Defaults {
     retired: Mutex<Vec<Session>>,
     /// The default sessions of the cluster nodes' clients, by node address.
     nodes: Mutex<HashMap<String, Arc<Defaults>>>,
+    /// The server answered `GRACE` with a syntax error (a module without it): open without.
+    no_grace: std::sync::atomic::AtomicBool,
 }
 
 impl Defaults {
@@ -79,13 +89,28 @@ impl Defaults {
         if let Some(lost) = current.take() {
             lock(&self.retired).push(lost);
         }
-        let session = Session::builder(&client.without_session(), DEFAULT_SESSION_TTL)
-            .bound(true)
-            .grace(DEFAULT_GRACE)
-            .open()?;
+        let session = match self.open(client) {
+            Err(e) if refuses_grace(&e) => {
+                // Without a grace a blip ends the session: its guards are told, as with an
+                // explicit bound session, and the next acquire opens a new one.
+                self.no_grace.store(true, Ordering::Relaxed);
+                self.open(client)?
+            }
+            opened => opened?,
+        };
         let state = Arc::clone(session.state());
         *current = Some(session);
         Ok(state)
+    }
+
+    /// Open a default session on `client`'s server, with the grace unless the server refused
+    /// it before.
+    fn open(&self, client: &Client) -> Result<Session, Error> {
+        let builder = Session::builder(&client.without_session(), DEFAULT_SESSION_TTL).bound(true);
+        match !self.no_grace.load(Ordering::Relaxed) {
+            true => builder.grace(DEFAULT_GRACE).open(),
+            false => builder.open(),
+        }
     }
 
     /// An acquire was told `state` is gone: the next one opens a new session.

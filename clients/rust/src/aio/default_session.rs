@@ -5,11 +5,12 @@
 //! [`Client::close`](super::Client::close) closes them and waits for the replies.
 
 use std::collections::HashMap;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use super::client::Client;
 use super::session::Session;
-use crate::default_session::{DEFAULT_GRACE, DEFAULT_SESSION_TTL};
+use crate::default_session::{refuses_grace, DEFAULT_GRACE, DEFAULT_SESSION_TTL};
 use crate::error::Error;
 use crate::session::SessionState;
 
@@ -22,6 +23,8 @@ pub(crate) struct Defaults {
     retired: Mutex<Vec<Session>>,
     /// The default sessions of the cluster nodes' clients, by node address.
     nodes: Mutex<HashMap<String, Arc<Defaults>>>,
+    /// The server answered `GRACE` with a syntax error (a module without it): open without.
+    no_grace: std::sync::atomic::AtomicBool,
 }
 
 impl Defaults {
@@ -36,14 +39,28 @@ impl Defaults {
         if let Some(lost) = current.take() {
             lock(&self.retired).push(lost);
         }
-        let session = Session::builder(&client.without_session(), DEFAULT_SESSION_TTL)
-            .bound(true)
-            .grace(DEFAULT_GRACE)
-            .open()
-            .await?;
+        let session = match self.open(client).await {
+            Err(e) if refuses_grace(&e) => {
+                // Without a grace a blip ends the session: its guards are told, as with an
+                // explicit bound session, and the next acquire opens a new one.
+                self.no_grace.store(true, Ordering::Relaxed);
+                self.open(client).await?
+            }
+            opened => opened?,
+        };
         let state = Arc::clone(session.state());
         *current = Some(session);
         Ok(state)
+    }
+
+    /// Open a default session on `client`'s server, with the grace unless the server refused
+    /// it before.
+    async fn open(&self, client: &Client) -> Result<Session, Error> {
+        let builder = Session::builder(&client.without_session(), DEFAULT_SESSION_TTL).bound(true);
+        match !self.no_grace.load(Ordering::Relaxed) {
+            true => builder.grace(DEFAULT_GRACE).open().await,
+            false => builder.open().await,
+        }
     }
 
     /// An acquire was told `state` is gone: the next one opens a new session.
