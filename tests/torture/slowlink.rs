@@ -154,7 +154,9 @@ fn watchdog_holder(
     let mut rng = StdRng::seed_from_u64(seed);
     let client = LockClient::open(&format!("redis://127.0.0.1:{proxy}/"))
         .expect("client")
-        .with_timeouts(Duration::from_millis(500), Duration::from_millis(500));
+        .with_timeouts(Duration::from_millis(500), Duration::from_millis(500))
+        // The watchdog over ttl-only holds, as this scenario checks it (no default session).
+        .without_session();
     let mut check = netfault::connect("127.0.0.1", direct, Duration::from_secs(1))
         .expect("a direct connection to the server");
     let key = format!("wd:{}", i % 2);

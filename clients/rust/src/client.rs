@@ -8,6 +8,7 @@ use std::time::Duration;
 use redis::{Connection, ConnectionLike};
 
 use crate::command::{self, in_step, Command, Failure};
+use crate::default_session::{self, Defaults};
 use crate::error::Error;
 use crate::guard::Guard;
 use crate::hold::{Acquisition, Durable, Settled, Target};
@@ -42,6 +43,9 @@ pub struct Client {
     pub(crate) owner: Option<String>,
     /// The session every acquisition is made in ([`Client::with_session`]), if any.
     pub(crate) session: Option<Arc<SessionState>>,
+    /// Without `session`: the default sessions acquisitions join, shared by clones; `None`
+    /// for holds by TTL alone ([`Client::without_session`]).
+    pub(crate) defaults: Option<Arc<Defaults>>,
     /// Every guard watches its key's change feed ([`Client::watch_losses`]).
     pub(crate) watch: bool,
 }
@@ -300,6 +304,7 @@ impl Client {
             inner: Arc::new(Inner::new(Endpoint::open(url)?)),
             owner: None,
             session: None,
+            defaults: Some(Arc::default()),
             watch: false,
         })
     }
@@ -311,6 +316,7 @@ impl Client {
     pub fn with_timeouts(self, connect: Duration, io: Duration) -> Client {
         Client {
             inner: Arc::new(Inner::new(self.inner.with_timeouts(connect, io))),
+            defaults: self.defaults.as_ref().map(|_| Arc::default()),
             ..self
         }
     }
@@ -328,6 +334,7 @@ impl Client {
     pub fn durable(self, replicas: u32, timeout: Duration) -> Client {
         Client {
             inner: Arc::new(Inner::new(self.inner.with_durable(replicas, timeout))),
+            defaults: self.defaults.as_ref().map(|_| Arc::default()),
             ..self
         }
     }
@@ -357,7 +364,32 @@ impl Client {
     pub fn with_session(&self, session: &Session) -> Client {
         Client {
             session: Some(Arc::clone(session.state())),
+            // (Session and defaults both set means "in the default session": see acquire_target.)
+            defaults: None,
             ..self.clone()
+        }
+    }
+
+    /// The same server and connections, every acquisition holding by its TTL alone: no
+    /// default session (see [the default session](crate#the-default-session)). A lock then outlives
+    /// a crash of this process until its TTL runs out, as before issue 29; use it where that
+    /// is wanted (a lock that must hold across a restart of its holder), or to compare.
+    pub fn without_session(&self) -> Client {
+        Client {
+            session: None,
+            defaults: None,
+            ..self.clone()
+        }
+    }
+
+    /// Close this client's default sessions now (every clone's: they share them), each with
+    /// `LOCK.SESSION CLOSE`, which releases every hold in it at once. Dropping the last clone
+    /// (guards hold one) does the same. A later acquire opens a new default session. Errors are
+    /// not reported: a session that does not answer ends as its connection closes, after the
+    /// grace.
+    pub fn close(&self) {
+        if let Some(defaults) = &self.defaults {
+            defaults.close();
         }
     }
 
@@ -401,10 +433,13 @@ impl Client {
             node.connect_timeout,
             &command::fence(key, 1),
         )?;
+        // One default session per node: the node's clients share it.
+        let address = node.redis().get_connection_info().addr.to_string();
         Ok(Client {
             inner: Arc::new(node),
             owner: self.owner.clone(),
             session: None,
+            defaults: self.defaults.as_ref().map(|d| d.node(address)),
             watch: self.watch,
         })
     }
@@ -445,8 +480,9 @@ impl Client {
             .transpose()
     }
 
-    /// One acquisition of `target` as `owner` (see [`Acquisition`]): the request, then what its
-    /// reply means, and the clean-up a failure may need.
+    /// One acquisition of `target` as `owner`: in the client's session, or its default session
+    /// (opened if needed; a new one, within `wait`, if the server says it ended), or by TTL
+    /// alone.
     pub(crate) fn acquire_target(
         &self,
         target: Target,
@@ -454,8 +490,45 @@ impl Client {
         ttl: Duration,
         wait: Option<Duration>,
     ) -> Result<Option<Guard>, Error> {
+        let defaults = match (&self.session, &self.defaults) {
+            (None, Some(defaults)) => defaults,
+            _ => return self.acquire_once(target, owner, ttl, wait),
+        };
+        // The hold keeps its own ttl: refused as without a session (a zero one too).
+        command::hold_ttl_ms(ttl, false)?;
+        let deadline = wait.map(|wait| std::time::Instant::now() + wait);
+        let mut attempt = 1;
+        loop {
+            let state = defaults.session(self)?;
+            let client = Client {
+                session: Some(Arc::clone(&state)),
+                ..self.clone()
+            };
+            let wait = deadline.map(|d| d.saturating_duration_since(std::time::Instant::now()));
+            match client.acquire_once(target.clone(), owner, ttl, wait) {
+                Err(e)
+                    if attempt < default_session::ATTEMPTS && default_session::session_gone(&e) =>
+                {
+                    defaults.retire(&state);
+                    attempt += 1;
+                }
+                result => return result,
+            }
+        }
+    }
+
+    /// One acquisition of `target` as `owner` (see [`Acquisition`]) in `self.session`: the
+    /// request, then what its reply means, and the clean-up a failure may need.
+    fn acquire_once(
+        &self,
+        target: Target,
+        owner: &Option<String>,
+        ttl: Duration,
+        wait: Option<Duration>,
+    ) -> Result<Option<Guard>, Error> {
         let session = self.session.as_deref().map(SessionState::id);
-        let acquisition = Acquisition::new(target, owner, ttl, wait, session)?;
+        let acquisition = Acquisition::new(target, owner, ttl, wait, session)?
+            .keeping_own_ttl(self.session.is_some() && self.defaults.is_some());
         let inner = &self.inner;
         let timeout = acquisition.reply_timeout(inner.io_timeout);
         let durable = inner.durable;

@@ -81,6 +81,9 @@ pub(crate) struct Acquisition {
     block_ms: Option<u64>,
     /// `SESSION id`: the session the hold is taken in, if any.
     session: Option<String>,
+    /// In the client's default session: the hold keeps a deadline of its own, as without a
+    /// session (an extend to zero is refused).
+    own_ttl: bool,
     /// When the request was made: the server grants it later, so the hold's deadline is at
     /// least this plus the TTL.
     started: Instant,
@@ -128,8 +131,18 @@ impl Acquisition {
             ttl_ms,
             block_ms,
             session: session.map(str::to_string),
+            own_ttl: false,
             started: Instant::now(),
         })
+    }
+
+    /// The same acquisition, made in the client's default session: the hold keeps a deadline
+    /// of its own (the caller checked that its ttl is not zero).
+    pub(crate) fn keeping_own_ttl(self, own: bool) -> Acquisition {
+        Acquisition {
+            own_ttl: own,
+            ..self
+        }
     }
 
     /// True if the request waits in the server's queue (`BLOCK`).
@@ -176,7 +189,7 @@ impl Acquisition {
                     generated: self.generated,
                     tokens,
                     ttl_ms: AtomicU64::new(self.ttl_ms),
-                    in_session: self.session.is_some(),
+                    in_session: self.session.is_some() && !self.own_ttl,
                     renewed: Mutex::new(renewed),
                 })
             }

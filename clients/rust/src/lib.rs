@@ -131,6 +131,22 @@
 //! }
 //! ```
 //!
+//! # The default session
+//!
+//! A lock of any kind made without a session ([`Client::with_session`], `.session(&session)`)
+//! joins its client's *default session*: one bound session per [`Client`] (shared by its
+//! clones) and per cluster node ([`Client::for_key`]), opened by the first acquire that needs
+//! it with `LOCK.SESSION OPEN 10000 BOUND GRACE 500` ([`DEFAULT_SESSION_TTL`],
+//! [`DEFAULT_GRACE`]), kept alive by one keepalive for all its holds. A process that dies frees
+//! everything it held about 500 ms after its connection closes, not when each TTL runs out.
+//! Each hold keeps its own TTL (`LOCK.ACQUIRE key owner ttl-ms SESSION id`), so the watchdog,
+//! `extend` and durable grants work as before. A connection blip (`CLIENT KILL`, a proxy
+//! closing it) is not a death: the session's thread re-attaches it within the grace and every
+//! hold is kept. [`Client::close`], or dropping the last clone (guards hold one), closes it.
+//! [`Client::without_session`] holds by TTL alone, as before. A lock delay is a session's
+//! option: the default session has none (open a [`Session`] with
+//! [`SessionBuilder::lock_delay`] for one).
+//!
 //! # Contention versus failure
 //!
 //! - [`Client::acquire`] (and the `acquire*`, `read*`, `write*` of the lock types):
@@ -156,6 +172,9 @@
 //!   renewal thread.
 //! - `session.rs`: what a session is to the client (`SessionState`: its id, TTL, and the guards to
 //!   tell of its loss), [`SessionBuilder`] and [`SessionInfo`], then the sync [`Session`].
+//! - `default_session.rs`: the sync client's default sessions (`Defaults`: one per client
+//!   and node, opened when first needed, retired when the server says one ended, closed with
+//!   the client); `aio/default_session.rs` the async one's.
 //! - `bound.rs`: a bound session's dedicated connection and the thread that waits on it (both
 //!   APIs).
 //! - `feed.rs`: the change feed as the client reads it: `LOCK.WATCH`/`LOCK.UNWATCH`/`LOCK.INFO`,
@@ -188,6 +207,7 @@ pub mod aio;
 mod bound;
 mod client;
 mod command;
+mod default_session;
 mod election;
 mod error;
 mod feed;
@@ -202,6 +222,7 @@ pub(crate) mod watchdog;
 
 pub use client::{Client, DEFAULT_CONNECT_TIMEOUT, DEFAULT_IO_TIMEOUT};
 pub use command::{FENCED_CALL_LUA, FENCE_CHECK_LUA};
+pub use default_session::{DEFAULT_GRACE, DEFAULT_SESSION_TTL};
 pub use election::{Election, Leadership, Observer};
 pub use error::{Error, RedlockError};
 pub use feed::{Change, Leader};

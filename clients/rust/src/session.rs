@@ -420,10 +420,8 @@ impl SessionBuilder<Client> {
     /// it keeps) and start its keepalive.
     pub fn open(self) -> Result<Session, Error> {
         let (open, ttl_ms) = self.request()?;
-        let client = Client {
-            session: None,
-            ..self.client.clone()
-        };
+        // Without the default sessions: the session's own client must not keep them alive.
+        let client = self.client.without_session();
         let inner = &client.inner;
         let (id, bound) = match self.is_bound() {
             true => {

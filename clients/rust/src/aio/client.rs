@@ -13,6 +13,7 @@ use redis::{AsyncConnectionConfig, RedisResult, Value};
 use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 
+use super::default_session::Defaults;
 use super::guard::Guard;
 use super::session::Session;
 use crate::client::{Endpoint, Next, MAX_FOLLOWS, MAX_IDLE};
@@ -40,6 +41,9 @@ pub struct Client {
     pub(crate) owner: Option<String>,
     /// The session every acquisition is made in ([`Client::with_session`]), if any.
     pub(crate) session: Option<Arc<SessionState>>,
+    /// Without `session`: the default sessions acquisitions join, shared by clones; `None`
+    /// for holds by TTL alone ([`Client::without_session`]).
+    pub(crate) defaults: Option<Arc<Defaults>>,
     /// Every guard watches its key's change feed ([`Client::watch_losses`]).
     pub(crate) watch: bool,
 }
@@ -78,6 +82,7 @@ impl Client {
         let endpoint = self.inner.with_timeouts(connect, io);
         Client {
             watch: self.watch,
+            defaults: self.defaults.as_ref().map(|_| Arc::default()),
             ..Client::from_parts(endpoint, self.owner, self.session)
         }
     }
@@ -89,6 +94,7 @@ impl Client {
         let endpoint = self.inner.with_durable(replicas, timeout);
         Client {
             watch: self.watch,
+            defaults: self.defaults.as_ref().map(|_| Arc::default()),
             ..Client::from_parts(endpoint, self.owner, self.session)
         }
     }
@@ -107,7 +113,27 @@ impl Client {
     pub fn with_session(&self, session: &Session) -> Client {
         Client {
             session: Some(Arc::clone(session.state())),
+            // (Session and defaults both set means "in the default session": see acquire_target.)
+            defaults: None,
             ..self.clone()
+        }
+    }
+
+    /// The same server and connections, every acquisition holding by its TTL alone: no
+    /// default session (see [`crate::Client::without_session`]).
+    pub fn without_session(&self) -> Client {
+        Client {
+            session: None,
+            defaults: None,
+            ..self.clone()
+        }
+    }
+
+    /// Close this client's default sessions now and wait for the replies (see
+    /// [`crate::Client::close`]). Dropping the last clone closes them too, by a task.
+    pub async fn close(&self) {
+        if let Some(defaults) = &self.defaults {
+            defaults.close().await;
         }
     }
 
@@ -146,8 +172,11 @@ impl Client {
         endpoint
             .cluster
             .store(true, std::sync::atomic::Ordering::Relaxed);
+        let address = endpoint.redis().get_connection_info().addr.to_string();
         let mut client = Client::from_parts(endpoint, self.owner.clone(), None);
         client.watch = self.watch;
+        // One default session per node: the node's clients share it.
+        client.defaults = self.defaults.as_ref().map(|d| d.node(address));
         let node = &client.inner;
         node.run(
             node.io_timeout,
@@ -213,15 +242,14 @@ impl Client {
             }),
             owner,
             session,
+            defaults: Some(Arc::default()),
             watch: false,
         }
     }
 
-    /// One acquisition of `target` as `owner` (see [`Acquisition`]), cancel-safe.
-    ///
-    /// The request runs in a task of its own that hands over a Guard, never a bare token: if the
-    /// caller stops waiting, the guard is dropped in the task (or in the channel) and releases
-    /// the lock, so a cancelled acquire leaves no grant behind.
+    /// One acquisition of `target` as `owner`: in the client's session, or its default session
+    /// (opened if needed; a new one, within `wait`, if the server says it ended), or by TTL
+    /// alone (see [`crate::Client`]'s).
     pub(crate) async fn acquire_target(
         &self,
         target: Target,
@@ -229,8 +257,49 @@ impl Client {
         ttl: Duration,
         wait: Option<Duration>,
     ) -> Result<Option<Guard>, Error> {
+        let defaults = match (&self.session, &self.defaults) {
+            (None, Some(defaults)) => defaults,
+            _ => return self.acquire_once(target, owner, ttl, wait).await,
+        };
+        command::hold_ttl_ms(ttl, false)?;
+        let deadline = wait.map(|wait| std::time::Instant::now() + wait);
+        let mut attempt = 1;
+        loop {
+            let state = defaults.session(self).await?;
+            let client = Client {
+                session: Some(Arc::clone(&state)),
+                ..self.clone()
+            };
+            let wait = deadline.map(|d| d.saturating_duration_since(std::time::Instant::now()));
+            match client.acquire_once(target.clone(), owner, ttl, wait).await {
+                Err(e)
+                    if attempt < crate::default_session::ATTEMPTS
+                        && crate::default_session::session_gone(&e) =>
+                {
+                    defaults.retire(&state).await;
+                    attempt += 1;
+                }
+                result => return result,
+            }
+        }
+    }
+
+    /// One acquisition of `target` as `owner` (see [`Acquisition`]) in `self.session`,
+    /// cancel-safe.
+    ///
+    /// The request runs in a task of its own that hands over a Guard, never a bare token: if the
+    /// caller stops waiting, the guard is dropped in the task (or in the channel) and releases
+    /// the lock, so a cancelled acquire leaves no grant behind.
+    async fn acquire_once(
+        &self,
+        target: Target,
+        owner: &Option<String>,
+        ttl: Duration,
+        wait: Option<Duration>,
+    ) -> Result<Option<Guard>, Error> {
         let session = self.session.as_deref().map(SessionState::id);
-        let acquisition = Acquisition::new(target, owner, ttl, wait, session)?;
+        let acquisition = Acquisition::new(target, owner, ttl, wait, session)?
+            .keeping_own_ttl(self.session.is_some() && self.defaults.is_some());
         let inner = &self.inner;
         if inner.durable.is_some() && inner.durable_ok.get().is_none() {
             let version = command::server_version();

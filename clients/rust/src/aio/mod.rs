@@ -36,6 +36,7 @@
 //! ```
 
 mod client;
+mod default_session;
 mod election;
 mod guard;
 mod locks;

@@ -123,10 +123,8 @@ impl SessionBuilder<Client> {
     /// connection is closed once it is open, which ends the session on the server.
     pub async fn open(self) -> Result<Session, Error> {
         let (open, ttl_ms) = self.request()?;
-        let client = Client {
-            session: None,
-            ..self.client.clone()
-        };
+        // Without the default sessions: the session's own client must not keep them alive.
+        let client = self.client.without_session();
         let (id, bound) = match self.is_bound() {
             true => {
                 let inner = Arc::clone(&client.inner);
