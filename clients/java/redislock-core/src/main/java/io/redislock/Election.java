@@ -203,13 +203,14 @@ public final class Election {
   /**
    * The changes of one election, in order: {@link #next(Duration)}.
    *
-   * <p>For a client that follows failovers (Cluster, Sentinel): when the node's feed ends (a
-   * cluster's old master ends the subscription unasked, {@code sunsubscribe}, as it gives the
-   * slot up; or the connection is lost), the observation moves to the node that serves the key
-   * now (the slot table learnt again): it subscribes there, reads {@code LOCK.INFO} there and
-   * reports a change only if the leader differs from the last one reported (never two leaders
-   * for one moment, nothing repeated). It tries every 100 ms for {@link #FOLLOW_PATIENCE}; then
-   * (or at once, for a client of one server) it reports a resync with no leader and stops.
+   * <p>For a Cluster client: when the node's feed ends (the old master ends the subscription
+   * unasked, {@code sunsubscribe}, as it gives the slot up in a failover; or the connection is
+   * lost, a killed master), the observation moves to the master that serves the key now (the
+   * slot table learnt again): it subscribes there, reads {@code LOCK.INFO} there and reports a
+   * change ({@code resync} true) only if the leader differs from the last one reported: never
+   * two leaders for one moment, nothing repeated. It tries every 100 ms for
+   * {@link #FOLLOW_PATIENCE}; then (or at once, for a client of one server or of Sentinel) it
+   * reports a resync with no leader and stops.
    */
   public final class Observation implements AutoCloseable {
     private final BlockingQueue<Change> changes = new LinkedBlockingQueue<>();
@@ -225,7 +226,7 @@ public final class Election {
 
     Observation() throws InterruptedException {
       connect();
-      refresh(); // the state once subscribed: nothing can fall between the read and the feed
+      refresh(false); // the state once subscribed: nothing can fall between the read and the feed
     }
 
     /** Connections to the node serving the key now, subscribed to its channel there. */
@@ -259,7 +260,7 @@ public final class Election {
 
         @Override
         public void onSMessage(String ch, String message) {
-          refresh();
+          refresh(false);
         }
       };
       pubsub = ps;
@@ -287,8 +288,8 @@ public final class Election {
       if (closed || sub != subConn) {
         return;
       }
-      if (!client.followsFailover()) {
-        broken();
+      if (!client.isCluster()) {
+        broken(); // one server, or Sentinel (whose demoted primary still answers reads): stop
         return;
       }
       watchConn.close();
@@ -300,8 +301,12 @@ public final class Election {
         }
         try {
           connect();
+          if (closed) {
+            close(); // closed while it moved: the new connections too
+            return;
+          }
           moved++;
-          refresh(); // LOCK.INFO on the new node: reported only if the leader changed
+          refresh(true); // LOCK.INFO on the new node: reported (a resync) only if the leader changed
           return;
         } catch (RuntimeException e) {
           // the node is not reachable yet, or still not a master (READONLY, MOVED): again
@@ -345,10 +350,11 @@ public final class Election {
     }
 
     /**
-     * A message arrived (or we start, or moved): read the state, report it if it changed. A
-     * failed read is left to the feed's end ({@link #ended}), which follows or reports it.
+     * A message arrived (or we start, or moved: {@code resync}): read the state, report it if it
+     * changed. A failed read is left to the feed's end ({@link #ended}), which follows or
+     * reports it.
      */
-    private synchronized void refresh() {
+    private synchronized void refresh(boolean resync) {
       if (closed) {
         return;
       }
@@ -356,14 +362,14 @@ public final class Election {
       try {
         s = stateRead();
       } catch (RuntimeException e) {
-        if (!client.followsFailover() && !closed) {
+        if (!client.isCluster() && !closed) {
           changes.add(new Change(null, true, -1));
         }
         return;
       }
       Leader now = leaderOf((LockInfo) s[2]);
       if (first || !Objects.equals(now, reported)) {
-        changes.add(new Change(now, first, (Long) s[1]));
+        changes.add(new Change(now, first || resync, (Long) s[1]));
         reported = now;
         first = false;
       }

@@ -268,7 +268,7 @@ public final class Session implements AutoCloseable {
   }
 
   /**
-   * A keepalive (routed by Jedis, which follows {@code MOVED}) found that the session's slot is
+   * Cluster clients: a keepalive (routed by Jedis, which follows {@code MOVED}) found that the session's slot is
    * served by another node than the one its bound connection goes to: a cluster failover. The
    * old master, a replica now, keeps that connection open and ends nothing, and the promoted
    * replica has the session unbound (it lives by its ttl there): bind it to a connection to the
@@ -277,7 +277,7 @@ public final class Session implements AutoCloseable {
   private void followIfMoved() {
     Connection c = conn;
     HostAndPort was = connNode;
-    if (!options.bound || !client.followsFailover() || c == null || was == null || closed || lostReason != null) {
+    if (!options.bound || !client.isCluster() || c == null || was == null || closed || lostReason != null) {
       return;
     }
     HostAndPort now;
