@@ -36,6 +36,15 @@ import redis.clients.jedis.exceptions.JedisDataException;
  * {@code "session lost: <reason>"}): {@code "ended"} (KEEPALIVE answered nil),
  * {@code "keepalive failed: ..."}, {@code "connection lost: ..."} (bound, without a grace, or
  * no re-ATTACH landed within it), {@code "grace ran out: ..."} (ATTACH answered nil).
+ *
+ * <p>In a cluster ({@link LockClient#cluster}) a bound session follows its slot's failover, with
+ * a grace or without: the promoted replica has it unbound (it lives by its ttl) and the old
+ * master, a replica now, keeps the old connection open and ends nothing. The first keepalive
+ * routed to the new master (Jedis follows {@code MOVED}) sees the slot moved and the session is
+ * re-{@code ATTACH}ed there, the old connection closed; a bound connection that drops (a killed
+ * master) is re-ATTACHed on the slot's master, found again, within the ttl from the last
+ * keepalive. Only ATTACH answering nil ({@code "ended: ..."} without a grace) or that ttl
+ * passing is a loss.
  */
 public final class Session implements AutoCloseable {
   /** Settings of a session: {@code Session.options().bound(true)...}. */
@@ -294,10 +303,21 @@ public final class Session implements AutoCloseable {
     t.start();
   }
 
-  /** {@link #reattach}, one at a time, for the connection {@code c} it replaces. */
+  /**
+   * {@link #reattach}, one at a time, for the connection {@code c} it replaces: a try under way
+   * is waited for (it may have just replaced {@code c}, or be about to give up on another).
+   */
   private void follow(String why, Connection c) {
-    if (!following.compareAndSet(false, true)) {
-      return;
+    while (!following.compareAndSet(false, true)) {
+      if (conn != c || closed || lostReason != null) {
+        return;
+      }
+      try {
+        Thread.sleep(10);
+      } catch (InterruptedException e) {
+        Thread.currentThread().interrupt();
+        return;
+      }
     }
     try {
       if (conn == c) {
@@ -334,7 +354,8 @@ public final class Session implements AutoCloseable {
         Object reply = LockClient.on(c, client.args(Cmd.SESSION).add("ATTACH").key(id));
         if (reply == null) {
           c.close();
-          lose("grace ran out: ATTACH answered nil after the connection was lost (" + why + ")");
+          lose((graceMs() > 0 ? "grace ran out" : "ended")
+              + ": ATTACH answered nil after the connection was lost (" + why + ")");
           return;
         }
         synchronized (this) {

@@ -35,7 +35,9 @@ import redis.clients.jedis.exceptions.JedisConnectionException;
  * again on the new one, and moves a hold's change feed there when the old master's server ends
  * the subscription ({@code sunsubscribe}). What is asserted: the holds are on the new master with
  * their tokens, the watchdog and the session's keepalive renew them there, no loss is reported,
- * and the waiter is granted on the new master without the caller sending anything again.
+ * and the waiter is granted on the new master without the caller sending anything again. The
+ * second test: BOUND sessions re-attached there and observers moved (its own comment). A killed
+ * master: {@link ClusterKillTest}.
  */
 class ClusterFailoverTest {
   /** How long the cluster may take to carry out a failover. */
