@@ -305,8 +305,8 @@ public final class Election {
             close(); // closed while it moved: the new connections too
             return;
           }
-          moved++;
           refresh(true); // LOCK.INFO on the new node: reported (a resync) only if the leader changed
+          moved++; // after the report, so that one who sees the count sees what was reported
           return;
         } catch (RuntimeException e) {
           // the node is not reachable yet, or still not a master (READONLY, MOVED): again
