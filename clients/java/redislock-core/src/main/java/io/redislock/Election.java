@@ -334,7 +334,10 @@ public final class Election {
       }
     }
 
-    /** How many times this observation moved to another node's feed (a failover). */
+    /**
+     * How many times this observation subscribed again, on the key's master then: after a
+     * failover, or after one of its connections was lost (Cluster clients only).
+     */
     public int movedCount() {
       return moved;
     }
@@ -351,8 +354,8 @@ public final class Election {
 
     /**
      * A message arrived (or we start, or moved: {@code resync}): read the state, report it if it
-     * changed. A failed read is left to the feed's end ({@link #ended}), which follows or
-     * reports it.
+     * changed. A failed read in a cluster closes the feed's connection too, whose end
+     * ({@link #ended}) then follows the key; elsewhere it is reported as a resync.
      */
     private synchronized void refresh(boolean resync) {
       if (closed) {
@@ -362,7 +365,17 @@ public final class Election {
       try {
         s = stateRead();
       } catch (RuntimeException e) {
-        if (!client.isCluster() && !closed) {
+        if (closed) {
+          return;
+        }
+        if (client.isCluster()) {
+          // the read connection failed (a failover, or it alone was closed): end the feed's
+          // too, so that the feed's end follows the key to its master now and reads it there
+          Connection sub = subConn;
+          if (sub != null) {
+            sub.close();
+          }
+        } else {
           changes.add(new Change(null, true, -1));
         }
         return;

@@ -38,7 +38,8 @@ import redis.clients.jedis.Jedis;
  * acknowledged grant is on the new master with its token, the three sessions are re-{@code ATTACH}ed
  * there (the server names the client's new connection as their binding), nothing is reported
  * lost, a {@code watch(name)} moves to the new master's feed reporting nothing until the hold is
- * released there, and a new grant there gets a larger token.
+ * released there, and a new grant there gets a larger token. Also here, on the same cluster: an
+ * observer whose subscription connection alone is killed subscribes again.
  */
 class ClusterKillTest {
   static final Duration PATIENCE = ClusterFailoverTest.PATIENCE;
@@ -174,5 +175,44 @@ class ClusterKillTest {
     assertNull(lost.get());
     assertEquals(0L, bound.end());
     assertEquals(0L, strict.end());
+  }
+
+  /**
+   * An observer whose subscription connection alone is closed ({@code CLIENT KILL} on a master
+   * that still serves the key): the observation subscribes again on the key's master, reads the
+   * state there (the same holder: nothing reported), and reports the next changes.
+   */
+  @Test
+  @Timeout(value = 120, unit = TimeUnit.SECONDS)
+  void observerResubscribesAfterItsConnectionIsKilled() throws Exception {
+    String name = "{obs-java}leader";
+    int master = client.nodeFor(name).getPort();
+    try (Election.Observation watcher = client.watch(name)) {
+      assertNull(ClusterFailoverTest.next(watcher).leader());
+      Lock l = client.lock(name, Duration.ofSeconds(30));
+      assertTrue(l.tryLock());
+      assertEquals(new Election.Leader(l.owner(), l.token()), ClusterFailoverTest.next(watcher).leader());
+      try (Jedis j = new Jedis("127.0.0.1", master)) {
+        long killed = 0;
+        for (String line : j.clientList().split("\r?\n")) {
+          if (line.contains(" name=" + Feed.SUB_NAME + "-")) {
+            long id = Long.parseLong(line.substring(3, line.indexOf(' ')));
+            killed += j.clientKill(redis.clients.jedis.params.ClientKillParams.clientKillParams().id(String.valueOf(id)));
+          }
+        }
+        assertEquals(1L, killed, "the observer's one subscription on this master");
+      }
+      waitUntil("the observer subscribed again", PATIENCE, () -> watcher.movedCount() == 1);
+      assertTrue(watcher.next(Duration.ZERO).isEmpty());
+      assertTrue(l.release());
+      Election.Change freed = ClusterFailoverTest.next(watcher);
+      assertNull(freed.leader());
+      assertFalse(freed.resync());
+      assertTrue(l.tryLock());
+      Election.Change again = ClusterFailoverTest.next(watcher);
+      assertEquals(new Election.Leader(l.owner(), l.token()), again.leader());
+      assertFalse(again.resync());
+      assertTrue(l.release());
+    }
   }
 }
