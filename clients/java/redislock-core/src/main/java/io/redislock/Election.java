@@ -33,6 +33,8 @@ import redis.clients.jedis.JedisShardedPubSub;
 public final class Election {
   /** A leadership's hold time without a session of its own (renewed by its watchdog every third). */
   public static final Duration DEFAULT_TTL = Duration.ofSeconds(10);
+  /** How long an observation whose feed ended tries to find the key's node again (failover clients). */
+  public static final Duration FOLLOW_PATIENCE = Duration.ofSeconds(30);
 
   /** Settings: {@code Election.options().session(s)}. */
   public static final class Options {
@@ -198,23 +200,59 @@ public final class Election {
     }
   }
 
-  /** The changes of one election, in order: {@link #next(Duration)}. */
+  /**
+   * The changes of one election, in order: {@link #next(Duration)}.
+   *
+   * <p>For a Cluster client: when the node's feed ends (the old master ends the subscription
+   * unasked, {@code sunsubscribe}, as it gives the slot up in a failover; or the connection is
+   * lost, a killed master), the observation moves to the master that serves the key now (the
+   * slot table learnt again): it subscribes there, reads {@code LOCK.INFO} there and reports a
+   * change ({@code resync} true) only if the leader differs from the last one reported: never
+   * two leaders for one moment, nothing repeated. It tries every 100 ms for
+   * {@link #FOLLOW_PATIENCE}; then (or at once, for a client of one server or of Sentinel) it
+   * reports a resync with no leader and stops.
+   */
   public final class Observation implements AutoCloseable {
-    private final Connection watchConn;
-    private final Connection subConn;
     private final BlockingQueue<Change> changes = new LinkedBlockingQueue<>();
-    private final JedisShardedPubSub pubsub;
+    private final String id = Feed.newId();
+    private volatile Connection watchConn;
+    private volatile Connection subConn;
+    private volatile JedisShardedPubSub pubsub;
     private Leader reported;
     private boolean first = true;
     private volatile boolean closed;
+    /** How many times the observation moved to another node's feed. */
+    private volatile int moved;
 
     Observation() throws InterruptedException {
-      String id = Feed.newId();
-      watchConn = client.dedicated(name, Feed.WATCH_NAME + "-" + id);
-      subConn = client.dedicated(name, Feed.SUB_NAME + "-" + id);
-      String channel = (String) stateRead()[0];
+      connect();
+      refresh(false); // the state once subscribed: nothing can fall between the read and the feed
+    }
+
+    /** Connections to the node serving the key now, subscribed to its channel there. */
+    private void connect() throws InterruptedException {
+      Connection w = client.dedicated(name, Feed.WATCH_NAME + "-" + id);
+      Connection sub;
+      try {
+        sub = client.dedicated(name, Feed.SUB_NAME + "-" + id);
+      } catch (RuntimeException e) {
+        w.close();
+        throw e;
+      }
+      synchronized (this) {
+        watchConn = w;
+        subConn = sub;
+      }
+      String channel;
+      try {
+        channel = (String) stateRead()[0];
+      } catch (RuntimeException e) {
+        w.close();
+        sub.close();
+        throw e;
+      }
       CountDownLatch subscribed = new CountDownLatch(1);
-      pubsub = new JedisShardedPubSub() {
+      JedisShardedPubSub ps = new JedisShardedPubSub() {
         @Override
         public void onSSubscribe(String ch, int count) {
           subscribed.countDown();
@@ -222,25 +260,86 @@ public final class Election {
 
         @Override
         public void onSMessage(String ch, String message) {
-          refresh();
+          refresh(false);
         }
       };
+      pubsub = ps;
       Thread t = new Thread(() -> {
+        String why;
         try {
-          pubsub.proceed(subConn, channel);
+          ps.proceed(sub, channel);
+          why = "unsubscribed by the server";
         } catch (RuntimeException e) {
-          if (!closed) {
-            changes.add(new Change(null, true, -1)); // the feed broke: see LOCK.INFO yourself
-          }
+          why = String.valueOf(e.getMessage());
         }
+        ended(sub, why);
       }, "redislock-observe");
       t.setDaemon(true);
       t.start();
       if (!subscribed.await(10, TimeUnit.SECONDS)) {
-        close();
+        w.close();
+        sub.close();
         throw new LockException("SSUBSCRIBE " + channel + " got no answer within 10 s");
       }
-      refresh(); // the state once subscribed: nothing can fall between the read and the feed
+    }
+
+    /** The feed on {@code sub} ended: follow the key to its node now, or report a resync and stop. */
+    private void ended(Connection sub, String why) {
+      if (closed || sub != subConn) {
+        return;
+      }
+      if (!client.isCluster()) {
+        broken(); // one server, or Sentinel (whose demoted primary still answers reads): stop
+        return;
+      }
+      watchConn.close();
+      sub.close();
+      long deadline = System.nanoTime() + FOLLOW_PATIENCE.toNanos();
+      for (int attempt = 0; !closed; attempt++) {
+        if (attempt % 5 == 0) {
+          client.failoverSeen(); // a cluster's slot table learnt again
+        }
+        try {
+          connect();
+          if (closed) {
+            close(); // closed while it moved: the new connections too
+            return;
+          }
+          refresh(true); // LOCK.INFO on the new node: reported (a resync) only if the leader changed
+          moved++; // after the report, so that one who sees the count sees what was reported
+          return;
+        } catch (RuntimeException e) {
+          // the node is not reachable yet, or still not a master (READONLY, MOVED): again
+        } catch (InterruptedException e) {
+          Thread.currentThread().interrupt();
+          break;
+        }
+        if (System.nanoTime() - deadline >= 0) {
+          break;
+        }
+        try {
+          Thread.sleep(100);
+        } catch (InterruptedException e) {
+          Thread.currentThread().interrupt();
+          break;
+        }
+      }
+      broken();
+    }
+
+    /** The feed is gone for good: a resync with no leader (see LOCK.INFO yourself). */
+    private void broken() {
+      if (!closed) {
+        changes.add(new Change(null, true, -1));
+      }
+    }
+
+    /**
+     * How many times this observation subscribed again, on the key's master then: after a
+     * failover, or after one of its connections was lost (Cluster clients only).
+     */
+    public int movedCount() {
+      return moved;
     }
 
     /** MULTI, LOCK.WATCH, LOCK.INFO, EXEC: {channel, seq, info}, one moment. */
@@ -253,8 +352,12 @@ public final class Election {
       return new Object[] {watch.get(0), watch.get(1), LockInfo.parse(exec.get(1))};
     }
 
-    /** A message arrived (or we start): read the state, report it if it changed. */
-    private synchronized void refresh() {
+    /**
+     * A message arrived (or we start, or moved: {@code resync}): read the state, report it if it
+     * changed. A failed read in a cluster closes the feed's connection too, whose end
+     * ({@link #ended}) then follows the key; elsewhere it is reported as a resync.
+     */
+    private synchronized void refresh(boolean resync) {
       if (closed) {
         return;
       }
@@ -262,14 +365,24 @@ public final class Election {
       try {
         s = stateRead();
       } catch (RuntimeException e) {
-        if (!closed) {
+        if (closed) {
+          return;
+        }
+        if (client.isCluster()) {
+          // the read connection failed (a failover, or it alone was closed): end the feed's
+          // too, so that the feed's end follows the key to its master now and reads it there
+          Connection sub = subConn;
+          if (sub != null) {
+            sub.close();
+          }
+        } else {
           changes.add(new Change(null, true, -1));
         }
         return;
       }
       Leader now = leaderOf((LockInfo) s[2]);
       if (first || !Objects.equals(now, reported)) {
-        changes.add(new Change(now, first, (Long) s[1]));
+        changes.add(new Change(now, first || resync, (Long) s[1]));
         reported = now;
         first = false;
       }
@@ -284,14 +397,21 @@ public final class Election {
     public void close() {
       closed = true;
       try {
-        if (pubsub.isSubscribed()) {
-          pubsub.sunsubscribe();
+        JedisShardedPubSub ps = pubsub;
+        if (ps != null && ps.isSubscribed()) {
+          ps.sunsubscribe();
         }
       } catch (RuntimeException ignored) {
         // closing anyway
       }
-      subConn.close();
-      watchConn.close();
+      Connection sub = subConn;
+      Connection w = watchConn;
+      if (sub != null) {
+        sub.close();
+      }
+      if (w != null) {
+        w.close();
+      }
     }
   }
 }

@@ -145,7 +145,8 @@ public final class LockClient implements AutoCloseable {
     ClusterConnectionProvider provider = new ClusterConnectionProvider(nodes, config);
     UnifiedJedis jedis = new UnifiedJedis(provider, 5, Duration.ofSeconds(10));
     // A shard's failover (issue 34): Jedis follows MOVED for the pooled commands (renewals,
-    // keepalives); waits and feeds, on connections of their own, re-learn the slot table.
+    // keepalives); waits, feeds, observers and BOUND sessions (re-ATTACHed on the new master),
+    // on connections of their own, re-learn the slot table.
     return new LockClient(jedis, config, key -> provider.getNode(JedisClusterCRC16.getSlot(key)), true, false, () -> {
       try {
         provider.renewSlotCache();

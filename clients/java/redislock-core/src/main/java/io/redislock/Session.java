@@ -11,6 +11,7 @@ import java.util.concurrent.TimeUnit;
 import java.util.function.Consumer;
 import redis.clients.jedis.CommandArguments;
 import redis.clients.jedis.Connection;
+import redis.clients.jedis.HostAndPort;
 import redis.clients.jedis.exceptions.JedisDataException;
 
 /**
@@ -35,6 +36,15 @@ import redis.clients.jedis.exceptions.JedisDataException;
  * {@code "session lost: <reason>"}): {@code "ended"} (KEEPALIVE answered nil),
  * {@code "keepalive failed: ..."}, {@code "connection lost: ..."} (bound, without a grace, or
  * no re-ATTACH landed within it), {@code "grace ran out: ..."} (ATTACH answered nil).
+ *
+ * <p>In a cluster ({@link LockClient#cluster}) a bound session follows its slot's failover, with
+ * a grace or without: the promoted replica has it unbound (it lives by its ttl) and the old
+ * master, a replica now, keeps the old connection open and ends nothing. The first keepalive
+ * routed to the new master (Jedis follows {@code MOVED}) sees the slot moved and the session is
+ * re-{@code ATTACH}ed there, the old connection closed; a bound connection that drops (a killed
+ * master) is re-ATTACHed on the slot's master, found again, within the ttl from the last
+ * keepalive. Only ATTACH answering nil ({@code "ended: ..."} without a grace) or that ttl
+ * passing is a loss.
  */
 public final class Session implements AutoCloseable {
   /** Settings of a session: {@code Session.options().bound(true)...}. */
@@ -99,6 +109,10 @@ public final class Session implements AutoCloseable {
   private volatile boolean closed;
   private volatile String lostReason;
   private volatile Connection conn;
+  /** The node {@link #conn} goes to: a cluster's failover moves the slot away from it. */
+  private volatile HostAndPort connNode;
+  /** True while a re-ATTACH runs (after a drop, or a failover seen by a keepalive). */
+  private final java.util.concurrent.atomic.AtomicBoolean following = new java.util.concurrent.atomic.AtomicBoolean();
   private ScheduledFuture<?> keepalive;
   /** How many times a dropped bound connection was replaced by a re-ATTACH. */
   private volatile int reattached;
@@ -184,6 +198,7 @@ public final class Session implements AutoCloseable {
     }
     Object reply;
     if (options.bound) {
+      HostAndPort node = client.nodeFor(options.key != null ? options.key : "");
       Connection c = client.dedicated(options.key != null ? options.key : "");
       try {
         reply = LockClient.on(c, openArgs());
@@ -195,6 +210,7 @@ public final class Session implements AutoCloseable {
         throw e;
       }
       conn = c;
+      connNode = node;
       watch(c);
     } else if (client.isCluster()) {
       // OPEN has no key: send it to the node of the key the session will lock
@@ -249,10 +265,66 @@ public final class Session implements AutoCloseable {
     } catch (RuntimeException e) {
       why = String.valueOf(e.getMessage());
     }
-    if (graceMs() > 0 && !closed && lostReason == null) {
-      reattach(why);
+    if (conn != c) {
+      return; // replaced by a re-ATTACH elsewhere (a failover): this close was ours
+    }
+    if ((graceMs() > 0 || client.isCluster()) && !closed && lostReason == null) {
+      // a cluster's master killed: its replica, promoted, has the session unbound (grace or not)
+      follow(why, c);
     } else {
       lose("connection lost: " + why);
+    }
+  }
+
+  /**
+   * Cluster clients: a keepalive (routed by Jedis, which follows {@code MOVED}) found that the session's slot is
+   * served by another node than the one its bound connection goes to: a cluster failover. The
+   * old master, a replica now, keeps that connection open and ends nothing, and the promoted
+   * replica has the session unbound (it lives by its ttl there): bind it to a connection to the
+   * new master ({@code ATTACH}), then close the old one. On a thread of its own: the tries sleep.
+   */
+  private void followIfMoved() {
+    Connection c = conn;
+    HostAndPort was = connNode;
+    if (!options.bound || !client.isCluster() || c == null || was == null || closed || lostReason != null) {
+      return;
+    }
+    HostAndPort now;
+    try {
+      now = client.nodeFor(routeKey());
+    } catch (RuntimeException unknown) {
+      return; // no slot table now: the next keepalive looks again
+    }
+    if (now == null || now.equals(was) || following.get()) {
+      return;
+    }
+    Thread t = new Thread(() -> follow("the slot moved from " + was + " to " + now, c), "redislock-session-follow");
+    t.setDaemon(true);
+    t.start();
+  }
+
+  /**
+   * {@link #reattach}, one at a time, for the connection {@code c} it replaces: a try under way
+   * is waited for (it may have just replaced {@code c}, or be about to give up on another).
+   */
+  private void follow(String why, Connection c) {
+    while (!following.compareAndSet(false, true)) {
+      if (conn != c || closed || lostReason != null) {
+        return;
+      }
+      try {
+        Thread.sleep(10);
+      } catch (InterruptedException e) {
+        Thread.currentThread().interrupt();
+        return;
+      }
+    }
+    try {
+      if (conn == c) {
+        reattach(why, c);
+      }
+    } finally {
+      following.set(false);
     }
   }
 
@@ -265,19 +337,25 @@ public final class Session implements AutoCloseable {
    * failovers the session's ttl from its last keepalive (a promoted replica keeps the session,
    * unbound, that long).
    */
-  private void reattach(String why) {
+  private void reattach(String why, Connection old) {
     long deadline = client.followsFailover()
         ? lastKept + TimeUnit.MILLISECONDS.toNanos(ttlMs)
         : System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(graceMs());
     String last = why;
+    int tries = 0;
     while (!closed && lostReason == null) {
       Connection c = null;
+      if (client.isCluster() && tries++ % 5 == 0) {
+        client.failoverSeen(); // the slot table learnt again: the slot's master now
+      }
       try {
+        HostAndPort node = client.nodeFor(routeKey());
         c = client.dedicated(routeKey());
         Object reply = LockClient.on(c, client.args(Cmd.SESSION).add("ATTACH").key(id));
         if (reply == null) {
           c.close();
-          lose("grace ran out: ATTACH answered nil after the connection was lost (" + why + ")");
+          lose((graceMs() > 0 ? "grace ran out" : "ended")
+              + ": ATTACH answered nil after the connection was lost (" + why + ")");
           return;
         }
         synchronized (this) {
@@ -286,8 +364,10 @@ public final class Session implements AutoCloseable {
             return;
           }
           conn = c;
+          connNode = node;
           reattached++;
         }
+        old.close(); // a failover's old master keeps it open: the session is bound here now
         if (serial != null) {
           LockClient.setName(c, "redislock-session-" + serial);
         }
@@ -320,6 +400,7 @@ public final class Session implements AutoCloseable {
         lose("ended");
       } else {
         lastKept = System.nanoTime();
+        followIfMoved();
       }
     } catch (RuntimeException e) {
       // Sentinel: a keepalive that met a failover (a closed connection, READONLY) is tried
@@ -329,6 +410,9 @@ public final class Session implements AutoCloseable {
           && System.nanoTime() - lastKept < TimeUnit.MILLISECONDS.toNanos(ttlMs);
       if (!retry) {
         lose("keepalive failed: " + e.getMessage());
+      } else {
+        client.failoverSeen();
+        followIfMoved();
       }
     }
   }
