@@ -146,9 +146,37 @@ class Session {
     conn.onClose((error) => {
       if (this._conn !== conn) return; // replaced or closed by us
       const e = error || new Error('closed');
-      if (this._adapter.isCluster && this._id !== null) this._reattach(e);
+      if (this._id !== null && this._reattaches(e)) this._reattach(e);
       else this._lose(`connection lost: ${e.message}`);
     });
+  }
+
+  /**
+   * Whether the bound connection's close (by `error`) is worth a re-ATTACH rather than a loss: in
+   * a cluster, a failover. The default session (lib/default-session.js) also re-attaches after a
+   * blip on one server, where the server keeps it for its grace.
+   */
+  _reattaches(_error) {
+    return Boolean(this._adapter.isCluster);
+  }
+
+  /**
+   * Until when (performance.now() scale) a re-ATTACH is tried: in a cluster, the session's ttl
+   * from its last keepalive (a promoted replica keeps it that long, unbound).
+   */
+  _attachUntil() {
+    return (this._lastOk !== null ? this._lastOk : performance.now()) + this._ttl;
+  }
+
+  /** Whether an ATTACH that failed with `error` is worth another try: the slot's master moved, or
+   * the server has not yet seen the old connection close ("... still open"). */
+  static _attachAgain(error) {
+    return wire.movedAway(error) || /still open/.test(String(error && error.message));
+  }
+
+  /** Open, not closed, not lost: it can take holds. */
+  _usable() {
+    return this._id !== null && !this._closed && this._lostReason === null;
   }
 
   /**
@@ -162,17 +190,17 @@ class Session {
     const old = this._conn;
     this._conn = null;
     if (old !== null) old.close();
-    const until = (this._lastOk !== null ? this._lastOk : performance.now()) + this._ttl;
+    const until = this._attachUntil();
     const run = async () => {
       let last = error;
       while (!this._closed && this._lostReason === null) {
-        await this._adapter.refresh(this._id);
+        if (this._adapter.isCluster) await this._adapter.refresh(this._id);
         let conn = null;
         try {
           conn = await this._adapter.dedicated(this._id, 'redislock-session');
           const reply = await wire.withTimeout(
             conn.call(['LOCK.SESSION', 'ATTACH', this._id]),
-            this._period(),
+            Math.min(this._period(), Math.max(50, Math.ceil(until - performance.now()))),
             'LOCK.SESSION ATTACH'
           );
           if (reply === null) {
@@ -181,10 +209,11 @@ class Session {
           }
           if (this._closed || this._lostReason !== null) return conn.close();
           this._attach(conn);
+          await this._nameConnection();
           return;
         } catch (e) {
           if (conn !== null) conn.close();
-          if (!wire.movedAway(e)) return this._lose(`attach failed: ${e.message}`);
+          if (!Session._attachAgain(e)) return this._lose(`attach failed: ${e.message}`);
           last = e;
         }
         if (performance.now() >= until) return this._lose(`connection lost: ${last.message}`);
@@ -268,11 +297,13 @@ class Session {
     const period = this._period();
     const sent = performance.now();
     let remaining;
+    if (this._reattaching !== null) {
+      await this._reattaching; // a blip (the default session) or a failover: bound again first
+      if (this._lostReason !== null || this._timer === null) return undefined;
+    }
     if (!this._adapter.isCluster) {
       remaining = await wire.withTimeout(this._call(args), period, 'LOCK.SESSION KEEPALIVE');
     } else {
-      if (this._reattaching !== null) await this._reattaching;
-      if (this._lostReason !== null || this._timer === null) return undefined;
       const conn = this._conn;
       try {
         remaining = await wire.withTimeout(
