@@ -187,6 +187,9 @@ class Lock {
    * grant is left behind).
    */
   async acquire({ timeout, signal } = {}) {
+    if (signal && signal.aborted) throw wire.abortReason(signal);
+    // Before anything else is sent (a default session's OPEN too).
+    if (this.durable > 0) await wire.checkDurable(this._adapter, this._keys()[0]);
     if (!this._joinsDefault) return this._acquire({ timeout, signal });
     // In the client's default session: if that session ended before or while this call waited
     // (ERR no such session, ERR the session ended while the client waited), try again in a new
@@ -213,7 +216,6 @@ class Lock {
   async _acquire({ timeout, signal } = {}) {
     if (signal && signal.aborted) throw wire.abortReason(signal);
     const key = this._keys()[0];
-    if (this.durable > 0) await wire.checkDurable(this._adapter, key);
     const before = this._token;
     const waitMs = timeout === undefined ? null : wire.toMs(timeout, 'timeout', true);
     const cleanup = before !== null ? async () => {} : () => this._call(this._releaseArgs());

@@ -197,7 +197,9 @@ class Session {
         if (this._adapter.isCluster) await this._adapter.refresh(this._id);
         let conn = null;
         try {
-          conn = await this._adapter.dedicated(this._id, 'redislock-session');
+          // Named as the old one was, on connecting (before ATTACH is sent).
+          const name = this.serial !== null ? `redislock-session-${this.serial}` : 'redislock-session';
+          conn = await this._adapter.dedicated(this._id, name);
           const reply = await wire.withTimeout(
             conn.call(['LOCK.SESSION', 'ATTACH', this._id]),
             Math.min(this._period(), Math.max(50, Math.ceil(until - performance.now()))),
@@ -209,7 +211,6 @@ class Session {
           }
           if (this._closed || this._lostReason !== null) return conn.close();
           this._attach(conn);
-          await this._nameConnection();
           return;
         } catch (e) {
           if (conn !== null) conn.close();
