@@ -16,7 +16,8 @@
 // - "connection lost: <error>" (bound): the dedicated connection closed; the server ends a bound
 //   session the moment it sees that. On a single server, no re-ATTACH: a session found again
 //   would not prove that each of its holds survived (a promoted replica can miss the newest
-//   grants).
+//   grants). The client's default session (lib/default-session.js) is opened with `GRACE`, so
+//   the server keeps it detached for the grace, and it re-ATTACHes after a blip (`_reattaches`).
 //
 // In a cluster (issue 34) a failover is followed instead: a keepalive or session command that
 // meets MOVED, READONLY or a lost connection is sent again to the slot's master, looked up
