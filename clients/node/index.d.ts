@@ -149,6 +149,12 @@ export interface SessionInfo {
   bound: number | null;
   lockdelay: number;
   holds: number;
+  /** The session's public handle (LOCK.SESSION LIST, LOCK.INFO, CLIENT LIST's name). */
+  serial: number;
+  /** ms the session outlives its bound connection's close (`GRACE`; 0 without). */
+  grace: number;
+  /** While detached (its connection closed, within the grace): ms left to ATTACH it; else null. */
+  detached: number | null;
 }
 
 /** One lease (LOCK.SESSION) for many holds, kept alive by one keepalive timer. */
@@ -158,6 +164,8 @@ export class Session {
   readonly bound: boolean;
   /** The session id (a secret), or null before open(). */
   readonly id: string | null;
+  /** A bound session's public serial (LOCK.SESSION LIST, LOCK.INFO), once open; else null. */
+  readonly serial: number | null;
   readonly ttl: number;
   readonly lockDelay: number | undefined;
   readonly lost: boolean;

@@ -223,18 +223,22 @@ function sessionsOf(client) {
 function wrapClose(client, sessions) {
   for (const name of CLOSERS) {
     const original = client[name];
-    if (typeof original !== 'function' || Object.prototype.hasOwnProperty.call(client, name)) continue;
-    if (name === 'quit') {
-      client[name] = async function quit(...args) {
-        await sessions.close();
-        return original.apply(this, args);
-      };
-    } else {
-      client[name] = function (...args) {
-        // ioredis's disconnect(true) reconnects: not a close.
-        if (!(name === 'disconnect' && args[0] === true)) sessions.close();
-        return original.apply(this, args);
-      };
+    if (typeof original !== 'function') continue;
+    const wrapped =
+      name === 'quit'
+        ? async function quit(...args) {
+            await sessions.close();
+            return original.apply(this, args);
+          }
+        : function (...args) {
+            // ioredis's disconnect(true) reconnects: not a close.
+            if (!(name === 'disconnect' && args[0] === true)) sessions.close();
+            return original.apply(this, args);
+          };
+    try {
+      client[name] = wrapped;
+    } catch {
+      // a read-only method: the 'end' event below still closes the sessions
     }
   }
   if (typeof client.on === 'function') client.on('end', () => sessions.close());
