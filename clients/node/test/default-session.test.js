@@ -167,9 +167,9 @@ test('session: null keeps the ttl behaviour: a killed holder frees nothing', asy
 test('an election without a session elects the next leader promptly after a kill', async (t) => {
   const [a] = await connectPair(t, 'ioredis', server.port);
   const key = fresh('election');
-  const first = spawnNode(t, 'candidate.js', [server.port, key, 'c1', 30000]);
+  const first = spawnNode(t, 'candidate.js', [server.port, key, 'c1', 30000, 'default']);
   assert.equal((await first.readLine())[0], 'leader');
-  const second = spawnNode(t, 'candidate.js', [server.port, key, 'c2', 30000]);
+  const second = spawnNode(t, 'candidate.js', [server.port, key, 'c2', 30000, 'default']);
   await waiters(a, key, 1);
   const left = (await info(a, key)).ttl;
   const at = await serverMs(a);
