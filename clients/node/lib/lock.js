@@ -200,7 +200,10 @@ class Lock {
       const left = ends === null ? undefined : timeout === 0 ? 0 : Math.max(0, Math.ceil(ends - performance.now()));
       if (this._token === null || this.session === undefined || !this.session._usable()) {
         const session = await defaults.sessionFor(this.client, this._keys()[0]);
-        if (this.session !== undefined && this.session !== session) this.session._forget(this);
+        if (this.session !== undefined && this.session !== session) {
+          this.session._forget(this);
+          if (this._token !== null) this._forget(); // that hold ended with its session
+        }
         this.session = session;
       }
       try {
