@@ -38,10 +38,10 @@
 // - Seen like any bound session: `LOCK.SESSION LIST` (one entry per client and node), `INFO lock`
 //   (`lock_sessions`), and `CLIENT LIST` shows its connection as `name=redislock-session-<serial>`.
 
-const { adapt } = require('./adapter');
+const { adapt, isReplyError, IOREDIS_CLUSTER } = require('./adapter');
 const { Session } = require('./session');
-const { isReplyError } = require('./adapter');
 const { slotOf } = require('./slot');
+const wire = require('./wire');
 
 /** The default session's ttl in ms; the keepalive runs every third. */
 const DEFAULT_SESSION_TTL_MS = 10000;
@@ -114,12 +114,16 @@ class DefaultSession extends Session {
     return performance.now() + this.grace;
   }
 
-  /** LOCK.SESSION CLOSE on the bound connection; never rejects (the connection's close ends it too). */
+  /**
+   * LOCK.SESSION CLOSE on the bound connection, waiting at most a keepalive period; never rejects.
+   * Without an answer the connection is closed all the same, and the server ends the session after
+   * its grace.
+   */
   async end() {
     try {
-      await this.close();
+      await wire.withTimeout(this.close(), this._period(), 'LOCK.SESSION CLOSE');
     } catch {
-      // no answer: the connection is closed all the same, and the server ends it after the grace
+      if (this._conn !== null) this._conn.close();
     }
   }
 }
@@ -148,7 +152,7 @@ class Sessions {
 
   /** The usable default session for `key`'s node, opened if needed (one open per node at a time). */
   async get(key) {
-    if (this.adapter.isCluster && this.adapter.kind === 'ioredis-cluster' && this.client.status !== 'ready') {
+    if (this.adapter.kind === IOREDIS_CLUSTER && this.client.status !== 'ready') {
       await this.adapter._ready(); // the slot table, for the node
     }
     for (;;) {

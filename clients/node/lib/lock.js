@@ -15,7 +15,9 @@ const DEFAULT_DURABLE_TIMEOUT_MS = 1000;
 class Lock {
   /**
    * `new Lock(client, name, ttl, options)` takes nothing yet; `acquire()` does. `ttl` is the hold
-   * time in milliseconds (with `session`, 0: no deadline of its own). Options: `owner`,
+   * time in milliseconds (with a `session`, 0: no deadline of its own). Without a `session`
+   * option (and without `lockDelay`) the hold also joins the client's default session
+   * (lib/default-session.js) and keeps its ttl; `session: null`: the ttl alone. Options: `owner`,
    * `watchdog`, `watchdogPeriod`, `onLost`, `feed`, `session`, `lockDelay`, `durable`,
    * `durableTimeout` (see index.d.ts and the README).
    */
