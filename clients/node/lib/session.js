@@ -181,10 +181,11 @@ class Session {
   }
 
   /**
-   * A bound session's connection met a failover (cluster only): bind the session to a new
-   * connection to its slot's master (LOCK.SESSION ATTACH; a promoted replica has it unbound).
-   * "ended" when the server has no such session: also when the old master is alive and ended it
-   * because its bound connection closed.
+   * A bound session's connection met a failover (a cluster), or dropped while the server keeps
+   * the session detached for its grace (the default session, `_reattaches`): bind the session to a
+   * new connection to its slot's master (LOCK.SESSION ATTACH; a promoted replica has it unbound),
+   * tried until `_attachUntil()`. "ended" when the server has no such session: also when the old
+   * master is alive and ended it because its bound connection closed (or the grace ran out).
    */
   _reattach(error) {
     if (this._reattaching !== null) return this._reattaching;
