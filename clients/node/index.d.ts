@@ -28,8 +28,13 @@ export interface LockOptions {
   onLost?: (lock: Lock, error: LockLostError) => void | Promise<void>;
   /** With `onLost`: watch the key through the change feed while held (default true). */
   feed?: boolean;
-  /** Hold it in this session (`SESSION id`): no watchdog; a ttl of 0 means no deadline of its own. */
-  session?: Session;
+  /**
+   * Not given: the hold joins the client's default session (one bound session per client and
+   * server, `GRACE` 500 ms: the lock is freed within milliseconds of this process dying) and keeps
+   * its own ttl, watchdog and extend(). `null`: the hold lives by its ttl alone. A Session: hold it
+   * in that session (`SESSION id`): no watchdog; a ttl of 0 means no deadline of its own.
+   */
+  session?: Session | null;
   /**
    * ms (0 to 60000) nobody is granted what this hold had once it expired (`LOCKDELAY`): time for
    * a holder that missed its loss to stop. A release is clean (no delay). Not with `session` (its
@@ -69,6 +74,7 @@ export class Lock {
    * (LOCK.INFO)", "deadline passed: no renewal succeeded", "feed connection lost: ..."; or null.
    */
   readonly lostReason: string | null;
+  /** The session the hold is in: the given one, the client's default one once acquired, or undefined. */
   readonly session: Session | undefined;
   /** The `lockDelay` option in ms, or undefined. */
   readonly lockDelay: number | undefined;
@@ -143,6 +149,12 @@ export interface SessionInfo {
   bound: number | null;
   lockdelay: number;
   holds: number;
+  /** The session's public handle (LOCK.SESSION LIST, LOCK.INFO, CLIENT LIST's name). */
+  serial: number;
+  /** ms the session outlives its bound connection's close (`GRACE`; 0 without). */
+  grace: number;
+  /** While detached (its connection closed, within the grace): ms left to ATTACH it; else null. */
+  detached: number | null;
 }
 
 /** One lease (LOCK.SESSION) for many holds, kept alive by one keepalive timer. */
@@ -152,6 +164,8 @@ export class Session {
   readonly bound: boolean;
   /** The session id (a secret), or null before open(). */
   readonly id: string | null;
+  /** A bound session's public serial (LOCK.SESSION LIST, LOCK.INFO), once open; else null. */
+  readonly serial: number | null;
   readonly ttl: number;
   readonly lockDelay: number | undefined;
   readonly lost: boolean;
@@ -184,8 +198,12 @@ export interface ElectionOptions {
   /** ms a leadership lasts unless renewed (default 10000; with `session` 0: the session covers it). */
   ttl?: number;
   watchdogPeriod?: number;
-  /** Hold leaderships in this session (bound: the next candidate leads when this process dies). */
-  session?: Session;
+  /**
+   * Hold leaderships in this session (bound: the next candidate leads when this process dies).
+   * Not given: the client's default session, with the leadership's ttl and watchdog on top;
+   * `null`: the ttl and watchdog alone.
+   */
+  session?: Session | null;
 }
 
 export interface CampaignOptions extends AcquireOptions {
@@ -226,11 +244,23 @@ export class Observation implements AsyncIterableIterator<LeadershipChange> {
  */
 export function watch(client: RedisClient, name: string): Observation;
 
+/** The default session's ttl in ms (a keepalive every third). */
+export const DEFAULT_SESSION_TTL_MS: number;
+/** ms the server keeps a default session whose connection dropped, for the client to re-ATTACH it. */
+export const DEFAULT_GRACE_MS: number;
+/**
+ * Close `client`'s default sessions now (LOCK.SESSION CLOSE: their holds released at once);
+ * closing the client (quit(), disconnect(), ...) does it too. The next lock acquired through it
+ * opens a new one.
+ */
+export function closeDefaultSessions(client: RedisClient): Promise<void>;
+
 export class Election {
   constructor(client: RedisClient, name: string, options?: ElectionOptions);
   readonly client: RedisClient;
   readonly name: string;
-  readonly session: Session | undefined;
+  /** The `session` option: a Session, null (no session), or undefined (the client's default session). */
+  readonly session: Session | null | undefined;
   /** Wait in the queue until leading; null if `timeout` ms passed first. */
   campaign(value: string, options?: CampaignOptions): Promise<Leadership | null>;
   /** Step down from the last leadership this object won. */

@@ -6,7 +6,8 @@
 // lib/wire.js (owners, times, tokens, the blocking wait and its cancellation, the durable check),
 // lib/lock.js (Lock: acquire, release, extend, watchdog, signal), lib/shared.js (Semaphore,
 // ReadWriteLock), lib/multi.js (MultiLock), lib/fence.js (fenced writes), lib/session.js
-// (Session: LOCK.SESSION and its keepalive), lib/feed.js (the change feed: loss reports and
+// (Session: LOCK.SESSION and its keepalive), lib/default-session.js (the client's default
+// session, which a lock made without `session` joins), lib/feed.js (the change feed: loss reports and
 // observers), lib/election.js (Election), lib/errors.js;
 // redlock.js is the drop-in for node-redlock.
 
@@ -14,6 +15,7 @@ const { Lock } = require('./lib/lock');
 const { Semaphore, ReadLock, ReadWriteLock } = require('./lib/shared');
 const { MultiLock } = require('./lib/multi');
 const { Session } = require('./lib/session');
+const { DEFAULT_SESSION_TTL_MS, DEFAULT_GRACE_MS, closeDefaultSessions } = require('./lib/default-session');
 const { Election, Leadership, Observation, watch } = require('./lib/election');
 const { FENCE_CHECK_LUA, FENCED_CALL_LUA, fencedCall, fencedScript } = require('./lib/fence');
 // LockError and its subclasses: LockLostError, LockBusyError, DurabilityError,
@@ -64,6 +66,9 @@ module.exports = {
   ReadWriteLock,
   MultiLock,
   Session,
+  DEFAULT_SESSION_TTL_MS,
+  DEFAULT_GRACE_MS,
+  closeDefaultSessions,
   Election,
   Leadership,
   Observation,

@@ -179,6 +179,10 @@ function ioredisDedicated(node, name) {
       conn.on('error', check);
     },
     onClose: closed.onClose,
+    /** Let the process exit while this connection is open (a default session's). */
+    unref() {
+      if (conn.stream && typeof conn.stream.unref === 'function') conn.stream.unref();
+    },
     close() {
       closed.fire();
       conn.disconnect(false);
@@ -419,6 +423,9 @@ class NodeRedisAdapter {
         conn.on('sharded-channel-moved', (channel) => fn(String(channel)));
       },
       onClose: closed.onClose,
+      unref() {
+        if (typeof conn.unref === 'function') conn.unref();
+      },
       close() {
         closed.fire();
         destroy(conn);

@@ -137,8 +137,11 @@ class Election {
     this.client = client;
     this._adapter = adapt(client);
     this.name = name;
+    // undefined: the client's default session (lib/default-session.js), with the leadership's
+    // own ttl and watchdog on top; null: the ttl and watchdog alone; a Session: the session's.
     this.session = options.session;
-    this.ttl = options.ttl !== undefined ? options.ttl : this.session !== undefined ? 0 : DEFAULT_TTL_MS;
+    const explicit = this.session !== undefined && this.session !== null;
+    this.ttl = options.ttl !== undefined ? options.ttl : explicit ? 0 : DEFAULT_TTL_MS;
     this.watchdogPeriod = options.watchdogPeriod;
     this._leadership = null;
   }
@@ -157,7 +160,9 @@ class Election {
         if (typeof onLost === 'function') return onLost(leadership, error);
       },
     };
-    if (this.session === undefined) Object.assign(options, { watchdog: true, watchdogPeriod: this.watchdogPeriod });
+    if (this.session === undefined || this.session === null) {
+      Object.assign(options, { watchdog: true, watchdogPeriod: this.watchdogPeriod });
+    }
     const lock = new Lock(this.client, this.name, this.ttl, options);
     leadership = new Leadership(lock);
     if (!(await lock.acquire({ timeout, signal }))) return null;

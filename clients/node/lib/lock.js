@@ -7,6 +7,7 @@ const wire = require('./wire');
 const { LockLostError, LockBusyError, DurabilityError } = require('./errors');
 const { fencedCall } = require('./fence');
 const { feedFor } = require('./feed');
+const defaults = require('./default-session');
 
 /** How long `durable` waits for replicas unless `durableTimeout` says otherwise, in ms. */
 const DEFAULT_DURABLE_TIMEOUT_MS = 1000;
@@ -14,7 +15,9 @@ const DEFAULT_DURABLE_TIMEOUT_MS = 1000;
 class Lock {
   /**
    * `new Lock(client, name, ttl, options)` takes nothing yet; `acquire()` does. `ttl` is the hold
-   * time in milliseconds (with `session`, 0: no deadline of its own). Options: `owner`,
+   * time in milliseconds (with a `session`, 0: no deadline of its own). Without a `session`
+   * option (and without `lockDelay`) the hold also joins the client's default session
+   * (lib/default-session.js) and keeps its ttl; `session: null`: the ttl alone. Options: `owner`,
    * `watchdog`, `watchdogPeriod`, `onLost`, `feed`, `session`, `lockDelay`, `durable`,
    * `durableTimeout` (see index.d.ts and the README).
    */
@@ -22,14 +25,23 @@ class Lock {
     this.client = client;
     this._adapter = adapt(client);
     this.name = name;
-    this.session = options.session;
-    if (this.session !== undefined && options.watchdog) {
+    const explicit = options.session !== undefined && options.session !== null;
+    /**
+     * Not given: the hold also joins the client's default session (lib/default-session.js),
+     * keeping its own ttl; not with a lockDelay, which in a session is the session's. `null`: the
+     * hold lives by its ttl alone.
+     */
+    this._joinsDefault = options.session === undefined && options.lockDelay === undefined;
+    /** The session the hold is in: the given one, the default one once acquired, or undefined. */
+    this.session = explicit ? options.session : undefined;
+    if (explicit && options.watchdog) {
       throw new RangeError("a lock in a session runs no watchdog: the session's keepalive covers it");
     }
-    if (this.session !== undefined && options.lockDelay !== undefined) {
+    if (explicit && options.lockDelay !== undefined) {
       throw new RangeError("a lock in a session has its session's lockDelay");
     }
-    this._ttl = wire.toMs(ttl, 'ttl', this.session !== undefined);
+    // In an explicit session a ttl of 0 means no deadline of the hold's own.
+    this._ttl = wire.toMs(ttl, 'ttl', explicit);
     this._delay = wire.toLockDelay(options.lockDelay);
     this.owner = options.owner !== undefined ? String(options.owner) : wire.newOwner();
     if (this.owner.length === 0) throw new RangeError('owner must not be empty');
@@ -178,8 +190,37 @@ class Lock {
    */
   async acquire({ timeout, signal } = {}) {
     if (signal && signal.aborted) throw wire.abortReason(signal);
+    // Before anything else is sent (a default session's OPEN too).
+    if (this.durable > 0) await wire.checkDurable(this._adapter, this._keys()[0]);
+    if (!this._joinsDefault) return this._acquire({ timeout, signal });
+    // In the client's default session: if that session ended before or while this call waited
+    // (ERR no such session, ERR the session ended while the client waited), try again in a new
+    // default session, at the back of the queue, within what is left of `timeout`.
+    const ends = timeout === undefined ? null : performance.now() + wire.toMs(timeout, 'timeout', true);
+    for (let attempt = 1; ; attempt++) {
+      if (signal && signal.aborted) throw wire.abortReason(signal);
+      const left = ends === null ? undefined : timeout === 0 ? 0 : Math.max(0, Math.ceil(ends - performance.now()));
+      if (this._token === null || this.session === undefined || !this.session._usable()) {
+        const session = await defaults.sessionFor(this.client, this._keys()[0]);
+        if (this.session !== undefined && this.session !== session) {
+          this.session._forget(this);
+          if (this._token !== null) this._forget(); // that hold ended with its session
+        }
+        this.session = session;
+      }
+      try {
+        return await this._acquire({ timeout: left, signal });
+      } catch (error) {
+        if (!defaults.sessionGone(error) || attempt >= defaults.ATTEMPTS) throw error;
+        defaults.retire(this.client, this.session);
+        this._forget(); // whatever it held there ended with that session
+      }
+    }
+  }
+
+  async _acquire({ timeout, signal } = {}) {
+    if (signal && signal.aborted) throw wire.abortReason(signal);
     const key = this._keys()[0];
-    if (this.durable > 0) await wire.checkDurable(this._adapter, key);
     const before = this._token;
     const waitMs = timeout === undefined ? null : wire.toMs(timeout, 'timeout', true);
     const cleanup = before !== null ? async () => {} : () => this._call(this._releaseArgs());
@@ -350,6 +391,7 @@ class Lock {
 
   /** Its session was closed: the server released the hold cleanly; nothing to report. */
   _sessionClosed() {
+    this._stopWatchdogNow();
     this._unwatchFeed();
     clearTimeout(this._deadlineTimer);
     this._forget();

@@ -16,7 +16,8 @@
 // - "connection lost: <error>" (bound): the dedicated connection closed; the server ends a bound
 //   session the moment it sees that. On a single server, no re-ATTACH: a session found again
 //   would not prove that each of its holds survived (a promoted replica can miss the newest
-//   grants).
+//   grants). The client's default session (lib/default-session.js) is opened with `GRACE`, so
+//   the server keeps it detached for the grace, and it re-ATTACHes after a blip (`_reattaches`).
 //
 // In a cluster (issue 34) a failover is followed instead: a keepalive or session command that
 // meets MOVED, READONLY or a lost connection is sent again to the slot's master, looked up
@@ -146,33 +147,64 @@ class Session {
     conn.onClose((error) => {
       if (this._conn !== conn) return; // replaced or closed by us
       const e = error || new Error('closed');
-      if (this._adapter.isCluster && this._id !== null) this._reattach(e);
+      if (this._id !== null && this._reattaches(e)) this._reattach(e);
       else this._lose(`connection lost: ${e.message}`);
     });
   }
 
   /**
-   * A bound session's connection met a failover (cluster only): bind the session to a new
-   * connection to its slot's master (LOCK.SESSION ATTACH; a promoted replica has it unbound).
-   * "ended" when the server has no such session: also when the old master is alive and ended it
-   * because its bound connection closed.
+   * Whether the bound connection's close (by `error`) is worth a re-ATTACH rather than a loss: in
+   * a cluster, a failover. The default session (lib/default-session.js) also re-attaches after a
+   * blip on one server, where the server keeps it for its grace.
+   */
+  _reattaches(_error) {
+    return Boolean(this._adapter.isCluster);
+  }
+
+  /**
+   * Until when (performance.now() scale) a re-ATTACH is tried: in a cluster, the session's ttl
+   * from its last keepalive (a promoted replica keeps it that long, unbound).
+   */
+  _attachUntil() {
+    return (this._lastOk !== null ? this._lastOk : performance.now()) + this._ttl;
+  }
+
+  /** Whether an ATTACH that failed with `error` is worth another try: the slot's master moved, or
+   * the server has not yet seen the old connection close ("... still open"). */
+  static _attachAgain(error) {
+    return wire.movedAway(error) || /still open/.test(String(error && error.message));
+  }
+
+  /** Open, not closed, not lost: it can take holds. */
+  _usable() {
+    return this._id !== null && !this._closed && this._lostReason === null;
+  }
+
+  /**
+   * A bound session's connection met a failover (a cluster), or dropped while the server keeps
+   * the session detached for its grace (the default session, `_reattaches`): bind the session to a
+   * new connection to its slot's master (LOCK.SESSION ATTACH; a promoted replica has it unbound),
+   * tried until `_attachUntil()`. "ended" when the server has no such session: also when the old
+   * master is alive and ended it because its bound connection closed (or the grace ran out).
    */
   _reattach(error) {
     if (this._reattaching !== null) return this._reattaching;
     const old = this._conn;
     this._conn = null;
     if (old !== null) old.close();
-    const until = (this._lastOk !== null ? this._lastOk : performance.now()) + this._ttl;
+    const until = this._attachUntil();
     const run = async () => {
       let last = error;
       while (!this._closed && this._lostReason === null) {
-        await this._adapter.refresh(this._id);
+        if (this._adapter.isCluster) await this._adapter.refresh(this._id);
         let conn = null;
         try {
-          conn = await this._adapter.dedicated(this._id, 'redislock-session');
+          // Named as the old one was, on connecting (before ATTACH is sent).
+          const name = this.serial !== null ? `redislock-session-${this.serial}` : 'redislock-session';
+          conn = await this._adapter.dedicated(this._id, name);
           const reply = await wire.withTimeout(
             conn.call(['LOCK.SESSION', 'ATTACH', this._id]),
-            this._period(),
+            Math.min(this._period(), Math.max(50, Math.ceil(until - performance.now()))),
             'LOCK.SESSION ATTACH'
           );
           if (reply === null) {
@@ -184,7 +216,7 @@ class Session {
           return;
         } catch (e) {
           if (conn !== null) conn.close();
-          if (!wire.movedAway(e)) return this._lose(`attach failed: ${e.message}`);
+          if (!Session._attachAgain(e)) return this._lose(`attach failed: ${e.message}`);
           last = e;
         }
         if (performance.now() >= until) return this._lose(`connection lost: ${last.message}`);
@@ -268,11 +300,13 @@ class Session {
     const period = this._period();
     const sent = performance.now();
     let remaining;
+    if (this._reattaching !== null) {
+      await this._reattaching; // a blip (the default session) or a failover: bound again first
+      if (this._lostReason !== null || this._timer === null) return undefined;
+    }
     if (!this._adapter.isCluster) {
       remaining = await wire.withTimeout(this._call(args), period, 'LOCK.SESSION KEEPALIVE');
     } else {
-      if (this._reattaching !== null) await this._reattaching;
-      if (this._lostReason !== null || this._timer === null) return undefined;
       const conn = this._conn;
       try {
         remaining = await wire.withTimeout(

@@ -142,7 +142,10 @@ test('ioredis Cluster: ASK and MOVED are followed by Lock, and a Redlock round t
   // (ASKING, then the command, on the target's connection).
   await target.node.call('CLUSTER', 'SETSLOT', slot, 'IMPORTING', source.id);
   await source.node.call('CLUSTER', 'SETSLOT', slot, 'MIGRATING', target.id);
-  const lock = new Lock(client, key, 30000);
+  // A ttl-only hold (session: null): a session lives on one node, so a hold in the default
+  // session (opened on the slot's owner in the client's table, the source) cannot follow an ASK to
+  // the importing node, which answers "no such session" (README, the default session).
+  const lock = new Lock(client, key, 30000, { session: null });
   assert.equal(await lock.acquire({ timeout: 0 }), true);
   target.node.call('ASKING');
   assert.equal(await target.node.call('LOCK.FENCE', key), lock.token);
@@ -158,6 +161,15 @@ test('ioredis Cluster: ASK and MOVED are followed by Lock, and a Redlock round t
   assert.equal(client.slots[slot][0], target.address); // refreshed
   assert.equal(await target.node.call('LOCK.FENCE', key), lock.token);
   assert.equal(await lock.release(), true);
+  // The same in the default session: the MOVED is followed, and the table then names the target.
+  client.slots[slot] = [source.address];
+  const inSession = new Lock(client, key, 30000);
+  assert.equal(await inSession.acquire({ timeout: 0 }), true);
+  assert.equal(client.slots[slot][0], target.address);
+  const holder = await target.node.call('LOCK.INFO', key);
+  const fields = holder[holder.indexOf('holders') + 1][0];
+  assert.equal(Number(fields[fields.indexOf('session') + 1]), inSession.session.serial);
+  assert.equal(await inSession.release(), true);
 
   // A Redlock round (three cluster clients of this cluster) does not send its LOCK.MACQUIRE
   // again after a MOVED: a vote against, and the next try goes to the right master.

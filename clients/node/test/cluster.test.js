@@ -154,3 +154,49 @@ for (const kind of KINDS) {
     assert.equal(leadership.lost, false); // closed by its own session: no loss
   });
 }
+
+for (const kind of KINDS) {
+  test(`${kind} Cluster: one default session per master, closed with the cluster client`, async (t) => {
+    const { client, masters, masterOf } = await connectCluster(t, kind);
+    // A plain client of each master, to look after the cluster client is closed.
+    const plain = cluster.nodes.map((n) => new IORedis({ host: '127.0.0.1', port: n.port }));
+    t.after(() => plain.forEach((c) => c.disconnect()));
+    // Keys on every master: a lock made without `session` joins its master's default session.
+    const keys = [];
+    for (let i = 0; keys.length < 3 * 2 && i < 1000; i++) {
+      const key = `def:${kind}:${i}`;
+      const node = masterOf(key);
+      if (keys.filter((k) => masterOf(k) === node).length < 2) keys.push(key);
+    }
+    const locks = keys.map((key) => new Lock(client, key, 30000));
+    for (const lock of locks) assert.equal(await lock.acquire({ timeout: 0 }), true);
+    const where = new Map(); // key -> the plain client of its master
+    for (const key of keys) {
+      const found = [];
+      for (const c of plain) {
+        const reply = await c.call('LOCK.INFO', key).catch((e) => (/^MOVED /.test(e.message) ? null : Promise.reject(e)));
+        if (reply !== null) found.push(c);
+      }
+      assert.equal(found.length, 1);
+      where.set(key, found[0]);
+    }
+    for (const node of masters()) {
+      const mine = locks.filter((lock) => masterOf(lock.name) === node);
+      assert.equal(mine.length, 2);
+      assert.equal(mine[0].session, mine[1].session); // one per master
+      const holder = (await info(node, mine[0].name)).holders[0];
+      assert.equal(Number(holder[holder.indexOf('session') + 1]), mine[0].session.serial);
+      const list = String(await send(node, 'CLIENT', 'LIST'));
+      assert.equal(list.split('\n').filter((l) => l.includes(` name=redislock-session-${mine[0].session.serial} `)).length, 1);
+    }
+    assert.equal(new Set(locks.map((lock) => lock.session)).size, 3);
+    // Closing the cluster client closes each master's default session: every hold released.
+    const ids = locks.map((lock) => [lock.session.id, where.get(lock.name)]);
+    if (ioredisOf(kind)) await client.quit();
+    else await client.disconnect();
+    for (const [id, c] of ids) {
+      await until('the session closed', async () => (await c.call('LOCK.SESSION', 'INFO', id)) === null);
+    }
+    for (const key of keys) assert.equal(await where.get(key).call('LOCK.INFO', key), null);
+  });
+}

@@ -31,6 +31,7 @@ const fileName = (b, ext) => `${b.file.replace(/[^\w.-]/g, '_')}_L${b.line}.${ex
 const OUTPUT = {
   lock: /^held with fencing token \d+\nsecond holder, token \d+\n$/,
   using: /^total 42\n$/,
+  default_session: /^session true grace 500 holds 1\nplain lock in a session: false\n$/,
   shared: /^one of 4 permits, token \d+\n$/,
   multi: /^tokens \[ \d+, \d+ \]\n$/,
   // No replica here: the distinct outcome, the grant given back.

@@ -412,7 +412,8 @@ test('lock.signal aborts when renewals get no answer (server stopped)', async (t
   t.after(() => own.stop());
   const client = await connect('ioredis', own.port);
   t.after(() => close(client));
-  const lock = new Lock(client, fresh('stopped'), 900, { watchdog: true });
+  // The ttl and its watchdog alone (session: null): no default session's keepalive in the race.
+  const lock = new Lock(client, fresh('stopped'), 900, { watchdog: true, session: null });
   await lock.acquire();
   process.kill(own.pid, 'SIGSTOP');
   try {
