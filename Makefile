@@ -265,7 +265,7 @@ bench-failover: build ## How fast the Python client follows a planned CLUSTER FA
 # holder's grant (the default session's GRACE, 500 ms, plus the handoff), and a CLIENT KILL of a
 # live holder's bound connection (the hold kept, the session re-attached), each client's own
 # program, one after another on the release module.
-bench-takeover: build test-deps ## kill -9 of a holder to the next grant, and a CLIENT KILL blip, with each client's defaults (Python, Rust, Go, Java); writes benches/results/takeover.md (RUNS=20)
+bench-takeover: build test-deps ## kill -9 of a holder to the next grant, and a CLIENT KILL blip, with each client's defaults (Python, Rust, Node, Go, Java); writes benches/results/takeover.md (RUNS=20)
 	$(CARGO) build -p redis-lock-harness
 	mkdir -p benches/results target/bench
 	set -o pipefail; cd clients/python && PYTHONPATH=$(CURDIR)/target/pydeps REDIS_SERVER=$(REDIS_SERVER) \
@@ -274,6 +274,10 @@ bench-takeover: build test-deps ## kill -9 of a holder to the next grant, and a 
 	set -o pipefail; REDIS_SERVER=$(REDIS_SERVER) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_RELEASE) \
 		$(CARGO) run -q --release -p redis-lock-client --example default_session_takeover $(or $(RUNS),20) \
 		| tee target/bench/takeover-rust.txt
+	@if [ -n "$(NODE_OK)" ]; then set -o pipefail; cd clients/node && { [ -d node_modules ] || npm ci --no-audit --no-fund --loglevel=error; } && \
+		REDIS_SERVER=$(REDIS_SERVER) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_RELEASE) HARNESS_BIN=$(CURDIR)/target/debug/harness \
+		node bench/default-session-takeover.js $(or $(RUNS),20) | tee $(CURDIR)/target/bench/takeover-node.txt; \
+	else echo "no node 20+: the Node row is skipped" > target/bench/takeover-node.txt; fi
 	@if [ -n "$(GO_OK)" ]; then set -o pipefail; cd clients/go && REDIS_SERVER=$(REDIS_SERVER) \
 		REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_RELEASE) HARNESS=$(CURDIR)/target/debug/harness \
 		go run ./bench/takeover $(or $(RUNS),20) | tee $(CURDIR)/target/bench/takeover-go.txt; \
@@ -286,7 +290,7 @@ bench-takeover: build test-deps ## kill -9 of a holder to the next grant, and a 
 	else echo "no mvn and JDK 17+: the Java row is skipped" > target/bench/takeover-java.txt; fi
 	{ echo "# Takeover with each client's defaults (make bench-takeover)"; echo; \
 	  echo "Release module, $$($(REDIS_SERVER) --version | cut -d' ' -f1-3), $$(nproc) cores, $$(date -u +%F)."; \
-	  for c in python rust go java; do echo; echo "## $$c"; echo; echo '```text'; cat target/bench/takeover-$$c.txt; echo '```'; done; \
+	  for c in python rust node go java; do echo; echo "## $$c"; echo; echo '```text'; cat target/bench/takeover-$$c.txt; echo '```'; done; \
 	} > benches/results/takeover.md
 
 bench-cluster: build ## Print lock throughput on 1 vs 3 cluster masters (a measurement, no checks)
