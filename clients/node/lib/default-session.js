@@ -31,7 +31,7 @@
 // - Closed (`LOCK.SESSION CLOSE`: every hold released at once, no lock-delay) when the client is
 //   closed: the client object's own `quit()`, `disconnect()` (and node-redis's `close()`,
 //   `destroy()`) close its default sessions first (only that object's methods are wrapped, never
-//   the class's), and its 'end' event does too. Its connection and timers are unref()ed: a
+//   the class's); not its 'end' event, which a dead server causes too. Its connection and timers are unref()ed: a
 //   default session never keeps the process alive; a process that exits without closing its
 //   client has the connection closed by the kernel, and the server ends the session after the
 //   grace.
@@ -222,7 +222,7 @@ function sessionsOf(client) {
 /**
  * Make the client object's own close methods close its default sessions first (`quit()` waits
  * for the CLOSE replies; `disconnect()` and the others, synchronous in some libraries, start them
- * and go on), and its 'end' event close them too. Only this object's: its class is untouched.
+ * and go on). Only this object's: its class is untouched.
  */
 function wrapClose(client, sessions) {
   for (const name of CLOSERS) {
@@ -242,10 +242,13 @@ function wrapClose(client, sessions) {
     try {
       client[name] = wrapped;
     } catch {
-      // a read-only method: the 'end' event below still closes the sessions
+      // a read-only method: closeDefaultSessions(client) closes them
     }
   }
-  if (typeof client.on === 'function') client.on('end', () => sessions.close());
+  // Not on the client's 'end' event: a client also ends when its server goes away (no retry
+  // strategy), and closing the sessions then would end them quietly, so their holds' loss would
+  // never be reported (seen: feed.test.js "a stopped server ..." on every server). The sessions'
+  // own connections see that loss and report it.
 }
 
 /** The default session of `client` for `key`'s node, opened if needed. */
