@@ -212,6 +212,20 @@ impl Endpoint {
         (self.is_cluster() && demoted(e)).then_some(Next::ByRole)
     }
 
+    /// Whether `error` says this cluster node does not serve the key's slot as a master now,
+    /// or not yet: `MOVED`, and for a cluster node also `READONLY`, a role-change `UNBLOCKED`,
+    /// `TRYAGAIN`, `CLUSTERDOWN` and `MASTERDOWN` (a failover under way). The change feed reads
+    /// these as "follow the slot", never as "the key is free".
+    pub(crate) fn slot_left(&self, error: &Error) -> bool {
+        let Error::Server(e) = error else {
+            return false;
+        };
+        use redis::ErrorKind::*;
+        e.kind() == Moved
+            || (self.is_cluster()
+                && (demoted(e) || matches!(e.kind(), TryAgain | ClusterDown | MasterDown)))
+    }
+
     /// Point this endpoint at `next` (a failover followed).
     pub(crate) fn repoint(&self, next: redis::Client) {
         *self.redis.write().unwrap_or_else(PoisonError::into_inner) = next;

@@ -326,3 +326,140 @@ async fn the_async_client_follows_a_planned_failover() {
         .await
         .unwrap();
 }
+
+/// The shard channels `server` has subscribers on (`PUBSUB SHARDCHANNELS`).
+fn shard_channels(server: &Server) -> usize {
+    let channels: Vec<Value> = redis::cmd("PUBSUB")
+        .arg("SHARDCHANNELS")
+        .query(&mut server.conn())
+        .unwrap();
+    channels.len()
+}
+
+/// The change feed follows a planned failover (issue 34): the old master's unasked
+/// `sunsubscribe` moves the feed to the new master, where it watches, subscribes and reads each
+/// key again. A watched guard is not reported lost (the new master has its token), the
+/// observers stay quiet (the same state), and what happens on the new master reaches them all.
+#[test]
+fn the_feed_follows_a_planned_failover() {
+    use redis_lock_client::{Change, Election, Leader, LossReason};
+
+    let dir = test_dir("client-cluster-failover-feed");
+    let nodes = cluster::start(3, 1, &dir);
+    let tag = "{fo-feed}";
+    let seed = Client::open(&nodes[0].url()).unwrap();
+    let client = seed.for_key(tag).unwrap().watch_losses();
+    let old = nodes
+        .iter()
+        .find(|n| {
+            role(n) == "master" && {
+                let r: redis::RedisResult<Value> =
+                    redis::cmd("LOCK.FENCE").arg(tag).query(&mut n.conn());
+                r.is_ok()
+            }
+        })
+        .expect("the tag's master");
+    let new = nodes
+        .iter()
+        .find(|n| master_of(n) == Some(old.port()))
+        .expect("its replica");
+
+    let guard = client
+        .acquire(&format!("{tag}g"), ms(60_000))
+        .unwrap()
+        .expect("granted");
+    let election = Election::new(&client, &format!("{tag}e"), ms(60_000));
+    let leading = election.campaign("a").unwrap();
+    let observer = election.observe().unwrap();
+    let first = observer.next_timeout(PATIENCE).expect("the first state");
+    let a = Leader {
+        value: "a".into(),
+        term: leading.term(),
+    };
+    assert_eq!(first.leader, Some(a));
+    let watcher = client.watch(&format!("{tag}w")).unwrap();
+    assert_eq!(
+        watcher.next_timeout(PATIENCE).expect("the first state"),
+        Change {
+            leader: None,
+            resync: false
+        }
+    );
+    assert_eq!(shard_channels(old), 3);
+
+    let ok: Value = redis::cmd("CLUSTER")
+        .arg("FAILOVER")
+        .query(&mut new.conn())
+        .unwrap();
+    assert_eq!(ok, Value::Okay);
+    wait_for("the replica promoted", PATIENCE, || {
+        (role(new) == "master").then_some(())
+    });
+    wait_for("the feed subscribed on the new master", PATIENCE, || {
+        (shard_channels(new) == 3).then_some(())
+    });
+
+    // Changes made on the new master reach the observers as feed messages.
+    let other = Client::open(&new.url()).unwrap().without_session();
+    let taken = other
+        .acquire(&format!("{tag}w"), ms(60_000))
+        .unwrap()
+        .expect("granted");
+    let seen = watcher.next_timeout(PATIENCE).expect("the grant");
+    assert_eq!(
+        seen,
+        Change {
+            leader: Some(Leader {
+                value: taken.owner().to_string(),
+                term: taken.token()
+            }),
+            resync: false
+        }
+    );
+    assert!(leading.resign().unwrap());
+    let b = election.campaign("b").unwrap();
+    assert!(b.term() > first.leader.as_ref().unwrap().term);
+    let mut changes = vec![];
+    while changes
+        .last()
+        .and_then(|c: &Change| c.leader.as_ref())
+        .map(|l| l.term)
+        != Some(b.term())
+    {
+        changes.push(observer.next_timeout(PATIENCE).expect("the next leader"));
+    }
+    assert_eq!(
+        changes.last().unwrap().leader,
+        Some(Leader {
+            value: "b".into(),
+            term: b.term()
+        })
+    );
+    assert!(changes.iter().all(|c| !c.resync), "{changes:?}");
+    assert!(observer.try_next().is_none());
+
+    // The guard was not reported lost (the new master has its token)...
+    assert_eq!(info(new, guard.key()).0, vec![guard.token()]);
+    assert!(guard.loss_reason().is_none(), "{:?}", guard.loss_reason());
+    assert!(!b.is_lost());
+    // ...and a real loss on the new master reaches it.
+    let deleted: i64 = redis::cmd("DEL")
+        .arg(guard.key())
+        .query(&mut new.conn())
+        .unwrap();
+    assert_eq!(deleted, 1);
+    assert!(matches!(
+        guard.wait_lost(PATIENCE),
+        Some(LossReason::Deleted)
+    ));
+
+    assert!(taken.release().unwrap());
+    assert_eq!(
+        watcher.next_timeout(PATIENCE).expect("the release"),
+        Change {
+            leader: None,
+            resync: false
+        }
+    );
+    assert!(b.resign().unwrap());
+}
