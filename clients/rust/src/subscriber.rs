@@ -16,6 +16,11 @@
 //! connection is lost (an error, an end of stream, or no answer to a ping within two
 //! [`PING_EVERY`]), every listener is told, and the thread reconnects, watches and subscribes
 //! again, and resynchronises every key.
+//!
+//! A cluster node's feed (issue 34) also takes the server's unasked `sunsubscribe` (the slot
+//! left the node: a failover) as a loss, and then follows the slot: it reconnects, follows
+//! `MOVED` (or a demoted node's `ROLE`) to the master, and resynchronises there, telling the
+//! listeners of the loss only if no master answered within [`HANDOVER_PATIENCE`].
 
 use std::collections::HashMap;
 use std::io::{self, Read};
