@@ -220,7 +220,11 @@ impl Follow {
             match tried {
                 Ok(attached) => return Ok(attached),
                 Err(e) => {
-                    self.inner.follow_blocking(&e);
+                    // `MOVED`/`READONLY`, or a node that is gone (killed: its slot's master
+                    // as the other nodes name it).
+                    if !self.inner.follow_blocking(&e) {
+                        self.inner.endpoint().follow_gone_blocking(&e);
+                    }
                     if std::time::Instant::now() >= deadline || stopped.load(Ordering::Acquire) {
                         return Err(e);
                     }

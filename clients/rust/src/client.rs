@@ -66,6 +66,9 @@ pub(crate) struct Endpoint {
     /// The server is a cluster node (`for_key` made this client, or it answered `MOVED`):
     /// `READONLY` and a role-change `UNBLOCKED` then mean "follow the failover".
     pub(crate) cluster: std::sync::atomic::AtomicBool,
+    /// A cluster node's client: the hash slot it was made for ([`Client::for_key`]) and the
+    /// other nodes it knows (the seed), to ask `CLUSTER SLOTS` when its node is gone.
+    pub(crate) slot: Option<(u16, Vec<redis::Client>)>,
 }
 
 /// Where a cluster node's client goes after an error that says its node gave up the slot.
@@ -88,6 +91,7 @@ impl Endpoint {
             durable: None,
             durable_ok: std::sync::OnceLock::new(),
             cluster: std::sync::atomic::AtomicBool::new(false),
+            slot: None,
         })
     }
 
@@ -99,7 +103,8 @@ impl Endpoint {
             io_timeout: io.max(Duration::from_millis(1)),
             durable: self.durable,
             durable_ok: std::sync::OnceLock::new(),
-            cluster: std::sync::atomic::AtomicBool::new(false),
+            cluster: std::sync::atomic::AtomicBool::new(self.is_cluster()),
+            slot: self.slot.clone(),
         }
     }
 
@@ -224,6 +229,85 @@ impl Endpoint {
         e.kind() == Moved
             || (self.is_cluster()
                 && (demoted(e) || matches!(e.kind(), TryAgain | ClusterDown | MasterDown)))
+    }
+
+    /// This endpoint as a cluster node's for `key`, made through `seed` (kept to ask about the
+    /// slot when this node is gone).
+    pub(crate) fn for_cluster_key(mut self, seed: &Endpoint, key: &str) -> Endpoint {
+        self.cluster
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        let mut peers = vec![seed.redis()];
+        if let Some((_, more)) = &seed.slot {
+            peers.extend(more.iter().cloned());
+        }
+        self.slot = Some((hash_slot(key.as_bytes()), peers));
+        self
+    }
+
+    /// After a connection `error`: whether a cluster node's client now points at another
+    /// master of its slot, as the nodes it knows (the seed, then this one) answer `CLUSTER
+    /// SLOTS` (issue 34: a killed master, its replica promoted). Blocking I/O, for the
+    /// background threads only (a bound session's re-attach, the feed): a command whose
+    /// connection broke may have run, and is not sent again.
+    pub(crate) fn follow_gone_blocking(&self, error: &Error) -> bool {
+        let (Error::Connection(_), true, Some((slot, peers))) =
+            (error, self.is_cluster(), &self.slot)
+        else {
+            return false;
+        };
+        let here = self.redis().get_connection_info().addr.to_string();
+        for peer in peers.iter().chain([&self.redis()]) {
+            let asked = Endpoint {
+                redis: std::sync::RwLock::new(peer.clone()),
+                ..self.with_timeouts(self.connect_timeout, self.io_timeout)
+            };
+            let Ok(master) = asked.master_of_slot(*slot) else {
+                continue;
+            };
+            if master.get_connection_info().addr.to_string() != here {
+                self.repoint(master);
+                return true;
+            }
+            return false;
+        }
+        false
+    }
+
+    /// The master of `slot` that this node's `CLUSTER SLOTS` names.
+    fn master_of_slot(&self, slot: u16) -> Result<redis::Client, Error> {
+        let mut conn = self.connect(self.connect_timeout)?;
+        conn.set_read_timeout(Some(self.io_timeout))
+            .map_err(Error::from_redis)?;
+        let ranges: Vec<Vec<redis::Value>> = redis::cmd("CLUSTER")
+            .arg("SLOTS")
+            .query(&mut conn)
+            .map_err(Error::from_redis)?;
+        let bad = || Error::UnexpectedReply {
+            command: "CLUSTER SLOTS",
+            reply: format!("slot {slot}"),
+        };
+        for range in ranges {
+            let (Some(redis::Value::Int(start)), Some(redis::Value::Int(end))) =
+                (range.first(), range.get(1))
+            else {
+                continue;
+            };
+            if !(*start..=*end).contains(&i64::from(slot)) {
+                continue;
+            }
+            let Some(redis::Value::Array(master)) = range.get(2) else {
+                return Err(bad());
+            };
+            return match (master.first(), master.get(1)) {
+                (Some(redis::Value::BulkString(host)), Some(redis::Value::Int(port))) => {
+                    let host = String::from_utf8_lossy(host);
+                    let port = u16::try_from(*port).map_err(|_| bad())?;
+                    self.at(&host, port)
+                }
+                _ => Err(bad()),
+            };
+        }
+        Err(bad())
     }
 
     /// Point this endpoint at `next` (a failover followed).
@@ -439,9 +523,11 @@ impl Client {
         // failover (or this probe's `MOVED`) repoints a client's endpoint, and two keys' clients
         // sharing one endpoint would drag each other to the wrong node.
         let inner = &self.inner;
-        let node = Inner::new(inner.with_timeouts(inner.connect_timeout, inner.io_timeout));
-        node.cluster
-            .store(true, std::sync::atomic::Ordering::Relaxed);
+        let node = Inner::new(
+            inner
+                .with_timeouts(inner.connect_timeout, inner.io_timeout)
+                .for_cluster_key(inner, key),
+        );
         node.with_conn(
             node.io_timeout,
             node.connect_timeout,
@@ -724,6 +810,32 @@ impl Inner {
     }
 }
 
+/// The cluster hash slot of `key` (CRC16/XMODEM of its hash tag, or of the whole key, mod
+/// 16384), as Redis computes it.
+fn hash_slot(key: &[u8]) -> u16 {
+    let tagged = key
+        .iter()
+        .position(|&b| b == b'{')
+        .and_then(|open| {
+            let rest = &key[open + 1..];
+            let close = rest.iter().position(|&b| b == b'}')?;
+            (close > 0).then(|| &rest[..close])
+        })
+        .unwrap_or(key);
+    let mut crc: u16 = 0;
+    for &byte in tagged {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc % 16384
+}
+
 /// A reply that says the node stopped being a master: `READONLY ...`, or Redis's (and the
 /// module's) answer to a waiter whose node turned replica.
 fn demoted(e: &redis::RedisError) -> bool {
@@ -732,4 +844,19 @@ fn demoted(e: &redis::RedisError) -> bool {
         || text.contains("READONLY")
         || (text.contains("UNBLOCKED")
             && (text.contains("master -> replica") || text.contains("became a replica")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::hash_slot;
+
+    /// Slots as Redis computes them (`CLUSTER KEYSLOT`): the whole key, or its hash tag.
+    #[test]
+    fn hash_slots_are_the_servers() {
+        assert_eq!(hash_slot(b"foo"), 12182);
+        assert_eq!(hash_slot(b"123456789"), 12739);
+        assert_eq!(hash_slot(b"{foo}bar"), 12182);
+        // An empty tag is no tag: the whole key is hashed.
+        assert_ne!(hash_slot(b"{}foo"), hash_slot(b"foo"));
+    }
 }

@@ -734,7 +734,12 @@ fn run(subscriber: Weak<Subscriber>, mut reader: Stream) {
             match sub.reconnect() {
                 Ok(reader) => break reader,
                 // `MOVED`, or `READONLY` and the like from a demoted node: go to the master.
-                Err(e) if follow && sub.endpoint.follow_blocking(&e) => {
+                // A lost node: the master the other nodes name for the slot.
+                Err(e)
+                    if follow
+                        && (sub.endpoint.follow_blocking(&e)
+                            || sub.endpoint.follow_gone_blocking(&e)) =>
+                {
                     backoff = Duration::from_millis(20);
                 }
                 Err(e) => {

@@ -571,3 +571,96 @@ async fn the_async_feed_follows_a_planned_failover() {
     .await
     .unwrap();
 }
+
+/// A killed master (issue 34): SIGKILL, then `CLUSTER FAILOVER FORCE` on its replica. A
+/// `for_key` client's durable grant is on the new master with its token; the default session's
+/// thread, finding the node gone, asks the seed's `CLUSTER SLOTS` for the slot's master and
+/// re-attaches there; the feed moves there too; no loss is reported, and the client's next
+/// command (the release) goes to the new master.
+#[test]
+fn a_killed_master_is_followed_by_the_default_session_and_the_feed() {
+    use redis_lock_client::LossReason;
+
+    let dir = test_dir("client-cluster-kill");
+    let mut nodes = cluster::start(3, 1, &dir);
+    let tag = "{kill-rust}";
+    let old = nodes
+        .iter()
+        .position(|n| {
+            role(n) == "master" && {
+                let r: redis::RedisResult<Value> =
+                    redis::cmd("LOCK.FENCE").arg(tag).query(&mut n.conn());
+                r.is_ok()
+            }
+        })
+        .expect("the tag's master");
+    let new = nodes
+        .iter()
+        .position(|n| master_of(n) == Some(nodes[old].port()))
+        .expect("its replica");
+    // The seed is another master: it outlives the kill.
+    let seed = nodes
+        .iter()
+        .position(|n| role(n) == "master" && n.port() != nodes[old].port())
+        .expect("another master");
+    let client = Client::open(&nodes[seed].url())
+        .unwrap()
+        .for_key(tag)
+        .unwrap()
+        .durable(1, ms(5_000))
+        .watch_losses();
+    let guard = client
+        .acquire(&format!("{tag}k"), ms(60_000))
+        .unwrap()
+        .expect("granted");
+    assert_eq!(info(&nodes[old], guard.key()).0, vec![guard.token()]);
+    assert_eq!(shard_channels(&nodes[old]), 1);
+
+    let attaches = nodes[new].calls("lock.session|attach");
+    nodes[old].kill9();
+    let ok: Value = redis::cmd("CLUSTER")
+        .arg("FAILOVER")
+        .arg("FORCE")
+        .query(&mut nodes[new].conn())
+        .unwrap();
+    assert_eq!(ok, Value::Okay);
+    let new = &nodes[new];
+    wait_for("the replica promoted", PATIENCE, || {
+        (role(new) == "master").then_some(())
+    });
+    wait_for(
+        "the default session re-attached on the new master",
+        PATIENCE,
+        || (new.calls("lock.session|attach") > attaches).then_some(()),
+    );
+    wait_for("the feed subscribed on the new master", PATIENCE, || {
+        (shard_channels(new) == 1).then_some(())
+    });
+    assert_eq!(info(new, guard.key()).0, vec![guard.token()]);
+    assert!(guard.loss_reason().is_none(), "{:?}", guard.loss_reason());
+    // A real loss on the new master reaches the guard through the feed.
+    let deleted: i64 = redis::cmd("DEL")
+        .arg(guard.key())
+        .query(&mut new.conn())
+        .unwrap();
+    assert_eq!(deleted, 1);
+    assert!(matches!(
+        guard.wait_lost(PATIENCE),
+        Some(LossReason::Deleted)
+    ));
+    // The client points at the new master now, which has no replica (its master was
+    // killed): a durable grant there is made, not acknowledged, and released again.
+    let again = client.acquire(&format!("{tag}k2"), ms(60_000));
+    assert!(
+        matches!(
+            again,
+            Err(redis_lock_client::Error::NotDurable {
+                acknowledged: 0,
+                wanted: 1,
+                released: true
+            })
+        ),
+        "{again:?}"
+    );
+    assert_eq!(info(new, &format!("{tag}k2")), (vec![], 0));
+}

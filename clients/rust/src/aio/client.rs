@@ -168,10 +168,9 @@ impl Client {
         // failover (or this probe's `MOVED`) repoints a client's endpoint, and two keys'
         // clients sharing one endpoint would drag each other to the wrong node.
         let inner = &self.inner;
-        let endpoint = inner.with_timeouts(inner.connect_timeout, inner.io_timeout);
-        endpoint
-            .cluster
-            .store(true, std::sync::atomic::Ordering::Relaxed);
+        let endpoint = inner
+            .with_timeouts(inner.connect_timeout, inner.io_timeout)
+            .for_cluster_key(inner, key);
         let address = endpoint.redis().get_connection_info().addr.to_string();
         let mut client = Client::from_parts(endpoint, self.owner.clone(), None);
         client.watch = self.watch;
