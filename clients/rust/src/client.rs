@@ -690,11 +690,16 @@ impl Inner {
         if !self.endpoint.follow_blocking(error) {
             return false;
         }
+        self.forget_idle();
+        true
+    }
+
+    /// Close the idle connections (to a node the client no longer points at).
+    pub(crate) fn forget_idle(&self) {
         self.idle
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clear();
-        true
     }
 
     /// Run `command` on a pooled (or new) connection whose read timeout is `read_timeout`.

@@ -664,3 +664,86 @@ fn a_killed_master_is_followed_by_the_default_session_and_the_feed() {
     );
     assert_eq!(info(new, &format!("{tag}k2")), (vec![], 0));
 }
+
+/// The async client through a killed master: its default session's thread and the feed (both
+/// shared with the sync client) follow the slot to the promoted replica; the durable grant is
+/// kept with its token and no loss is reported.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_async_client_follows_a_killed_master() {
+    use redis_lock_client::{aio, LossReason};
+
+    let dir = test_dir("client-cluster-kill-async");
+    let mut nodes = tokio::task::spawn_blocking(move || cluster::start(3, 1, &dir))
+        .await
+        .unwrap();
+    let tag = "{kill-rust-async}";
+    let old = nodes
+        .iter()
+        .position(|n| {
+            role(n) == "master" && {
+                let r: redis::RedisResult<Value> =
+                    redis::cmd("LOCK.FENCE").arg(tag).query(&mut n.conn());
+                r.is_ok()
+            }
+        })
+        .expect("the tag's master");
+    let new = nodes
+        .iter()
+        .position(|n| master_of(n) == Some(nodes[old].port()))
+        .expect("its replica");
+    let seed = nodes
+        .iter()
+        .position(|n| role(n) == "master" && n.port() != nodes[old].port())
+        .expect("another master");
+    let client = aio::Client::open(&nodes[seed].url())
+        .unwrap()
+        .for_key(tag)
+        .await
+        .unwrap()
+        .durable(1, ms(5_000))
+        .watch_losses();
+    let guard = client
+        .acquire(&format!("{tag}k"), ms(60_000))
+        .await
+        .unwrap()
+        .expect("granted");
+    assert_eq!(info(&nodes[old], guard.key()).0, vec![guard.token()]);
+    assert_eq!(shard_channels(&nodes[old]), 1);
+
+    let attaches = nodes[new].calls("lock.session|attach");
+    nodes[old].kill9();
+    let ok: Value = redis::cmd("CLUSTER")
+        .arg("FAILOVER")
+        .arg("FORCE")
+        .query(&mut nodes[new].conn())
+        .unwrap();
+    assert_eq!(ok, Value::Okay);
+    let promoted = &nodes[new];
+    eventually("the replica promoted", PATIENCE, || {
+        role(promoted) == "master"
+    })
+    .await;
+    eventually(
+        "the default session re-attached on the new master",
+        PATIENCE,
+        || promoted.calls("lock.session|attach") > attaches,
+    )
+    .await;
+    eventually("the feed subscribed on the new master", PATIENCE, || {
+        shard_channels(promoted) == 1
+    })
+    .await;
+    assert_eq!(info(promoted, guard.key()).0, vec![guard.token()]);
+    assert!(guard.loss_reason().is_none(), "{:?}", guard.loss_reason());
+    let deleted: i64 = redis::cmd("DEL")
+        .arg(guard.key())
+        .query(&mut promoted.conn())
+        .unwrap();
+    assert_eq!(deleted, 1);
+    let reason = tokio::time::timeout(PATIENCE, guard.lost()).await;
+    assert!(matches!(reason, Ok(LossReason::Deleted)), "{reason:?}");
+    drop(guard);
+    tokio::task::spawn_blocking(move || drop(nodes))
+        .await
+        .unwrap();
+}

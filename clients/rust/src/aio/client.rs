@@ -635,9 +635,10 @@ impl crate::bound::FollowTarget for Inner {
         self
     }
 
-    /// From a bound session's thread (not the runtime): `ROLE` on a sync connection.
+    /// From a bound session's thread (not the runtime): `ROLE` or `CLUSTER SLOTS` (a node
+    /// that is gone) on a sync connection.
     fn follow_blocking(&self, error: &Error) -> bool {
-        if !self.endpoint.follow_blocking(error) {
+        if !self.endpoint.follow_blocking(error) && !self.endpoint.follow_gone_blocking(error) {
             return false;
         }
         self.forget_connections();
