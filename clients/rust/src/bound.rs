@@ -171,7 +171,16 @@ impl FollowTarget for Inner {
     }
 
     fn follow_blocking(&self, error: &Error) -> bool {
-        self.follow(error)
+        if self.follow(error) {
+            return true;
+        }
+        // A node that is gone (killed): the slot's master as the other nodes name it. Not in
+        // `Inner::follow`: a command whose connection broke may have run.
+        if !self.follow_gone_blocking(error) {
+            return false;
+        }
+        self.forget_idle();
+        true
     }
 }
 
@@ -220,6 +229,8 @@ impl Follow {
             match tried {
                 Ok(attached) => return Ok(attached),
                 Err(e) => {
+                    // `MOVED`/`READONLY`, or a node that is gone (killed: its slot's master
+                    // as the other nodes name it).
                     self.inner.follow_blocking(&e);
                     if std::time::Instant::now() >= deadline || stopped.load(Ordering::Acquire) {
                         return Err(e);

@@ -15,6 +15,9 @@ use crate::hold::{Acquisition, Durable, Settled, Target};
 use crate::session::{Session, SessionState};
 use crate::subscriber::Subscriber;
 
+mod failover;
+pub(crate) use failover::Next;
+
 /// How long opening a connection may take, unless [`Client::with_timeouts`] says otherwise.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
@@ -66,15 +69,9 @@ pub(crate) struct Endpoint {
     /// The server is a cluster node (`for_key` made this client, or it answered `MOVED`):
     /// `READONLY` and a role-change `UNBLOCKED` then mean "follow the failover".
     pub(crate) cluster: std::sync::atomic::AtomicBool,
-}
-
-/// Where a cluster node's client goes after an error that says its node gave up the slot.
-pub(crate) enum Next {
-    /// The node a `MOVED` named.
-    To(redis::Client),
-    /// The master the demoted node's `ROLE` names (an I/O step: the sync and the async client
-    /// each ask in their own way, and read the reply with [`Endpoint::master_in_role`]).
-    ByRole,
+    /// A cluster node's client: the hash slot it was made for ([`Client::for_key`]) and the
+    /// other nodes it knows (the seed), to ask `CLUSTER SLOTS` when its node is gone.
+    pub(crate) slot: Option<(u16, Vec<redis::Client>)>,
 }
 
 impl Endpoint {
@@ -88,6 +85,7 @@ impl Endpoint {
             durable: None,
             durable_ok: std::sync::OnceLock::new(),
             cluster: std::sync::atomic::AtomicBool::new(false),
+            slot: None,
         })
     }
 
@@ -99,7 +97,8 @@ impl Endpoint {
             io_timeout: io.max(Duration::from_millis(1)),
             durable: self.durable,
             durable_ok: std::sync::OnceLock::new(),
-            cluster: std::sync::atomic::AtomicBool::new(false),
+            cluster: std::sync::atomic::AtomicBool::new(self.is_cluster()),
+            slot: self.slot.clone(),
         }
     }
 
@@ -181,93 +180,6 @@ impl Endpoint {
                 io::ErrorKind::TimedOut,
                 format!("no answer to the connection handshake within {timeout:?}"),
             )))),
-        }
-    }
-}
-
-impl Endpoint {
-    /// Whether this is a cluster node's endpoint ([`Client::for_key`], or it met `MOVED`).
-    pub(crate) fn is_cluster(&self) -> bool {
-        self.cluster.load(std::sync::atomic::Ordering::Relaxed)
-    }
-
-    /// After `error`: whether it says this cluster node no longer serves the client's slot as
-    /// a master, and where to go (issue 34). `MOVED` names that node; `READONLY` (a replica
-    /// now: a session's `OPEN` names no key to redirect by) and a waiter's `UNBLOCKED ...
-    /// (master -> replica?)` are followed to the master the node's `ROLE` names. The command
-    /// did not run in any of these cases, so it may be sent again. A node that is gone
-    /// (`kill -9`) is not followed: nothing here knows the other nodes.
-    pub(crate) fn follow_plan(&self, error: &Error) -> Option<Next> {
-        let Error::Server(e) = error else {
-            return None;
-        };
-        if e.kind() == redis::ErrorKind::Moved {
-            self.cluster
-                .store(true, std::sync::atomic::Ordering::Relaxed);
-            return self
-                .redirected(e)
-                .ok()
-                .map(|endpoint| Next::To(endpoint.redis()));
-        }
-        (self.is_cluster() && demoted(e)).then_some(Next::ByRole)
-    }
-
-    /// Point this endpoint at `next` (a failover followed).
-    pub(crate) fn repoint(&self, next: redis::Client) {
-        *self.redis.write().unwrap_or_else(PoisonError::into_inner) = next;
-    }
-
-    /// [`Endpoint::follow_plan`] carried out with blocking I/O (`ROLE` on a sync connection):
-    /// true if the endpoint now points at the slot's master. For the sync client, and for a
-    /// bound session's thread in both APIs.
-    pub(crate) fn follow_blocking(&self, error: &Error) -> bool {
-        let next = match self.follow_plan(error) {
-            None => return false,
-            Some(Next::To(next)) => Ok(next),
-            Some(Next::ByRole) => self.master_by_role(),
-        };
-        match next {
-            Ok(next) => {
-                self.repoint(next);
-                true
-            }
-            Err(_) => false,
-        }
-    }
-
-    /// The master this node replicates now (`ROLE` answers `slave host port ...`).
-    fn master_by_role(&self) -> Result<redis::Client, Error> {
-        let mut conn = self.connect(self.connect_timeout)?;
-        conn.set_read_timeout(Some(self.io_timeout))
-            .map_err(Error::from_redis)?;
-        let role: Vec<redis::Value> = redis::cmd("ROLE")
-            .query(&mut conn)
-            .map_err(Error::from_redis)?;
-        self.master_in_role(&role)
-    }
-
-    /// The master a replica's `ROLE` reply (`slave host port ...`) names, with this endpoint's
-    /// credentials, database and TLS settings.
-    pub(crate) fn master_in_role(&self, role: &[redis::Value]) -> Result<redis::Client, Error> {
-        let text = |v: &redis::Value| match v {
-            redis::Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
-            redis::Value::SimpleString(s) => Some(s.clone()),
-            redis::Value::Int(n) => Some(n.to_string()),
-            _ => None,
-        };
-        let words: Vec<Option<String>> = role.iter().take(3).map(text).collect();
-        match words.as_slice() {
-            [Some(kind), Some(host), Some(port)] if kind == "slave" => {
-                let port = port.parse().map_err(|_| Error::UnexpectedReply {
-                    command: "ROLE",
-                    reply: format!("{role:?}"),
-                })?;
-                self.at(host, port)
-            }
-            _ => Err(Error::UnexpectedReply {
-                command: "ROLE",
-                reply: format!("{role:?}"),
-            }),
         }
     }
 }
@@ -425,9 +337,11 @@ impl Client {
         // failover (or this probe's `MOVED`) repoints a client's endpoint, and two keys' clients
         // sharing one endpoint would drag each other to the wrong node.
         let inner = &self.inner;
-        let node = Inner::new(inner.with_timeouts(inner.connect_timeout, inner.io_timeout));
-        node.cluster
-            .store(true, std::sync::atomic::Ordering::Relaxed);
+        let node = Inner::new(
+            inner
+                .with_timeouts(inner.connect_timeout, inner.io_timeout)
+                .for_cluster_key(inner, key),
+        );
         node.with_conn(
             node.io_timeout,
             node.connect_timeout,
@@ -590,11 +504,16 @@ impl Inner {
         if !self.endpoint.follow_blocking(error) {
             return false;
         }
+        self.forget_idle();
+        true
+    }
+
+    /// Close the idle connections (to a node the client no longer points at).
+    pub(crate) fn forget_idle(&self) {
         self.idle
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clear();
-        true
     }
 
     /// Run `command` on a pooled (or new) connection whose read timeout is `read_timeout`.
@@ -708,14 +627,4 @@ impl Inner {
         }
         result.map_err(Failure::sent)
     }
-}
-
-/// A reply that says the node stopped being a master: `READONLY ...`, or Redis's (and the
-/// module's) answer to a waiter whose node turned replica.
-fn demoted(e: &redis::RedisError) -> bool {
-    let text = e.to_string();
-    e.kind() == redis::ErrorKind::ReadOnly
-        || text.contains("READONLY")
-        || (text.contains("UNBLOCKED")
-            && (text.contains("master -> replica") || text.contains("became a replica")))
 }

@@ -16,6 +16,11 @@
 //! connection is lost (an error, an end of stream, or no answer to a ping within two
 //! [`PING_EVERY`]), every listener is told, and the thread reconnects, watches and subscribes
 //! again, and resynchronises every key.
+//!
+//! A cluster node's feed (issue 34) also takes the server's unasked `sunsubscribe` (the slot
+//! left the node: a failover) as a loss, and then follows the slot: it reconnects, follows
+//! `MOVED` (or a demoted node's `ROLE`) to the master, and resynchronises there, telling the
+//! listeners of the loss only if no master answered within [`HANDOVER_PATIENCE`].
 
 use std::collections::HashMap;
 use std::io::{self, Read};
@@ -33,6 +38,11 @@ use crate::pubsub::{self, io_error, parse, send, shutdown, Frame, Stream};
 
 /// Messages of a key remembered by seq, to tell a second message with the same seq.
 const RECENT: usize = 64;
+
+/// How long a cluster node's feed that lost its node (a failover) looks for the slot's master
+/// before it tells its listeners the connection is lost (as Python's and Node's feeds do). The
+/// guards' own deadlines still fire meanwhile.
+const HANDOVER_PATIENCE: Duration = Duration::from_secs(30);
 
 /// The feed of one server: its two connections, the watched keys and their listeners.
 pub(crate) struct Subscriber {
@@ -157,8 +167,12 @@ impl Subscriber {
         slot: &std::sync::OnceLock<Arc<Subscriber>>,
     ) -> Arc<Subscriber> {
         Arc::clone(slot.get_or_init(|| {
+            let own = endpoint.with_timeouts(endpoint.connect_timeout, endpoint.io_timeout);
+            // A cluster node's feed follows a failover of its slots (issue 34).
+            own.cluster
+                .store(endpoint.is_cluster(), std::sync::atomic::Ordering::Relaxed);
             Arc::new(Subscriber {
-                endpoint: endpoint.with_timeouts(endpoint.connect_timeout, endpoint.io_timeout),
+                endpoint: own,
                 control: Mutex::new(None),
                 shared: Mutex::new(Shared::default()),
                 synced: Condvar::new(),
@@ -184,7 +198,21 @@ impl Subscriber {
         let mut control = lock(&self.control);
         self.start(&mut control)?;
         for key in keys {
-            let (channel, seq) = match self.on_control(&mut control, &feed::watch(key)) {
+            let mut reply = self.on_control(&mut control, &feed::watch(key));
+            for _ in 0..crate::client::MAX_FOLLOWS {
+                match &reply {
+                    // The node gave up the slot (a failover the thread has not seen yet):
+                    // point the feed at the slot's master, close the pub/sub connection so
+                    // that the thread moves every key there, and watch there.
+                    Err(e) if self.endpoint.follow_blocking(e) => {
+                        *control = None;
+                        shutdown(&mut lock(&self.shared).writer);
+                        reply = self.on_control(&mut control, &feed::watch(key));
+                    }
+                    _ => break,
+                }
+            }
+            let (channel, seq) = match reply {
                 Ok(reply) => reply,
                 Err(e) => {
                     drop(control);
@@ -343,15 +371,17 @@ impl Subscriber {
         Ok(conn)
     }
 
-    /// A frame from the pub/sub connection.
-    fn frame(&self, frame: Frame) {
+    /// A frame from the pub/sub connection: true if it is a `sunsubscribe` of a channel that is
+    /// still watched, which the server sends unasked when the channel's slot leaves this node
+    /// (a planned `CLUSTER FAILOVER`, a slot migration): the feed must follow the slot.
+    fn frame(&self, frame: Frame) -> bool {
         let Frame::Array(items) = frame else {
-            return; // PONG, +OK
+            return false; // PONG, +OK
         };
         let mut items = items.into_iter();
         let (Some(Frame::Bulk(kind)), Some(Frame::Bulk(channel))) = (items.next(), items.next())
         else {
-            return;
+            return false;
         };
         match kind.as_slice() {
             b"smessage" => {
@@ -369,8 +399,11 @@ impl Subscriber {
                     watched.listeners.iter_mut().for_each(|e| e.pending = true);
                 }
             }
+            // An asked one: `detach` forgot the channel before sending `SUNSUBSCRIBE`.
+            b"sunsubscribe" => return lock(&self.shared).channels.contains_key(&channel),
             _ => {}
         }
+        false
     }
 
     /// Deliver `message` of `channel` to its key's listeners that have not seen it.
@@ -446,8 +479,9 @@ impl Subscriber {
             let mut control = lock(&self.control);
             let state = match self.on_control_with(&mut control, |conn| read_key(conn, &key)) {
                 Ok(state) => state,
-                // `WRONGTYPE`: the key is no lock any more, so no one holds it.
-                Err(Error::Server(_)) => KeyState::default(),
+                // `WRONGTYPE`: the key is no lock any more, so no one holds it. Not `MOVED` and
+                // the like: the key is on another node now (a failover), to be followed.
+                Err(e @ Error::Server(_)) if !self.endpoint.slot_left(&e) => KeyState::default(),
                 Err(e) => return Err(e),
             };
             let mut shared = lock(&self.shared);
@@ -512,11 +546,15 @@ impl Subscriber {
         next
     }
 
-    /// The connections were lost: tell every listener, forget the connections.
-    fn lost(&self, error: Error) {
-        let error = Arc::new(error);
+    /// The connections were lost: forget them.
+    fn lost(&self) {
         *lock(&self.control) = None;
         lock(&self.shared).writer = None;
+    }
+
+    /// Tell every listener that the feed's connection was lost.
+    fn tell_lost(&self, error: Error) {
+        let error = Arc::new(error);
         for listener in self.listeners() {
             listener.disconnected(&error);
         }
@@ -532,8 +570,9 @@ impl Subscriber {
         for key in keys {
             match self.on_control(&mut control, &feed::watch(&key)) {
                 Ok((channel, seq)) => watched.push((key, channel, seq)),
-                // Not a lock any more (`WRONGTYPE`): its listeners read it as free.
-                Err(Error::Server(_)) => {
+                // Not a lock any more (`WRONGTYPE`): its listeners read it as free. (`MOVED`
+                // and the like are the caller's to follow.)
+                Err(e @ Error::Server(_)) if !self.endpoint.slot_left(&e) => {
                     if let Some(w) = lock(&self.shared).keys.get_mut(&key) {
                         w.confirmed = true; // no subscription to wait for
                         w.listeners.iter_mut().for_each(|e| e.pending = true);
@@ -626,7 +665,12 @@ fn run(subscriber: Weak<Subscriber>, mut reader: Stream) {
                         match parse(&buf) {
                             Ok(Some((frame, used))) => {
                                 buf.drain(..used);
-                                sub.frame(frame);
+                                if sub.frame(frame) {
+                                    failure = Some(io_error(io::Error::other(
+                                        "sunsubscribe: a watched key's slot left this node",
+                                    )));
+                                    break;
+                                }
                             }
                             Ok(None) => break,
                             Err(e) => {
@@ -669,17 +713,45 @@ fn run(subscriber: Weak<Subscriber>, mut reader: Stream) {
         let Some(sub) = subscriber.upgrade() else {
             return;
         };
-        sub.lost(error);
+        sub.lost();
+        // A cluster node's feed follows the slot's master (issue 34): the listeners hear of
+        // the loss only if no master is found in time; once subscribed there, every key is
+        // read again (a guard is lost only if the new master lacks its token). Elsewhere the
+        // listeners hear of it now.
+        let follow = sub.endpoint.is_cluster();
+        let mut error = Some(error);
+        if !follow {
+            sub.tell_lost(error.take().expect("set above"));
+        }
         drop(sub);
         buf.clear();
+        let give_up = Instant::now() + HANDOVER_PATIENCE;
         let mut backoff = Duration::from_millis(20);
         reader = loop {
             let Some(sub) = subscriber.upgrade() else {
                 return;
             };
-            if let Ok(reader) = sub.reconnect() {
-                break reader;
+            match sub.reconnect() {
+                Ok(reader) => break reader,
+                // `MOVED`, or `READONLY` and the like from a demoted node: go to the master.
+                // A lost node: the master the other nodes name for the slot.
+                Err(e)
+                    if follow
+                        && (sub.endpoint.follow_blocking(&e)
+                            || sub.endpoint.follow_gone_blocking(&e)) =>
+                {
+                    backoff = Duration::from_millis(20);
+                }
+                Err(e) => {
+                    if error.is_some() {
+                        error = Some(e);
+                    }
+                }
             }
+            if error.is_some() && Instant::now() >= give_up {
+                sub.tell_lost(error.take().expect("checked"));
+            }
+            sub.deadlines();
             drop(sub);
             thread::sleep(backoff);
             backoff = (backoff * 2).min(Duration::from_secs(1));
@@ -694,79 +766,4 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A listener that records the seq of each message it is given.
-    struct Seen(Mutex<Vec<u64>>);
-
-    impl Listener for Seen {
-        fn message(&self, _key: &str, message: &Message) -> Heard {
-            lock(&self.0).push(message.seq);
-            Heard::Done
-        }
-        fn resync(&self, _key: &str, _state: &KeyState, _again: bool) {}
-        fn disconnected(&self, _error: &Arc<Error>) {}
-    }
-
-    /// Messages reach a listener in order, once, only those after its watch; a gap marks the key
-    /// for a resynchronisation.
-    #[test]
-    fn messages_are_delivered_once_in_order_and_gaps_resynchronise() {
-        let endpoint = Endpoint::open("redis://127.0.0.1:1/").unwrap();
-        let slot = std::sync::OnceLock::new();
-        let sub = Subscriber::of(&endpoint, &slot);
-        let (early, late) = (
-            Arc::new(Seen(Mutex::new(Vec::new()))),
-            Arc::new(Seen(Mutex::new(Vec::new()))),
-        );
-        let entry = |id, to: &Arc<Seen>, from_seq| Entry {
-            id,
-            to: Arc::downgrade(to) as Weak<dyn Listener>,
-            from_seq,
-            pending: false,
-            synced: true,
-        };
-        let watched = Watched {
-            channel: b"ch".to_vec(),
-            last_seq: Some(3),
-            recent: Default::default(),
-            confirmed: true,
-            listeners: vec![entry(1, &early, 3), entry(2, &late, 5)],
-        };
-        lock(&sub.shared).keys.insert("k".into(), watched);
-        lock(&sub.shared)
-            .channels
-            .insert(b"ch".to_vec(), "k".into());
-        let pending = || {
-            let shared = lock(&sub.shared);
-            shared.keys["k"]
-                .listeners
-                .iter()
-                .map(|e| e.pending)
-                .collect::<Vec<_>>()
-        };
-        for seq in [4, 5, 5, 3, 6] {
-            let payload = format!("{seq} extended 7 100 me");
-            sub.message(b"ch", &Message::parse(payload.as_bytes()).unwrap());
-        }
-        assert_eq!(*lock(&early.0), [4, 5, 6]);
-        assert_eq!(*lock(&late.0), [6]);
-        assert_eq!(pending(), [false, false]);
-        sub.message(b"ch", &Message::parse(b"9 extended 7 100 me").unwrap());
-        assert_eq!(*lock(&early.0), [4, 5, 6, 9]);
-        assert_eq!(pending(), [true, true], "a gap: 7 and 8 were lost");
-        sub.message(b"other", &Message::parse(b"10 deleted 0 0 ").unwrap());
-        assert_eq!(*lock(&early.0), [4, 5, 6, 9]);
-        // A second, different message with seq 9: one of the two was forged. Every listener
-        // hears it (it keeps what it claims) and reads the state; the same one again is nothing.
-        for e in &mut lock(&sub.shared).keys.get_mut("k").unwrap().listeners {
-            e.pending = false;
-        }
-        sub.message(b"ch", &Message::parse(b"9 extended 7 100 me").unwrap());
-        assert_eq!(pending(), [false, false]);
-        sub.message(b"ch", &Message::parse(b"9 released 7 0 me").unwrap());
-        assert_eq!(*lock(&early.0), [4, 5, 6, 9, 9]);
-        assert_eq!(pending(), [true, true]);
-    }
-}
+mod tests;

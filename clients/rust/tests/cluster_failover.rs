@@ -326,3 +326,424 @@ async fn the_async_client_follows_a_planned_failover() {
         .await
         .unwrap();
 }
+
+/// The shard channels `server` has subscribers on (`PUBSUB SHARDCHANNELS`).
+fn shard_channels(server: &Server) -> usize {
+    let channels: Vec<Value> = redis::cmd("PUBSUB")
+        .arg("SHARDCHANNELS")
+        .query(&mut server.conn())
+        .unwrap();
+    channels.len()
+}
+
+/// The change feed follows a planned failover (issue 34): the old master's unasked
+/// `sunsubscribe` moves the feed to the new master, where it watches, subscribes and reads each
+/// key again. A watched guard is not reported lost (the new master has its token), the
+/// observers stay quiet (the same state), and what happens on the new master reaches them all.
+#[test]
+fn the_feed_follows_a_planned_failover() {
+    use redis_lock_client::{Change, Election, Leader, LossReason};
+
+    let dir = test_dir("client-cluster-failover-feed");
+    let nodes = cluster::start(3, 1, &dir);
+    let tag = "{fo-feed}";
+    let seed = Client::open(&nodes[0].url()).unwrap();
+    let client = seed.for_key(tag).unwrap().watch_losses();
+    let old = nodes
+        .iter()
+        .find(|n| {
+            role(n) == "master" && {
+                let r: redis::RedisResult<Value> =
+                    redis::cmd("LOCK.FENCE").arg(tag).query(&mut n.conn());
+                r.is_ok()
+            }
+        })
+        .expect("the tag's master");
+    let new = nodes
+        .iter()
+        .find(|n| master_of(n) == Some(old.port()))
+        .expect("its replica");
+
+    let guard = client
+        .acquire(&format!("{tag}g"), ms(60_000))
+        .unwrap()
+        .expect("granted");
+    let election = Election::new(&client, &format!("{tag}e"), ms(60_000));
+    let leading = election.campaign("a").unwrap();
+    let observer = election.observe().unwrap();
+    let first = observer.next_timeout(PATIENCE).expect("the first state");
+    let a = Leader {
+        value: "a".into(),
+        term: leading.term(),
+    };
+    assert_eq!(first.leader, Some(a));
+    let watcher = client.watch(&format!("{tag}w")).unwrap();
+    assert_eq!(
+        watcher.next_timeout(PATIENCE).expect("the first state"),
+        Change {
+            leader: None,
+            resync: false
+        }
+    );
+    assert_eq!(shard_channels(old), 3);
+
+    let ok: Value = redis::cmd("CLUSTER")
+        .arg("FAILOVER")
+        .query(&mut new.conn())
+        .unwrap();
+    assert_eq!(ok, Value::Okay);
+    wait_for("the replica promoted", PATIENCE, || {
+        (role(new) == "master").then_some(())
+    });
+    wait_for("the feed subscribed on the new master", PATIENCE, || {
+        (shard_channels(new) == 3).then_some(())
+    });
+
+    // Changes made on the new master reach the observers as feed messages.
+    let other = Client::open(&new.url()).unwrap().without_session();
+    let taken = other
+        .acquire(&format!("{tag}w"), ms(60_000))
+        .unwrap()
+        .expect("granted");
+    let seen = watcher.next_timeout(PATIENCE).expect("the grant");
+    assert_eq!(
+        seen,
+        Change {
+            leader: Some(Leader {
+                value: taken.owner().to_string(),
+                term: taken.token()
+            }),
+            resync: false
+        }
+    );
+    assert!(leading.resign().unwrap());
+    let b = election.campaign("b").unwrap();
+    assert!(b.term() > first.leader.as_ref().unwrap().term);
+    let mut changes = vec![];
+    while changes
+        .last()
+        .and_then(|c: &Change| c.leader.as_ref())
+        .map(|l| l.term)
+        != Some(b.term())
+    {
+        changes.push(observer.next_timeout(PATIENCE).expect("the next leader"));
+    }
+    assert_eq!(
+        changes.last().unwrap().leader,
+        Some(Leader {
+            value: "b".into(),
+            term: b.term()
+        })
+    );
+    // "No leader", then b; or b alone, read with `resync` set when the read after a's
+    // release already found b (the state moved past the message: not the failover's doing).
+    assert!(
+        changes.len() <= 2
+            && changes[..changes.len() - 1]
+                .iter()
+                .all(|c| c.leader.is_none()),
+        "{changes:?}"
+    );
+    assert!(observer.try_next().is_none());
+
+    // The guard was not reported lost (the new master has its token)...
+    assert_eq!(info(new, guard.key()).0, vec![guard.token()]);
+    assert!(guard.loss_reason().is_none(), "{:?}", guard.loss_reason());
+    assert!(!b.is_lost());
+    // ...and a real loss on the new master reaches it.
+    let deleted: i64 = redis::cmd("DEL")
+        .arg(guard.key())
+        .query(&mut new.conn())
+        .unwrap();
+    assert_eq!(deleted, 1);
+    assert!(matches!(
+        guard.wait_lost(PATIENCE),
+        Some(LossReason::Deleted)
+    ));
+
+    assert!(taken.release().unwrap());
+    assert_eq!(
+        watcher.next_timeout(PATIENCE).expect("the release"),
+        Change {
+            leader: None,
+            resync: false
+        }
+    );
+    assert!(b.resign().unwrap());
+}
+
+/// The next change of an async observer, waiting up to [`PATIENCE`].
+async fn next(
+    observer: &mut redis_lock_client::aio::Observer,
+) -> Option<redis_lock_client::Change> {
+    tokio::time::timeout(PATIENCE, observer.next())
+        .await
+        .ok()
+        .flatten()
+}
+
+/// The async client's feed (the same subscriber thread, reached through `aio::Client::for_key`)
+/// follows a planned failover too: a watched guard is not reported lost, and a watcher sees
+/// the new master's changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_async_feed_follows_a_planned_failover() {
+    use redis_lock_client::{aio, Change, Leader, LossReason};
+
+    let dir = test_dir("client-cluster-failover-feed-async");
+    let nodes = tokio::task::spawn_blocking(move || cluster::start(3, 1, &dir))
+        .await
+        .unwrap();
+    let tag = "{fo-feed-async}";
+    let seed = aio::Client::open(&nodes[0].url()).unwrap();
+    let client = seed.for_key(tag).await.unwrap().watch_losses();
+    let old = nodes
+        .iter()
+        .find(|n| {
+            role(n) == "master" && {
+                let r: redis::RedisResult<Value> =
+                    redis::cmd("LOCK.FENCE").arg(tag).query(&mut n.conn());
+                r.is_ok()
+            }
+        })
+        .expect("the tag's master");
+    let new = nodes
+        .iter()
+        .find(|n| master_of(n) == Some(old.port()))
+        .expect("its replica");
+
+    let guard = client
+        .acquire(&format!("{tag}g"), ms(60_000))
+        .await
+        .unwrap()
+        .expect("granted");
+    let mut watcher = client.watch(&format!("{tag}w")).await.unwrap();
+    assert_eq!(
+        next(&mut watcher).await,
+        Some(Change {
+            leader: None,
+            resync: false
+        })
+    );
+    assert_eq!(shard_channels(old), 2);
+
+    let ok: Value = redis::cmd("CLUSTER")
+        .arg("FAILOVER")
+        .query(&mut new.conn())
+        .unwrap();
+    assert_eq!(ok, Value::Okay);
+    eventually("the replica promoted", PATIENCE, || role(new) == "master").await;
+    eventually("the feed subscribed on the new master", PATIENCE, || {
+        shard_channels(new) == 2
+    })
+    .await;
+
+    let other = Client::open(&new.url()).unwrap().without_session();
+    let key = format!("{tag}w");
+    let taken = tokio::task::spawn_blocking(move || other.acquire(&key, ms(60_000)))
+        .await
+        .unwrap()
+        .unwrap()
+        .expect("granted");
+    assert_eq!(
+        next(&mut watcher).await,
+        Some(Change {
+            leader: Some(Leader {
+                value: taken.owner().to_string(),
+                term: taken.token()
+            }),
+            resync: false
+        })
+    );
+    assert_eq!(info(new, guard.key()).0, vec![guard.token()]);
+    assert!(guard.loss_reason().is_none(), "{:?}", guard.loss_reason());
+    let deleted: i64 = redis::cmd("DEL")
+        .arg(guard.key())
+        .query(&mut new.conn())
+        .unwrap();
+    assert_eq!(deleted, 1);
+    let reason = tokio::time::timeout(PATIENCE, guard.lost()).await;
+    assert!(matches!(reason, Ok(LossReason::Deleted)), "{reason:?}");
+
+    tokio::task::spawn_blocking(move || {
+        assert!(taken.release().unwrap());
+        drop(nodes)
+    })
+    .await
+    .unwrap();
+}
+
+/// A killed master (issue 34): SIGKILL, then `CLUSTER FAILOVER FORCE` on its replica. A
+/// `for_key` client's durable grant is on the new master with its token; the default session's
+/// thread, finding the node gone, asks the seed's `CLUSTER SLOTS` for the slot's master and
+/// re-attaches there; the feed moves there too; no loss is reported, and the client's next
+/// command (the release) goes to the new master.
+#[test]
+fn a_killed_master_is_followed_by_the_default_session_and_the_feed() {
+    use redis_lock_client::LossReason;
+
+    let dir = test_dir("client-cluster-kill");
+    let mut nodes = cluster::start(3, 1, &dir);
+    let tag = "{kill-rust}";
+    let old = nodes
+        .iter()
+        .position(|n| {
+            role(n) == "master" && {
+                let r: redis::RedisResult<Value> =
+                    redis::cmd("LOCK.FENCE").arg(tag).query(&mut n.conn());
+                r.is_ok()
+            }
+        })
+        .expect("the tag's master");
+    let new = nodes
+        .iter()
+        .position(|n| master_of(n) == Some(nodes[old].port()))
+        .expect("its replica");
+    // The seed is another master: it outlives the kill.
+    let seed = nodes
+        .iter()
+        .position(|n| role(n) == "master" && n.port() != nodes[old].port())
+        .expect("another master");
+    let client = Client::open(&nodes[seed].url())
+        .unwrap()
+        .for_key(tag)
+        .unwrap()
+        .durable(1, ms(5_000))
+        .watch_losses();
+    let guard = client
+        .acquire(&format!("{tag}k"), ms(60_000))
+        .unwrap()
+        .expect("granted");
+    assert_eq!(info(&nodes[old], guard.key()).0, vec![guard.token()]);
+    assert_eq!(shard_channels(&nodes[old]), 1);
+
+    let attaches = nodes[new].calls("lock.session|attach");
+    nodes[old].kill9();
+    let ok: Value = redis::cmd("CLUSTER")
+        .arg("FAILOVER")
+        .arg("FORCE")
+        .query(&mut nodes[new].conn())
+        .unwrap();
+    assert_eq!(ok, Value::Okay);
+    let new = &nodes[new];
+    wait_for("the replica promoted", PATIENCE, || {
+        (role(new) == "master").then_some(())
+    });
+    wait_for(
+        "the default session re-attached on the new master",
+        PATIENCE,
+        || (new.calls("lock.session|attach") > attaches).then_some(()),
+    );
+    wait_for("the feed subscribed on the new master", PATIENCE, || {
+        (shard_channels(new) == 1).then_some(())
+    });
+    assert_eq!(info(new, guard.key()).0, vec![guard.token()]);
+    assert!(guard.loss_reason().is_none(), "{:?}", guard.loss_reason());
+    // A real loss on the new master reaches the guard through the feed.
+    let deleted: i64 = redis::cmd("DEL")
+        .arg(guard.key())
+        .query(&mut new.conn())
+        .unwrap();
+    assert_eq!(deleted, 1);
+    assert!(matches!(
+        guard.wait_lost(PATIENCE),
+        Some(LossReason::Deleted)
+    ));
+    // The client points at the new master now, which has no replica (its master was
+    // killed): a durable grant there is made, not acknowledged, and released again.
+    let again = client.acquire(&format!("{tag}k2"), ms(60_000));
+    assert!(
+        matches!(
+            again,
+            Err(redis_lock_client::Error::NotDurable {
+                acknowledged: 0,
+                wanted: 1,
+                released: true
+            })
+        ),
+        "{again:?}"
+    );
+    assert_eq!(info(new, &format!("{tag}k2")), (vec![], 0));
+}
+
+/// The async client through a killed master: its default session's thread and the feed (both
+/// shared with the sync client) follow the slot to the promoted replica; the durable grant is
+/// kept with its token and no loss is reported.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_async_client_follows_a_killed_master() {
+    use redis_lock_client::{aio, LossReason};
+
+    let dir = test_dir("client-cluster-kill-async");
+    let mut nodes = tokio::task::spawn_blocking(move || cluster::start(3, 1, &dir))
+        .await
+        .unwrap();
+    let tag = "{kill-rust-async}";
+    let old = nodes
+        .iter()
+        .position(|n| {
+            role(n) == "master" && {
+                let r: redis::RedisResult<Value> =
+                    redis::cmd("LOCK.FENCE").arg(tag).query(&mut n.conn());
+                r.is_ok()
+            }
+        })
+        .expect("the tag's master");
+    let new = nodes
+        .iter()
+        .position(|n| master_of(n) == Some(nodes[old].port()))
+        .expect("its replica");
+    let seed = nodes
+        .iter()
+        .position(|n| role(n) == "master" && n.port() != nodes[old].port())
+        .expect("another master");
+    let client = aio::Client::open(&nodes[seed].url())
+        .unwrap()
+        .for_key(tag)
+        .await
+        .unwrap()
+        .durable(1, ms(5_000))
+        .watch_losses();
+    let guard = client
+        .acquire(&format!("{tag}k"), ms(60_000))
+        .await
+        .unwrap()
+        .expect("granted");
+    assert_eq!(info(&nodes[old], guard.key()).0, vec![guard.token()]);
+    assert_eq!(shard_channels(&nodes[old]), 1);
+
+    let attaches = nodes[new].calls("lock.session|attach");
+    nodes[old].kill9();
+    let ok: Value = redis::cmd("CLUSTER")
+        .arg("FAILOVER")
+        .arg("FORCE")
+        .query(&mut nodes[new].conn())
+        .unwrap();
+    assert_eq!(ok, Value::Okay);
+    let promoted = &nodes[new];
+    eventually("the replica promoted", PATIENCE, || {
+        role(promoted) == "master"
+    })
+    .await;
+    eventually(
+        "the default session re-attached on the new master",
+        PATIENCE,
+        || promoted.calls("lock.session|attach") > attaches,
+    )
+    .await;
+    eventually("the feed subscribed on the new master", PATIENCE, || {
+        shard_channels(promoted) == 1
+    })
+    .await;
+    assert_eq!(info(promoted, guard.key()).0, vec![guard.token()]);
+    assert!(guard.loss_reason().is_none(), "{:?}", guard.loss_reason());
+    let deleted: i64 = redis::cmd("DEL")
+        .arg(guard.key())
+        .query(&mut promoted.conn())
+        .unwrap();
+    assert_eq!(deleted, 1);
+    let reason = tokio::time::timeout(PATIENCE, guard.lost()).await;
+    assert!(matches!(reason, Ok(LossReason::Deleted)), "{reason:?}");
+    drop(guard);
+    tokio::task::spawn_blocking(move || drop(nodes))
+        .await
+        .unwrap();
+}

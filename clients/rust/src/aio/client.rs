@@ -168,10 +168,9 @@ impl Client {
         // failover (or this probe's `MOVED`) repoints a client's endpoint, and two keys'
         // clients sharing one endpoint would drag each other to the wrong node.
         let inner = &self.inner;
-        let endpoint = inner.with_timeouts(inner.connect_timeout, inner.io_timeout);
-        endpoint
-            .cluster
-            .store(true, std::sync::atomic::Ordering::Relaxed);
+        let endpoint = inner
+            .with_timeouts(inner.connect_timeout, inner.io_timeout)
+            .for_cluster_key(inner, key);
         let address = endpoint.redis().get_connection_info().addr.to_string();
         let mut client = Client::from_parts(endpoint, self.owner.clone(), None);
         client.watch = self.watch;
@@ -636,9 +635,10 @@ impl crate::bound::FollowTarget for Inner {
         self
     }
 
-    /// From a bound session's thread (not the runtime): `ROLE` on a sync connection.
+    /// From a bound session's thread (not the runtime): `ROLE` or `CLUSTER SLOTS` (a node
+    /// that is gone) on a sync connection.
     fn follow_blocking(&self, error: &Error) -> bool {
-        if !self.endpoint.follow_blocking(error) {
+        if !self.endpoint.follow_blocking(error) && !self.endpoint.follow_gone_blocking(error) {
             return false;
         }
         self.forget_connections();
