@@ -16,6 +16,7 @@ use crate::session::{Session, SessionState};
 use crate::subscriber::Subscriber;
 
 mod failover;
+#[cfg(feature = "tokio")]
 pub(crate) use failover::Next;
 
 /// How long opening a connection may take, unless [`Client::with_timeouts`] says otherwise.
