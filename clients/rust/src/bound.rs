@@ -195,6 +195,28 @@ pub(crate) struct Follow {
 }
 
 impl Follow {
+    /// How a session of `inner` (id `id`, ttl `ttl`, opened with `grace`) is followed, if at
+    /// all: a cluster node's client re-attaches on the slot's new master after a failover (for
+    /// the ttl); elsewhere a session with a grace re-attaches after its connection dropped,
+    /// within the grace (the server ends it then). The same in both APIs.
+    pub(crate) fn for_session(
+        inner: Arc<dyn FollowTarget>,
+        id: &str,
+        ttl: Duration,
+        grace: Option<Duration>,
+    ) -> Option<Follow> {
+        let within = if inner.endpoint().is_cluster() {
+            Some(ttl)
+        } else {
+            grace
+        };
+        within.map(|ttl| Follow {
+            inner,
+            id: id.to_string(),
+            ttl,
+        })
+    }
+
     /// Where the client points now.
     fn address(&self) -> redis::ConnectionAddr {
         self.inner

@@ -161,18 +161,12 @@ impl SessionBuilder<Client> {
                     None => LossReason::SessionEnded,
                 })
             };
-            // A cluster node's client follows a failover: re-attach on the slot's new master.
-            // A session with a grace re-attaches after its connection dropped, within the
-            // grace (the server ends it then).
-            let within = match session.client.inner.is_cluster() {
-                true => Some(Duration::from_millis(ttl_ms)),
-                false => self.grace_period(),
-            };
-            let follow = within.map(|ttl| crate::bound::Follow {
-                inner: Arc::clone(&session.client.inner) as Arc<dyn crate::bound::FollowTarget>,
-                id: state.id().to_string(),
-                ttl,
-            });
+            let follow = crate::bound::Follow::for_session(
+                Arc::clone(&session.client.inner) as Arc<dyn crate::bound::FollowTarget>,
+                state.id(),
+                Duration::from_millis(ttl_ms),
+                self.grace_period(),
+            );
             session.bound = Some(Bound::watch(conn, follow, closed).map_err(Error::Spawn)?);
         }
         let lease = Lease {
