@@ -141,6 +141,7 @@ mod module {
             ctx.log_warning("redis-lock: could not subscribe to keyspace and server events");
             return Status::Err;
         }
+        blocking::note_server(ctx);
         role::started(ctx);
         Status::Ok
     }

@@ -31,11 +31,12 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::os::raw::{c_char, c_int, c_void};
 
-use redis_module::{raw, Context, RedisValue};
+use redis_module::{raw, Context};
 
 use crate::error::{self, Error, Result};
 use crate::lock::session::HoldRef;
 use crate::lock::{Millis, Serial};
+use crate::redis::server::Server;
 use crate::redis::{blocking, cluster, guard, key, slots};
 
 /// `VALKEYMODULE_OPTIONS_HANDLE_ATOMIC_SLOT_MIGRATION` (valkeymodule.h, 9.0+).
@@ -89,17 +90,7 @@ thread_local! {
 /// True on a server with atomic slot migration: Valkey 9.0 or later. Valkey reports
 /// `redis_version:7.2.4` for compatibility, so the version is read from `valkey_version`.
 pub fn server_has_it(ctx: &Context) -> bool {
-    let info = match ctx.call("INFO", &["server"]) {
-        Ok(RedisValue::SimpleString(s) | RedisValue::BulkString(s)) => s,
-        Ok(RedisValue::StringBuffer(b)) => String::from_utf8_lossy(&b).into_owned(),
-        _ => return false,
-    };
-    let major = info
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("valkey_version:"))
-        .and_then(|v| v.split('.').next())
-        .and_then(|m| m.parse::<u32>().ok());
-    major.is_some_and(|m| m >= 9)
+    matches!(Server::read(ctx), Some(Server::Valkey((major, _))) if major >= 9)
 }
 
 /// The module options to declare at load: `base`, plus atomic slot migration where the server

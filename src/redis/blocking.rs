@@ -50,6 +50,7 @@ mod sessions;
 mod timeouts;
 mod views;
 
+pub use callbacks::note_server;
 use callbacks::{disconnect_callback, free_outcome, reply_callback, timeout_callback};
 use deadlines::{arm_deadline_timer, stop_timer, MAX_TIMER_MS};
 use deferred::{defer, run};

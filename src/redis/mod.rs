@@ -12,6 +12,7 @@
 //! - `asm`: Valkey 9's atomic slot migration (`CLUSTER MIGRATESLOTS`): declared, and what an
 //!   import brings in of another node's sessions.
 //! - `session`: the sessions table, its expiry timer, disconnects of bound sessions, ids.
+//! - `server`: which server and release this is, for the behaviours that differ by release.
 
 pub mod acl;
 pub mod asm;
@@ -26,5 +27,6 @@ pub mod key;
 pub mod pause;
 pub mod restore;
 pub mod role;
+pub mod server;
 pub mod session;
 pub mod slots;

@@ -90,3 +90,93 @@ fn client_unblock_gives_nil_or_error_and_leaves_the_queue() {
     release_to(&mut c, &key, "holder", last, holder_token);
     release_last(&mut c, &key, "last");
 }
+
+/// `CLIENT UNBLOCK` in the event-loop turn that granted the waiter (one pipeline: the release
+/// that hands it the lock, then the unblock; the server answers the unblock 1, as the client is
+/// still flagged blocked). Redis 7.4+ and Valkey 8+ skip such a client and it gets its token.
+/// Older servers drop its reply and answer it nothing at all; there the module closes its
+/// connection (an error at once, not a wait forever) and revokes the grant, which goes on to
+/// the next waiter. Seen as a `calls-answered` violation of the torture suite on Redis 7.0.15.
+#[test]
+fn client_unblock_in_the_turn_of_a_grant_never_leaves_the_waiter_unanswered() {
+    let (server, mut c, key, holder_token) = held_key();
+    let raced = Waiter::start(&server, &mut c, &key, "raced", WAITER_TTL, "0");
+    let next = Waiter::start(&server, &mut c, &key, "next", WAITER_TTL, "0");
+    let id = raced.id;
+
+    let replies: (i64, i64) = redis::pipe()
+        .cmd("LOCK.RELEASE")
+        .arg(&key)
+        .arg("holder")
+        .cmd("CLIENT")
+        .arg("UNBLOCK")
+        .arg(id)
+        .query(&mut c)
+        .expect("pipeline");
+    assert_eq!(replies, (1, 1), "LOCK.RELEASE, CLIENT UNBLOCK {id}");
+
+    if drops_raced_replies(&server) {
+        match raced.reply().0 {
+            Err(e) if e.is_io_error() || e.is_connection_dropped() => {}
+            other => panic!("raced waiter: expected its connection closed, got {other:?}"),
+        }
+        let token = next.token();
+        assert!(token > holder_token, "next: {token} <= {holder_token}");
+        assert_fresh_grant(&mut c, &key, token);
+        let log = server.log();
+        assert!(
+            log.contains(&format!("closed client id {id}: CLIENT UNBLOCK reached it")),
+            "no notice of the close in the log:\n{log}"
+        );
+    } else {
+        let token = raced.token();
+        assert!(token > holder_token, "raced: {token} <= {holder_token}");
+        assert_held(&mut c, &key, token, WAITER_TTL);
+        release_to(&mut c, &key, "raced", next, token);
+    }
+    release_last(&mut c, &key, "next");
+}
+
+/// The same race with `CLIENT UNBLOCK ... ERROR`: on every server the waiter reads the
+/// `UNBLOCKED` error and the grant it never heard of goes on to the next waiter.
+#[test]
+fn client_unblock_error_in_the_turn_of_a_grant_answers_unblocked_and_revokes() {
+    let (server, mut c, key, holder_token) = held_key();
+    let raced = Waiter::start(&server, &mut c, &key, "raced", WAITER_TTL, "0");
+    let next = Waiter::start(&server, &mut c, &key, "next", WAITER_TTL, "0");
+    let id = raced.id;
+
+    let replies: (i64, i64) = redis::pipe()
+        .cmd("LOCK.RELEASE")
+        .arg(&key)
+        .arg("holder")
+        .cmd("CLIENT")
+        .arg("UNBLOCK")
+        .arg(id)
+        .arg("ERROR")
+        .query(&mut c)
+        .expect("pipeline");
+    assert_eq!(replies, (1, 1), "LOCK.RELEASE, CLIENT UNBLOCK {id} ERROR");
+    assert_err_code(raced.reply().0, "UNBLOCKED");
+    let token = next.token();
+    assert!(token > holder_token, "next: {token} <= {holder_token}");
+    assert_fresh_grant(&mut c, &key, token);
+    assert_eq!(release(&mut c, &key, "raced"), 0);
+    release_last(&mut c, &key, "next");
+}
+
+/// Redis before 7.4 and Valkey before 8 drop the reply of a module-blocked client that
+/// `CLIENT UNBLOCK` reaches in the turn the module unblocked it (redis/redis#13015).
+fn drops_raced_replies(server: &Server) -> bool {
+    let release = |field: &str| {
+        let v = server.info_field("server", field)?;
+        let mut parts = v
+            .split('.')
+            .map(|p| p.parse::<u32>().expect("numeric version"));
+        Some((parts.next()?, parts.next()?))
+    };
+    match release("valkey_version") {
+        Some(valkey) => valkey < (8, 0),
+        None => release("redis_version").expect("redis_version") < (7, 4),
+    }
+}

@@ -191,12 +191,14 @@ pub fn disturb_waiters(env: &mut Env) {
 /// granted. Save one race that is the server's: when the module has already granted the
 /// waiter (`RedisModule_UnblockClient` with its token, the reply handed over at the end of the
 /// event-loop turn) and the unblock arrives in that same turn, the client is still flagged
-/// blocked, so `CLIENT UNBLOCK` answers 1, while Redis skips the timeout callback of a client
-/// the module already unblocked; the waiter gets its token (a real grant, which the other
-/// checks judge like any other). Both replies leave the server in that turn, so such a token
-/// must reach the waiter within [`RACED_REPLY`] of the unblock's own reply; a later token was
-/// granted after the unblock, which is the failure this check is for. Seen 3 times in 212
-/// runs of 1 s on a loaded machine, with the module before and after its `BLOCK` timer change.
+/// blocked, so `CLIENT UNBLOCK` answers 1. Redis 7.4+ and Valkey 8+ then skip the client and
+/// the waiter gets its token (a real grant, which the other checks judge like any other); both
+/// replies leave the server in that turn, so such a token must reach the waiter within
+/// [`RACED_REPLY`] of the unblock's own reply, and a later token was granted after the unblock,
+/// which is the failure this check is for. Seen 3 times in 212 runs of 1 s on a loaded machine.
+/// Older servers (Redis 7.0 here) drop that reply instead and would answer the waiter nothing;
+/// the module closes its connection (and revokes the grant), so there the waiter's call ends
+/// with its connection closed (CI run 36 saw the no-reply before that fix).
 pub fn unblocked_waiters_get_no_lock(h: &History, _v: &Verdict) -> Vec<Check> {
     let mut c = Check::new(
         "unblocked-waiter-not-granted",
@@ -236,7 +238,8 @@ pub fn unblocked_waiters_get_no_lock(h: &History, _v: &Verdict) -> Vec<Check> {
             call.reply == "nil"
         };
         let raced = call.outcome == Outcome::Ok && call.complete <= f.complete + RACED_REPLY;
-        if raced {
+        let closed = call.reply.starts_with("(no reply: ") && !call.reply.starts_with(NO_REPLY);
+        if raced || closed {
             continue;
         }
         if call.outcome == Outcome::Ok || !expected {

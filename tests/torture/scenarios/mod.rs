@@ -19,7 +19,7 @@ use crate::common::{info_field, wait_until};
 use crate::faults::{self, Holder};
 use crate::history::{Effect, History, Micros, Op, Outcome, Survival};
 use crate::run::{Env, Scenario};
-use crate::workload::{Config, GAVE_UP};
+use crate::workload::{Config, GAVE_UP, NO_REPLY};
 
 mod acl;
 mod client_faults;
