@@ -1,6 +1,8 @@
 //! Which server this is, from `INFO server`: a few behaviours differ by release, and Valkey
 //! reports `redis_version:7.2.4` for compatibility, so its own `valkey_version` decides there.
 
+use std::sync::OnceLock;
+
 use redis_module::{Context, RedisValue};
 
 /// A `major.minor` release.
@@ -14,14 +16,18 @@ pub enum Server {
 }
 
 impl Server {
-    /// Read `INFO server` (at load; `None` if it cannot be read or parsed).
+    /// This server (`None` if `INFO server` cannot be read or parsed): read once, at load, and
+    /// remembered, as the process's release never changes.
     pub fn read(ctx: &Context) -> Option<Server> {
-        let info = match ctx.call("INFO", &["server"]) {
-            Ok(RedisValue::SimpleString(s) | RedisValue::BulkString(s)) => s,
-            Ok(RedisValue::StringBuffer(b)) => String::from_utf8_lossy(&b).into_owned(),
-            _ => return None,
-        };
-        Server::parse(&info)
+        static SERVER: OnceLock<Option<Server>> = OnceLock::new();
+        *SERVER.get_or_init(|| {
+            let info = match ctx.call("INFO", &["server"]) {
+                Ok(RedisValue::SimpleString(s) | RedisValue::BulkString(s)) => s,
+                Ok(RedisValue::StringBuffer(b)) => String::from_utf8_lossy(&b).into_owned(),
+                _ => return None,
+            };
+            Server::parse(&info)
+        })
     }
 
     fn parse(info: &str) -> Option<Server> {
