@@ -100,20 +100,8 @@ fn client_unblock_gives_nil_or_error_and_leaves_the_queue() {
 #[test]
 fn client_unblock_in_the_turn_of_a_grant_never_leaves_the_waiter_unanswered() {
     let (server, mut c, key, holder_token) = held_key();
-    let raced = Waiter::start(&server, &mut c, &key, "raced", WAITER_TTL, "0");
-    let next = Waiter::start(&server, &mut c, &key, "next", WAITER_TTL, "0");
+    let (raced, next) = release_and_unblock_in_one_turn(&server, &mut c, &key, None);
     let id = raced.id;
-
-    let replies: (i64, i64) = redis::pipe()
-        .cmd("LOCK.RELEASE")
-        .arg(&key)
-        .arg("holder")
-        .cmd("CLIENT")
-        .arg("UNBLOCK")
-        .arg(id)
-        .query(&mut c)
-        .expect("pipeline");
-    assert_eq!(replies, (1, 1), "LOCK.RELEASE, CLIENT UNBLOCK {id}");
 
     if drops_raced_replies(&server) {
         match raced.reply().0 {
@@ -142,27 +130,37 @@ fn client_unblock_in_the_turn_of_a_grant_never_leaves_the_waiter_unanswered() {
 #[test]
 fn client_unblock_error_in_the_turn_of_a_grant_answers_unblocked_and_revokes() {
     let (server, mut c, key, holder_token) = held_key();
-    let raced = Waiter::start(&server, &mut c, &key, "raced", WAITER_TTL, "0");
-    let next = Waiter::start(&server, &mut c, &key, "next", WAITER_TTL, "0");
-    let id = raced.id;
-
-    let replies: (i64, i64) = redis::pipe()
-        .cmd("LOCK.RELEASE")
-        .arg(&key)
-        .arg("holder")
-        .cmd("CLIENT")
-        .arg("UNBLOCK")
-        .arg(id)
-        .arg("ERROR")
-        .query(&mut c)
-        .expect("pipeline");
-    assert_eq!(replies, (1, 1), "LOCK.RELEASE, CLIENT UNBLOCK {id} ERROR");
+    let (raced, next) = release_and_unblock_in_one_turn(&server, &mut c, &key, Some("ERROR"));
     assert_err_code(raced.reply().0, "UNBLOCKED");
     let token = next.token();
     assert!(token > holder_token, "next: {token} <= {holder_token}");
     assert_fresh_grant(&mut c, &key, token);
     assert_eq!(release(&mut c, &key, "raced"), 0);
     release_last(&mut c, &key, "next");
+}
+
+/// Queue waiters `raced` then `next` behind `holder`, then send `LOCK.RELEASE` (which grants
+/// `raced`) and `CLIENT UNBLOCK raced [reason]` in one pipeline, so that the server reads and runs
+/// both in one event-loop turn; both answer 1.
+fn release_and_unblock_in_one_turn(
+    server: &Server,
+    c: &mut Connection,
+    key: &str,
+    reason: Option<&str>,
+) -> (Waiter, Waiter) {
+    let raced = Waiter::start(server, c, key, "raced", WAITER_TTL, "0");
+    let next = Waiter::start(server, c, key, "next", WAITER_TTL, "0");
+    let mut pipe = redis::pipe();
+    pipe.cmd("LOCK.RELEASE").arg(key).arg("holder");
+    pipe.cmd("CLIENT").arg("UNBLOCK").arg(raced.id).arg(reason);
+    let replies: (i64, i64) = pipe.query(c).expect("pipeline");
+    assert_eq!(
+        replies,
+        (1, 1),
+        "LOCK.RELEASE, CLIENT UNBLOCK {} {reason:?}",
+        raced.id
+    );
+    (raced, next)
 }
 
 /// Redis before 7.4 and Valkey before 8 drop the reply of a module-blocked client that
