@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use redis::{Connection, ConnectionLike};
 
-use crate::command::{self, in_step, Command, Failure};
+use crate::command::{self, in_step, Command, Failure, Resend};
 use crate::default_session::{self, Defaults};
 use crate::error::Error;
 use crate::guard::Guard;
@@ -18,6 +18,7 @@ use crate::subscriber::Subscriber;
 mod failover;
 #[cfg(feature = "tokio")]
 pub(crate) use failover::Next;
+pub(crate) use failover::Pursuit;
 
 /// How long opening a connection may take, unless [`Client::with_timeouts`] says otherwise.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -333,6 +334,14 @@ impl Client {
     /// `LOCK.FENCE key`: this client's node if it serves the key, else the node its `MOVED`
     /// redirect names (a client of its own either way). Open a session there for the locks of that node's keys
     /// (`LOCK.SESSION OPEN` has no key, so it opens on whichever node it is sent to).
+    ///
+    /// It follows its key's slot through a failover (issue 34): `MOVED`, `READONLY` or a
+    /// waiter's role-change `UNBLOCKED` (a planned `CLUSTER FAILOVER`) are followed to the
+    /// slot's master; a node that is gone (a killed master) is replaced by the master this
+    /// client's node (the seed) names in `CLUSTER SLOTS`, once its replica is promoted, within
+    /// each call's own time: a command is sent again there if it did not run or is safe to run
+    /// twice, an acquire (a waiter too) is made again as the same owner with the wait it has
+    /// left, and a session's keepalive is sent again until the session's deadline.
     pub fn for_key(&self, key: &str) -> Result<Client, Error> {
         // A client of its own for the node, even when it is this client's: following a
         // failover (or this probe's `MOVED`) repoints a client's endpoint, and two keys' clients
@@ -459,8 +468,23 @@ impl Client {
             (Some(durable), Some(_)) => Some(durable.wait(inner.io_timeout)),
             _ => None,
         };
-        let (reply, acked) =
-            inner.with_conn_then(timeout, inner.connect_timeout, &acquisition.request(), then);
+        // A killed master (issue 34): the acquisition is made again, as the same owner, on the
+        // slot's new master, within the caller's own wait and reply timeout.
+        let pursuit = Pursuit::within(timeout);
+        let (mut acquisition, mut maybe_sent) = (acquisition, false);
+        let (reply, acked) = loop {
+            let timeout = acquisition.reply_timeout(inner.io_timeout);
+            let (reply, acked) =
+                inner.with_conn_then(timeout, inner.connect_timeout, &acquisition.request(), then);
+            match &reply {
+                Err(failure) if pursuit.again(inner, failure, Resend::Always) => {
+                    inner.pursue(&pursuit);
+                    maybe_sent |= failure.maybe_sent;
+                    acquisition = acquisition.resent();
+                }
+                _ => break (reply.map_err(|f| f.after(maybe_sent)), acked),
+            }
+        };
         match acquisition.settle(reply) {
             Settled::Granted(hold) => match durable.map(|d| (d, d.check(&hold, acked))) {
                 Some((durable, Err((acknowledged, release)))) => {
@@ -509,6 +533,16 @@ impl Inner {
         true
     }
 
+    /// One step of a [`Pursuit`] (a killed master): ask the nodes for the slot's master; if
+    /// another is named, point there (the old node's connections closed), else pause.
+    pub(crate) fn pursue(&self, pursuit: &Pursuit) {
+        if self.endpoint.follow_slot_blocking() {
+            self.forget_idle();
+        } else {
+            thread::sleep(pursuit.pause());
+        }
+    }
+
     /// Close the idle connections (to a node the client no longer points at).
     pub(crate) fn forget_idle(&self) {
         self.idle
@@ -555,12 +589,20 @@ impl Inner {
         then: impl Fn(&T) -> Option<(Command<U>, Duration)>,
     ) -> (Result<T, Failure>, Option<Result<U, Error>>) {
         let mut follows = 0;
+        let pursuit = Pursuit::within(read_timeout);
+        let (mut read_timeout, mut connect_timeout) = (read_timeout, connect_timeout);
         loop {
             let (result, second) =
                 self.with_conn_then_once(read_timeout, connect_timeout, command, &then);
             match &result {
                 Err(failure) if follows < MAX_FOLLOWS && self.follow(&failure.error) => {
                     follows += 1
+                }
+                // A killed master: again on the slot's new master, within the reply timeout.
+                Err(failure) if pursuit.again(self, failure, command.resend) => {
+                    self.pursue(&pursuit);
+                    read_timeout = pursuit.left();
+                    connect_timeout = connect_timeout.min(read_timeout);
                 }
                 _ => return (result, second),
             }

@@ -20,6 +20,9 @@ pub(crate) struct Command<T> {
     pub(crate) cmd: redis::Cmd,
     /// Turns the reply, or the error it came as, into the command's result.
     parse: Reader<T>,
+    /// Whether a cluster node's client may send it again to the slot's new master after its
+    /// node is gone (a killed master, issue 34).
+    pub(crate) resend: Resend,
 }
 
 impl<T: 'static> Command<T> {
@@ -40,6 +43,24 @@ impl<T: 'static> Command<T> {
         Command {
             cmd,
             parse: Box::new(parse),
+            resend: Resend::Unsent,
+        }
+    }
+
+    /// The same command, marked as one that may run twice ([`Resend::Always`]): running it
+    /// again after a reply was lost answers the same or changes nothing.
+    pub(crate) fn idempotent(self) -> Self {
+        Command {
+            resend: Resend::Always,
+            ..self
+        }
+    }
+
+    /// The same command, never sent again by the connection layer ([`Resend::Never`]).
+    pub(crate) fn resent_by_caller(self) -> Self {
+        Command {
+            resend: Resend::Never,
+            ..self
         }
     }
 
@@ -56,9 +77,27 @@ impl<T: 'static> Command<T> {
 
     /// The same request, its result turned into another by `f`.
     pub(crate) fn map<U: 'static>(self, f: impl Fn(T) -> U + Send + Sync + 'static) -> Command<U> {
-        let parse = self.parse;
-        Command::reading_errors(self.cmd, move |reply| parse(reply).map(&f))
+        let (parse, resend) = (self.parse, self.resend);
+        Command {
+            resend,
+            ..Command::reading_errors(self.cmd, move |reply| parse(reply).map(&f))
+        }
     }
+}
+
+/// When a cluster node's client sends a command again to the slot's new master after the node
+/// it was sent to is gone (a killed master: no connection, or one that broke mid-command).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Resend {
+    /// Only if it certainly did not run (no connection could be opened): a session's `OPEN`
+    /// (two would open two), a fenced write, anything not known to be safe twice.
+    Unsent,
+    /// Also after its connection broke with the reply lost: running it twice is running it
+    /// once (a release, an extend, a fence check, a session's keepalive, `INFO`, `CLOSE`).
+    Always,
+    /// Never by the connection layer: an acquisition, which its caller makes again as the
+    /// same owner with the wait it has left ([`crate::hold::Acquisition::resent`]).
+    Never,
 }
 
 /// How a single-key acquire holds the key (see "Shared locks and semaphores" in
@@ -141,7 +180,7 @@ pub(crate) fn macquire(
 pub(crate) fn release(key: &str, owner: &str) -> Command<bool> {
     let mut cmd = redis::cmd("LOCK.RELEASE");
     cmd.arg(key).arg(owner);
-    Command::new(cmd, |reply| zero_or_one("LOCK.RELEASE", reply))
+    Command::new(cmd, |reply| zero_or_one("LOCK.RELEASE", reply)).idempotent()
 }
 
 /// `LOCK.MRELEASE numkeys key... owner` -> were all `keys` released?
@@ -152,13 +191,14 @@ pub(crate) fn mrelease(keys: &[String], owner: &str) -> Command<bool> {
     Command::new(cmd, move |reply| {
         count_of("LOCK.MRELEASE", reply, n).map(|c| c == n)
     })
+    .idempotent()
 }
 
 /// `LOCK.EXTEND key owner ttl` -> extended?
 pub(crate) fn extend(key: &str, owner: &str, ttl_ms: u64) -> Command<bool> {
     let mut cmd = redis::cmd("LOCK.EXTEND");
     cmd.arg(key).arg(owner).arg(ttl_ms);
-    Command::new(cmd, |reply| zero_or_one("LOCK.EXTEND", reply))
+    Command::new(cmd, |reply| zero_or_one("LOCK.EXTEND", reply)).idempotent()
 }
 
 /// KEYS the locks, ARGV[1] the owner, ARGV[2] ttl-ms: how many keys were extended. There is no
@@ -194,20 +234,21 @@ pub(crate) fn extend_all(keys: &[String], owner: &str, ttl_ms: u64) -> Command<b
     Command::new(cmd, move |reply| {
         count_of("LOCK.EXTEND (script)", reply, n).map(|c| c == n)
     })
+    .idempotent()
 }
 
 /// `LOCK.FENCE key token` on every key in one script -> are all tokens live?
 pub(crate) fn fence_all(keys: &[String], tokens: &[u64]) -> Command<bool> {
     let mut cmd = redis::cmd("EVAL");
     cmd.arg(FENCE_ALL_LUA).arg(keys.len()).arg(keys).arg(tokens);
-    Command::new(cmd, |reply| zero_or_one("LOCK.FENCE (script)", reply))
+    Command::new(cmd, |reply| zero_or_one("LOCK.FENCE (script)", reply)).idempotent()
 }
 
 /// `LOCK.FENCE key token` -> is `token` the live hold's?
 pub(crate) fn fence(key: &str, token: u64) -> Command<bool> {
     let mut cmd = redis::cmd("LOCK.FENCE");
     cmd.arg(key).arg(token);
-    Command::new(cmd, |reply| zero_or_one("LOCK.FENCE", reply))
+    Command::new(cmd, |reply| zero_or_one("LOCK.FENCE", reply)).idempotent()
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -361,6 +402,7 @@ pub(crate) fn session_keepalive(id: &str) -> Command<Option<u64>> {
         Value::Nil => Ok(None),
         other => Err(unexpected("LOCK.SESSION KEEPALIVE", other)),
     })
+    .idempotent()
 }
 
 /// `LOCK.SESSION CLOSE id` -> how many holds it released, or `None`: the session was gone.
@@ -372,6 +414,7 @@ pub(crate) fn session_close(id: &str) -> Command<Option<u64>> {
         Value::Nil => Ok(None),
         other => Err(unexpected("LOCK.SESSION CLOSE", other)),
     })
+    .idempotent()
 }
 
 /// `LOCK.SESSION INFO id` -> the session as the server sees it, or `None`: it is gone.
@@ -392,6 +435,7 @@ pub(crate) fn session_info(id: &str) -> Command<Option<crate::session::SessionIn
         }
         other => Err(unexpected("LOCK.SESSION INFO", other)),
     })
+    .idempotent()
 }
 
 /// `CLIENT ID` -> this connection's client id.
@@ -427,6 +471,7 @@ pub(crate) fn server_version() -> Command<(u32, u32, u32)> {
         let mut next = || parts.next().unwrap_or(0);
         Ok((next(), next(), next()))
     })
+    .idempotent()
 }
 
 /// `WAIT replicas timeout-ms` -> how many replicas acknowledged this connection's writes.
@@ -556,6 +601,15 @@ impl Failure {
         Failure {
             error,
             maybe_sent: false,
+        }
+    }
+
+    /// This failure of a command's last try, after earlier tries (sent again to a killed
+    /// master's successor) of which one may have run if `earlier`.
+    pub(crate) fn after(self, earlier: bool) -> Failure {
+        Failure {
+            maybe_sent: self.maybe_sent || earlier,
+            ..self
         }
     }
 }

@@ -87,6 +87,8 @@ pub(crate) struct Acquisition {
     /// When the request was made: the server grants it later, so the hold's deadline is at
     /// least this plus the TTL.
     started: Instant,
+    /// A blocking acquisition: when the caller's wait ends.
+    until: Option<Instant>,
 }
 
 /// What an acquisition's reply means for the caller.
@@ -124,6 +126,7 @@ impl Acquisition {
             None => None,
         };
         let (owner, generated) = pick_owner(chosen);
+        let started = Instant::now();
         Ok(Acquisition {
             target,
             owner,
@@ -132,7 +135,8 @@ impl Acquisition {
             block_ms,
             session: session.map(str::to_string),
             own_ttl: false,
-            started: Instant::now(),
+            started,
+            until: block_ms.map(|ms| started + Duration::from_millis(ms)),
         })
     }
 
@@ -160,11 +164,34 @@ impl Acquisition {
     pub(crate) fn request(&self) -> Command<Option<Vec<u64>>> {
         let (owner, ttl, block) = (&self.owner, self.ttl_ms, self.block_ms);
         let session = self.session.as_deref();
-        match &self.target {
+        let request = match &self.target {
             Target::One { key, mode } => {
                 command::acquire(key, owner, ttl, *mode, block, session).map(|t| t.map(|t| vec![t]))
             }
             Target::Many { keys } => command::macquire(keys, owner, ttl, block, session),
+        };
+        // A killed master is followed by the acquire itself ([`Acquisition::resent`]), with the
+        // wait it has left.
+        request.resent_by_caller()
+    }
+
+    /// The same acquisition, to be sent again now to the slot's new master after its node was
+    /// found gone (a killed master, issue 34): the same owner (a grant made on the old master
+    /// and replicated is answered again with its token, as an idempotent retry), the same ttl,
+    /// and a `BLOCK` of the wait left until the caller's own deadline (none left: one try).
+    pub(crate) fn resent(&self) -> Acquisition {
+        let now = Instant::now();
+        let block_ms = self.until.and_then(|until| {
+            let left = until.saturating_duration_since(now);
+            block_ms(left).ok().flatten()
+        });
+        Acquisition {
+            target: self.target.clone(),
+            owner: self.owner.clone(),
+            block_ms,
+            session: self.session.clone(),
+            started: now,
+            ..*self
         }
     }
 

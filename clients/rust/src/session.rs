@@ -15,7 +15,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::Value;
 
@@ -38,6 +38,9 @@ pub(crate) struct SessionState {
     /// Who to tell of a loss: the session itself and the guards taken in it, held weakly (a
     /// guard that is gone has no one to tell).
     listeners: Mutex<Vec<Weak<dyn Report>>>,
+    /// When the last keepalive that succeeded was sent (at first: when the session was known
+    /// open): its deadline on the server is at most this plus the TTL.
+    renewed: Mutex<Instant>,
 }
 
 impl SessionState {
@@ -48,6 +51,7 @@ impl SessionState {
             bound,
             lost: Mutex::new(None),
             listeners: Mutex::new(Vec::new()),
+            renewed: Mutex::new(Instant::now()),
         }
     }
 
@@ -110,6 +114,16 @@ impl Renewable for SessionState {
 
     fn gone(&self) -> LossReason {
         LossReason::SessionEnded
+    }
+
+    fn renewed(&self, sent: Instant) {
+        *lock(&self.renewed) = sent;
+    }
+
+    /// Its deadline as of the last keepalive: it ends no sooner on the server, on the old
+    /// master or on its promoted replica (the deadline replicates).
+    fn pursued_until(&self) -> Option<Instant> {
+        Some(*lock(&self.renewed) + self.ttl())
     }
 }
 

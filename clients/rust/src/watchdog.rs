@@ -15,8 +15,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use crate::client::Inner;
-use crate::command::Command;
+use crate::client::{Endpoint, Inner, Pursuit};
+use crate::command::{Command, Failure, Resend};
 use crate::error::Error;
 use crate::hold::Hold;
 
@@ -30,6 +30,12 @@ pub enum LossReason {
     /// the renewal period. The lock may still be held until its deadline, but the holder can no
     /// longer count on it, so the watchdog reports it as lost at once (before the deadline,
     /// with the default period) rather than letting the holder run past an expiry it cannot see.
+    /// A session's keepalive through a cluster node's client ([`Client::for_key`]) that cannot
+    /// reach its node is sent again (to the slot's new master, once the cluster names one)
+    /// until the session's deadline, and only then reported: the session lives on a promoted
+    /// replica.
+    ///
+    /// [`Client::for_key`]: crate::Client::for_key
     ExtendFailed(Arc<Error>),
     /// The hold's session is gone: its `LOCK.SESSION KEEPALIVE` answered nil (the session
     /// expired, e.g. this process was paused past its TTL; it was closed from elsewhere; or,
@@ -144,6 +150,12 @@ pub(crate) trait Renewable: Send + Sync + 'static {
     fn gone(&self) -> LossReason;
     /// A renewal sent at `sent` succeeded.
     fn renewed(&self, _sent: Instant) {}
+    /// For a session: until when a keepalive that cannot reach a cluster node is tried again
+    /// rather than reported (its deadline as of its last keepalive; issue 34: it lives on the
+    /// promoted replica after a killed master). `None` (a lock): a failure is a loss at once.
+    fn pursued_until(&self) -> Option<Instant> {
+        None
+    }
 }
 
 impl Renewable for Hold {
@@ -266,7 +278,8 @@ impl Drop for Watchdog {
     }
 }
 
-/// The thread: sleep until the next renewal unless stopped, renew, report a failure and quit.
+/// The thread: sleep until the next renewal unless stopped, renew (again after a pause while
+/// [`verdict`] says so), report a failure and quit.
 fn run<L: Report>(lease: Lease<Inner, L>, stop: Receiver<()>) {
     let mut schedule = Schedule::start(lease.period);
     let client = &lease.client;
@@ -283,11 +296,17 @@ fn run<L: Report>(lease: Lease<Inner, L>, stop: Receiver<()>) {
             client.io_timeout,
             client.connect_timeout,
         );
-        let sent = Instant::now();
-        let reply = client.with_conn(io, connect, &renewal);
-        if let Some(reason) = loss_of(reply, sent, &*lease.hold) {
-            lease.loss.report(reason);
-            return;
+        loop {
+            let sent = Instant::now();
+            let reply = client.with_conn_sent(io, connect, &renewal);
+            match verdict(reply, sent, &*lease.hold, client) {
+                Verdict::Live => break,
+                Verdict::Lost(reason) => return lease.loss.report(reason),
+                Verdict::Again(pause) => match stop.recv_timeout(pause) {
+                    Err(RecvTimeoutError::Timeout) => {}
+                    Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
+                },
+            }
         }
     }
 }
@@ -298,19 +317,38 @@ fn renewal_period(period: Option<Duration>, ttl: Duration) -> Duration {
     period.unwrap_or(ttl / 3).max(Duration::from_millis(1))
 }
 
-/// What the outcome of a renewal sent at `sent` means: `None` while the lock (or session)
-/// lives, else why it is lost.
-pub(crate) fn loss_of(
-    renewal: Result<bool, Error>,
+/// What the outcome of a renewal means, for both watchdogs.
+pub(crate) enum Verdict {
+    /// It lives: renew at the next due time.
+    Live,
+    /// Its node could not be reached: send the renewal again after this pause.
+    Again(Duration),
+    /// It is lost: report this and stop.
+    Lost(LossReason),
+}
+
+/// What the outcome of a renewal sent at `sent` through `endpoint` means. A session of a
+/// cluster node's client whose keepalive cannot reach its node (a killed master, its replica
+/// not promoted yet) is not lost while its deadline has not passed: the keepalive is sent again
+/// (each try asking the other nodes for the slot's master, [`Pursuit`]), and only the server's
+/// nil, or its deadline passing with no master answering, is a loss (issue 34).
+pub(crate) fn verdict(
+    renewal: Result<bool, Failure>,
     sent: Instant,
     hold: &dyn Renewable,
-) -> Option<LossReason> {
+    endpoint: &Endpoint,
+) -> Verdict {
     match renewal {
         Ok(true) => {
             hold.renewed(sent);
-            None
+            Verdict::Live
         }
-        Ok(false) => Some(hold.gone()),
-        Err(e) => Some(LossReason::ExtendFailed(Arc::new(e))),
+        Ok(false) => Verdict::Lost(hold.gone()),
+        Err(failure) => match hold.pursued_until().map(Pursuit::until) {
+            Some(pursuit) if pursuit.again(endpoint, &failure, Resend::Always) => {
+                Verdict::Again(pursuit.pause())
+            }
+            _ => Verdict::Lost(LossReason::ExtendFailed(Arc::new(failure.error))),
+        },
     }
 }

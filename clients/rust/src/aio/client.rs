@@ -16,8 +16,8 @@ use tokio::sync::oneshot;
 use super::default_session::Defaults;
 use super::guard::Guard;
 use super::session::Session;
-use crate::client::{Endpoint, Next, MAX_FOLLOWS, MAX_IDLE};
-use crate::command::{self, in_step, Command, Failure};
+use crate::client::{Endpoint, Next, Pursuit, MAX_FOLLOWS, MAX_IDLE};
+use crate::command::{self, in_step, Command, Failure, Resend};
 use crate::error::Error;
 use crate::hold::{Acquisition, Durable, Settled, Target};
 use crate::session::SessionState;
@@ -162,7 +162,8 @@ impl Client {
     /// follows a planned failover of its slot (issue 34): a command that meets `MOVED`,
     /// `READONLY` or a waiter's role-change `UNBLOCKED` is sent again to the slot's master, so
     /// sessions' keepalives, watchdogs' renewals and queued waiters go on there, and a bound
-    /// session re-attaches there.
+    /// session re-attaches there. A killed master is followed as the sync client's (the seed's
+    /// `CLUSTER SLOTS`, asked on the runtime), within each call's own time.
     pub async fn for_key(&self, key: &str) -> Result<Client, Error> {
         // A client of its own for the node, even when it is this client's: following a
         // failover (or this probe's `MOVED`) repoints a client's endpoint, and two keys'
@@ -315,29 +316,46 @@ impl Client {
         let (mut tx, rx) = oneshot::channel();
         tokio::spawn(async move {
             let inner = &client.inner;
-            let (request, timeout) = (
-                acquisition.request(),
-                acquisition.reply_timeout(inner.io_timeout),
-            );
             let durable = inner.durable;
-            // A durable acquire runs on a connection of its own, so that its WAIT counts this
-            // grant's write and no other task's.
-            let (reply, acked) = match (durable, acquisition.blocks()) {
-                (None, false) => (
-                    inner.run(timeout, inner.connect_timeout, &request).await,
-                    None,
-                ),
-                (None, true) => (
-                    inner.run_blocking(timeout, &request, tx.closed()).await,
-                    None,
-                ),
-                (Some(durable), _) => {
-                    let then = |tokens: &Option<Vec<u64>>| {
-                        tokens.as_ref().map(|_| durable.wait(inner.io_timeout))
-                    };
-                    inner
-                        .run_blocking_then(timeout, &request, tx.closed(), then)
-                        .await
+            // A killed master (issue 34): the acquisition is made again, as the same owner, on
+            // the slot's new master, within the caller's own wait and reply timeout (not once
+            // the caller stopped waiting).
+            let pursuit = Pursuit::within(acquisition.reply_timeout(inner.io_timeout));
+            let (mut acquisition, mut maybe_sent) = (acquisition, false);
+            let (reply, acked) = loop {
+                let (request, timeout) = (
+                    acquisition.request(),
+                    acquisition.reply_timeout(inner.io_timeout),
+                );
+                // A durable acquire runs on a connection of its own, so that its WAIT counts
+                // this grant's write and no other task's.
+                let (reply, acked) = match (durable, acquisition.blocks()) {
+                    (None, false) => (
+                        inner.run(timeout, inner.connect_timeout, &request).await,
+                        None,
+                    ),
+                    (None, true) => (
+                        inner.run_blocking(timeout, &request, tx.closed()).await,
+                        None,
+                    ),
+                    (Some(durable), _) => {
+                        let then = |tokens: &Option<Vec<u64>>| {
+                            tokens.as_ref().map(|_| durable.wait(inner.io_timeout))
+                        };
+                        inner
+                            .run_blocking_then(timeout, &request, tx.closed(), then)
+                            .await
+                    }
+                };
+                match &reply {
+                    Err(failure)
+                        if !tx.is_closed() && pursuit.again(inner, failure, Resend::Always) =>
+                    {
+                        inner.pursue(&pursuit).await;
+                        maybe_sent |= failure.maybe_sent;
+                        acquisition = acquisition.resent();
+                    }
+                    _ => break (reply.map_err(|f| f.after(maybe_sent)), acked),
                 }
             };
             let result = match acquisition.settle(reply) {
@@ -392,11 +410,20 @@ impl Inner {
         command: &Command<T>,
     ) -> Result<T, Failure> {
         let mut follows = 0;
+        let pursuit = Pursuit::within(timeout);
+        let (mut timeout, mut connect) = (timeout, connect);
         loop {
             let result = self.run_once(timeout, connect, command).await;
             if let Err(failure) = &result {
                 if follows < MAX_FOLLOWS && self.follow(&failure.error).await {
                     follows += 1;
+                    continue;
+                }
+                // A killed master: again on the slot's new master, within the reply timeout.
+                if pursuit.again(self, failure, command.resend) {
+                    self.pursue(&pursuit).await;
+                    timeout = pursuit.left();
+                    connect = connect.min(timeout);
                     continue;
                 }
             }
@@ -580,6 +607,48 @@ impl Inner {
         self.repoint(next);
         self.forget_connections();
         true
+    }
+
+    /// One step of a [`Pursuit`] (a killed master), as the sync client's: ask the nodes for
+    /// the slot's master (`CLUSTER SLOTS`, without blocking the runtime); if another is named,
+    /// point there (the old node's connections forgotten), else pause.
+    pub(crate) async fn pursue(&self, pursuit: &Pursuit) {
+        if self.follow_slot().await {
+            self.forget_connections();
+        } else {
+            tokio::time::sleep(pursuit.pause()).await;
+        }
+    }
+
+    /// [`Endpoint::follow_slot_blocking`] with async I/O: the nodes this client knows asked in
+    /// turn, the first answer read with [`Endpoint::master_in_slots`] and [`Endpoint::adopt`].
+    async fn follow_slot(&self) -> bool {
+        let Some((slot, peers)) = self.slot_peers() else {
+            return false;
+        };
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(self.connect_timeout)
+            .set_response_timeout(self.io_timeout);
+        for peer in peers {
+            let ranges: Result<Vec<Vec<Value>>, _> = async {
+                let mut conn = peer
+                    .get_multiplexed_async_connection_with_config(&config)
+                    .await?;
+                redis::cmd("CLUSTER")
+                    .arg("SLOTS")
+                    .query_async(&mut conn)
+                    .await
+            }
+            .await;
+            let Ok(ranges) = ranges else {
+                continue;
+            };
+            let Ok(master) = self.master_in_slots(slot, ranges) else {
+                continue;
+            };
+            return self.adopt(master);
+        }
+        false
     }
 
     fn forget_connections(&self) {

@@ -14,7 +14,7 @@ use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
 use super::client::Inner;
-use crate::watchdog::{loss_of, LossReason, Report, Schedule};
+use crate::watchdog::{verdict, LossReason, Report, Schedule, Verdict};
 
 /// What the task renews: the lease of the sync watchdog, with the async client; reported to a
 /// guard's `watch` sender ([`Loss`]) or to a session.
@@ -67,7 +67,8 @@ impl Watchdog {
     }
 }
 
-/// The task: wait until the next renewal unless stopped, renew, publish a failure and quit.
+/// The task: wait until the next renewal unless stopped, renew (again after a pause while
+/// [`verdict`] says so), publish a failure and quit.
 async fn run<L: Report>(lease: Lease<L>, mut stopped: oneshot::Receiver<()>) {
     let mut schedule = Schedule::start(lease.period);
     let client = &lease.client;
@@ -85,12 +86,18 @@ async fn run<L: Report>(lease: Lease<L>, mut stopped: oneshot::Receiver<()>) {
             client.io_timeout,
             client.connect_timeout,
         );
-        let sent = std::time::Instant::now();
-        let reply = client.run(io, connect, &renewal).await;
-        let reply = reply.map_err(|failure| failure.error);
-        if let Some(reason) = loss_of(reply, sent, &*lease.hold) {
-            lease.loss.report(reason);
-            return;
+        loop {
+            let sent = std::time::Instant::now();
+            let reply = client.run(io, connect, &renewal).await;
+            match verdict(reply, sent, &*lease.hold, client) {
+                Verdict::Live => break,
+                Verdict::Lost(reason) => return lease.loss.report(reason),
+                Verdict::Again(pause) => {
+                    if tokio::time::timeout(pause, &mut stopped).await.is_ok() {
+                        return; // stopped
+                    }
+                }
+            }
         }
     }
 }

@@ -1,11 +1,17 @@
 //! How a cluster node's [`Endpoint`] follows its slot to another master (issue 34): after
-//! `MOVED`, `READONLY` or a role-change `UNBLOCKED` (a planned failover), and, for the
-//! background threads, after its node is gone (a killed master: `CLUSTER SLOTS` of the nodes
-//! it knows).
+//! `MOVED`, `READONLY` or a role-change `UNBLOCKED` (a planned failover), and after its node is
+//! gone (a killed master: `CLUSTER SLOTS` of the nodes it knows, until the replica is promoted).
+//!
+//! The decisions are here, once for both APIs: [`Endpoint::follow_plan`] (a planned failover),
+//! [`Pursuit`] (a killed master: whether a failed command is sent again, until when, and how
+//! long to pause while the cluster still names the dead node) and [`Endpoint::adopt`] (what a
+//! `CLUSTER SLOTS` answer changes). The sync and the async client differ only in how they ask.
 
 use std::sync::PoisonError;
+use std::time::{Duration, Instant};
 
 use super::Endpoint;
+use crate::command::{Failure, Resend};
 use crate::error::Error;
 
 /// Where a cluster node's client goes after an error that says its node gave up the slot.
@@ -15,6 +21,64 @@ pub(crate) enum Next {
     /// The master the demoted node's `ROLE` names (an I/O step: the sync and the async client
     /// each ask in their own way, and read the reply with [`Endpoint::master_in_role`]).
     ByRole,
+}
+
+/// How long to wait before asking again while the nodes still name the gone node as the
+/// slot's master (its replica not promoted yet): short against a promotion (about a second
+/// after `CLUSTER FAILOVER FORCE`, several node timeouts by itself), long enough not to spin.
+const PAUSE: Duration = Duration::from_millis(100);
+
+/// A command's pursuit of its slot after its node is gone (a killed master, issue 34): until
+/// the caller's own deadline (the command's reply timeout from its first send; an acquire's
+/// wait plus the I/O timeout), a failure that says the node cannot be reached sends it again
+/// to the slot's master as the other nodes name it, once its replica is promoted.
+pub(crate) struct Pursuit {
+    /// When the caller stops waiting.
+    deadline: Instant,
+}
+
+impl Pursuit {
+    /// A pursuit for a command whose caller waits `budget` from now.
+    pub(crate) fn within(budget: Duration) -> Pursuit {
+        Pursuit {
+            deadline: Instant::now() + budget,
+        }
+    }
+
+    /// After `failure` of a command sent through `endpoint`: whether to ask the nodes for the
+    /// slot's master and send it again. Only a cluster node's client made for a key (it knows
+    /// the slot and other nodes), only after a connection error (refused, broken, no answer:
+    /// an error reply is an answer), only as the command allows (`resend`: a command that may
+    /// have run is sent again only if running it twice is safe), and only before the deadline.
+    pub(crate) fn again(&self, endpoint: &Endpoint, failure: &Failure, resend: Resend) -> bool {
+        let allowed = match resend {
+            Resend::Never => false,
+            Resend::Unsent => !failure.maybe_sent,
+            Resend::Always => true,
+        };
+        allowed
+            && matches!(failure.error, Error::Connection(_))
+            && endpoint.is_cluster()
+            && endpoint.slot.is_some()
+            && Instant::now() < self.deadline
+    }
+
+    /// A pursuit until `deadline` (a session's, as of its last keepalive).
+    pub(crate) fn until(deadline: Instant) -> Pursuit {
+        Pursuit { deadline }
+    }
+
+    /// The time left until the deadline (at least 1 ms: a timeout of zero is refused).
+    pub(crate) fn left(&self) -> Duration {
+        self.deadline
+            .saturating_duration_since(Instant::now())
+            .max(Duration::from_millis(1))
+    }
+
+    /// How long to pause before the next try when no other master was named.
+    pub(crate) fn pause(&self) -> Duration {
+        PAUSE.min(self.deadline.saturating_duration_since(Instant::now()))
+    }
 }
 
 impl Endpoint {
@@ -28,7 +92,7 @@ impl Endpoint {
     /// now: a session's `OPEN` names no key to redirect by) and a waiter's `UNBLOCKED ...
     /// (master -> replica?)` are followed to the master the node's `ROLE` names. The command
     /// did not run in any of these cases, so it may be sent again. A node that is gone
-    /// (`kill -9`) is not followed: nothing here knows the other nodes.
+    /// (`kill -9`) is a [`Pursuit`]'s: the other nodes' `CLUSTER SLOTS` name its successor.
     pub(crate) fn follow_plan(&self, error: &Error) -> Option<Next> {
         let Error::Server(e) = error else {
             return None;
@@ -73,42 +137,74 @@ impl Endpoint {
 
     /// After a connection `error`: whether a cluster node's client now points at another
     /// master of its slot, as the nodes it knows (the seed, then this one) answer `CLUSTER
-    /// SLOTS` (issue 34: a killed master, its replica promoted). Blocking I/O, for the
-    /// background threads only (a bound session's re-attach, the feed): a command whose
-    /// connection broke may have run, and is not sent again.
+    /// SLOTS` (issue 34: a killed master, its replica promoted). Blocking I/O: for the
+    /// background threads (a bound session's re-attach, the feed) and the sync client's
+    /// [`Pursuit`]s.
     pub(crate) fn follow_gone_blocking(&self, error: &Error) -> bool {
-        let (Error::Connection(_), true, Some((slot, peers))) =
-            (error, self.is_cluster(), &self.slot)
-        else {
+        matches!(error, Error::Connection(_)) && self.follow_slot_blocking()
+    }
+
+    /// Ask the nodes this cluster node's client knows (the seed, then this one) for its slot's
+    /// master, with blocking I/O: true if it now points at another master ([`Endpoint::adopt`]).
+    pub(crate) fn follow_slot_blocking(&self) -> bool {
+        let Some((slot, peers)) = self.slot_peers() else {
             return false;
         };
-        let here = self.redis().get_connection_info().addr.to_string();
-        for peer in peers.iter().chain([&self.redis()]) {
+        for peer in peers {
             let asked = Endpoint {
-                redis: std::sync::RwLock::new(peer.clone()),
+                redis: std::sync::RwLock::new(peer),
                 ..self.with_timeouts(self.connect_timeout, self.io_timeout)
             };
-            let Ok(master) = asked.master_of_slot(*slot) else {
+            let Ok(ranges) = asked.cluster_slots() else {
                 continue;
             };
-            if master.get_connection_info().addr.to_string() != here {
-                self.repoint(master);
-                return true;
-            }
-            return false;
+            let Ok(master) = self.master_in_slots(slot, ranges) else {
+                continue;
+            };
+            return self.adopt(master);
         }
         false
     }
 
-    /// The master of `slot` that this node's `CLUSTER SLOTS` names.
-    fn master_of_slot(&self, slot: u16) -> Result<redis::Client, Error> {
+    /// A cluster node's client made for a key: its slot, and the nodes to ask `CLUSTER SLOTS`
+    /// (the seed and the nodes it knew, then this one).
+    pub(crate) fn slot_peers(&self) -> Option<(u16, Vec<redis::Client>)> {
+        let (slot, peers) = self.slot.as_ref().filter(|_| self.is_cluster())?;
+        let mut peers = peers.clone();
+        peers.push(self.redis());
+        Some((*slot, peers))
+    }
+
+    /// After a node answered `CLUSTER SLOTS` with `master` for this client's slot: point this
+    /// endpoint there if it is another node (true), else leave it (false: the gone node is
+    /// still named, its replica not promoted yet).
+    pub(crate) fn adopt(&self, master: redis::Client) -> bool {
+        let here = self.redis().get_connection_info().addr.to_string();
+        if master.get_connection_info().addr.to_string() == here {
+            return false;
+        }
+        self.repoint(master);
+        true
+    }
+
+    /// `CLUSTER SLOTS` on this node.
+    fn cluster_slots(&self) -> Result<Vec<Vec<redis::Value>>, Error> {
         let mut conn = self.connect(self.connect_timeout)?;
         conn.set_read_timeout(Some(self.io_timeout))
             .map_err(Error::from_redis)?;
-        let ranges: Vec<Vec<redis::Value>> = redis::cmd("CLUSTER")
+        redis::cmd("CLUSTER")
             .arg("SLOTS")
             .query(&mut conn)
-            .map_err(Error::from_redis)?;
+            .map_err(Error::from_redis)
+    }
+
+    /// The master of `slot` in a `CLUSTER SLOTS` reply, with this endpoint's credentials,
+    /// database and TLS settings.
+    pub(crate) fn master_in_slots(
+        &self,
+        slot: u16,
+        ranges: Vec<Vec<redis::Value>>,
+    ) -> Result<redis::Client, Error> {
         let bad = || Error::UnexpectedReply {
             command: "CLUSTER SLOTS",
             reply: format!("slot {slot}"),
