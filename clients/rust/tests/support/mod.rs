@@ -6,6 +6,8 @@
 // Each test crate uses a different subset.
 #![allow(dead_code)]
 
+pub mod failover;
+
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
