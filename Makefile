@@ -296,11 +296,13 @@ bench-takeover: build test-deps ## kill -9 of a holder to the next grant, and a 
 bench-cluster: build ## Print lock throughput on 1 vs 3 cluster masters (a measurement, no checks)
 	REDIS_SERVER=$(REDIS_SERVER) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_RELEASE) $(CARGO) test --release --test cluster -- --ignored --nocapture throughput
 
-lint: ## cargo fmt --check and cargo clippy -D warnings
+lint: ## cargo fmt --check, cargo clippy -D warnings, cargo doc -D warnings
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	# The client crate as users get it by default, without its async feature (its tests enable it).
 	$(CARGO) clippy -p redis-lock-client --lib -- -D warnings
+	# The API docs: a broken intra-doc link is an error.
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc -q --workspace --no-deps --all-features
 
 fmt: ## Format the code
 	$(CARGO) fmt --all

@@ -46,7 +46,7 @@ pub fn sentinel_cmd() -> (String, Vec<String>) {
 }
 
 /// The module: `REDIS_LOCK_MODULE`, else `<root>/target/debug/libredis_lock.so` (what
-/// `cargo build` at the root produces). Not checked; see [`module_path`].
+/// `cargo build` at the root produces). Not checked; see [`module_path()`].
 pub fn module_file() -> PathBuf {
     match std::env::var_os("REDIS_LOCK_MODULE") {
         Some(path) => PathBuf::from(path),

@@ -42,12 +42,12 @@ impl Mode {
 /// Two forms, one meaning. Memory is the reason: a held lock should cost about what the
 /// `SET key owner NX PX ttl` string it replaces costs, and most locks are one exclusive holder
 /// with a short owner (a UUID is 36 bytes), no session and no lock-delay. That lock is stored
-/// as [`Inline`]: token, deadline and grant time beside the owner bytes, in the value itself,
+/// as `Inline`: token, deadline and grant time beside the owner bytes, in the value itself,
 /// so the key's value is a single 64-byte allocation (jemalloc's 64-byte class; the test
 /// `the_typical_lock_is_one_64_byte_value` holds it there). Everything else (shared holders,
 /// a session or a lock-delay, an owner longer than [`INLINE_OWNER`] bytes, a key emptied for a
 /// handoff) is a mode and a `Vec<Hold>`, as before. The form is canonical: every mutation that
-/// leaves one plain exclusive hold goes back to [`Inline`], so the derived equality is
+/// leaves one plain exclusive hold goes back to `Inline`, so the derived equality is
 /// equality of mode and holders.
 ///
 /// Measured with `make bench ONLY=memory` (100,000 locks, 36-byte owners), beside the string

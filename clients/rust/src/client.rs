@@ -320,10 +320,10 @@ impl Client {
         }
     }
 
-    /// Follow every change of the exclusive holder of any lock `key`: the same [`Observer`] as
+    /// Follow every change of the exclusive holder of any lock `key`: the same [`Observer`](crate::Observer) as
     /// [`Election::observe`](crate::Election::observe), where [`Change::leader`](crate::Change)
     /// is the holder (`value` its owner, `term` its token), or `None` while nobody holds it. The
-    /// first change is the state when it started; [`Observer::next_timeout`] answers `None` when
+    /// first change is the state when it started; [`Observer::next_timeout`](crate::Observer::next_timeout) answers `None` when
     /// no change came within its timeout.
     pub fn watch(&self, key: &str) -> Result<crate::Observer, Error> {
         crate::Election::new(self, key, Duration::ZERO).observe()
