@@ -12,7 +12,7 @@ APT_PACKAGES := redis-server redis-sentinel libclang-dev clang gcc iptables ipro
 CLOCKSHIFT := target/clockshift/libclockshift.so
 
 
-.PHONY: help deps test-deps clockshift build run test conformance test-python test-node test-java test-go servers test-servers test-asm test-valkey torture bench bench-java bench-go bench-takeover bench-instructions cluster cluster-stop bench-cluster lint fmt clean
+.PHONY: help deps test-deps clockshift build run test conformance test-python test-node test-java test-go servers test-servers test-asm test-valkey torture bench bench-java bench-go bench-takeover bench-failover bench-instructions cluster cluster-stop bench-cluster lint fmt clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -256,10 +256,39 @@ cluster: build ## Start a local Redis Cluster (3 masters, 3 replicas, module on 
 cluster-stop: ## Stop the cluster that 'make cluster' started
 	tests/cluster/start.sh stop
 
-bench-failover: build ## How fast the Python client follows a planned CLUSTER FAILOVER (3+3 cluster): to the first keepalive and observer change on the new master; writes benches/results/failover.md (QUICK=1: target/bench/)
+# Issue 34's goal, per client: from `CLUSTER FAILOVER` answered to the session's first keepalive
+# and the observer's first change on the new master, with no hold lost; each client's own program
+# (written with its public API) on a 3+3 cluster of its own, one after another on the debug module.
+FAILOVER_OUT := $(if $(filter 1,$(QUICK)),target/bench,benches/results)
+bench-failover: build test-deps ## How fast each client (Python, Rust, Node, Go, Java) follows a planned CLUSTER FAILOVER (3+3 cluster): to the first keepalive and observer change on the new master; writes benches/results/failover.md (QUICK=1: 1 round each, target/bench/)
 	$(CARGO) build -p redis-lock-harness
-	PYTHONPATH=$(CURDIR)/target/pydeps REDIS_SERVER=$(REDIS_SERVER) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) \
-		QUICK=$(QUICK) python3 benches/failover/follow.py
+	mkdir -p target/bench $(FAILOVER_OUT)
+	set -o pipefail; PYTHONPATH=$(CURDIR)/target/pydeps REDIS_SERVER=$(REDIS_SERVER) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) \
+		QUICK=$(QUICK) python3 benches/failover/follow.py | tee target/bench/failover-python.md
+	set -o pipefail; REDIS_SERVER=$(REDIS_SERVER) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) QUICK=$(QUICK) \
+		$(CARGO) run -q --release -p redis-lock-client --example failover_follow | tee target/bench/failover-rust.md
+	@if [ -n "$(NODE_OK)" ]; then set -o pipefail; cd clients/node && { [ -d node_modules ] || npm ci --no-audit --no-fund --loglevel=error; } && \
+		REDIS_SERVER=$(REDIS_SERVER) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) HARNESS_BIN=$(CURDIR)/target/debug/harness QUICK=$(QUICK) \
+		node bench/failover-follow.js | tee $(CURDIR)/target/bench/failover-node.md; \
+	else echo "no node 20+: the Node row is skipped" | tee target/bench/failover-node.md; fi
+	@if [ -n "$(GO_OK)" ]; then set -o pipefail; cd clients/go && REDIS_SERVER=$(REDIS_SERVER) \
+		REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) HARNESS=$(CURDIR)/target/debug/harness QUICK=$(QUICK) \
+		go run ./bench/failover | tee $(CURDIR)/target/bench/failover-go.md; \
+	else echo "no go 1.22+: the Go row is skipped" | tee target/bench/failover-go.md; fi
+	@if [ -n "$(JAVA_OK)" ]; then set -o pipefail; cd clients/java && \
+		mvn -q -B -pl redislock-core test-compile dependency:build-classpath -Dmdep.outputFile=target/cp.txt -Dmdep.includeScope=test && \
+		REDIS_SERVER=$(REDIS_SERVER) REDIS_LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) HARNESS=$(CURDIR)/target/debug/harness QUICK=$(QUICK) \
+		java -cp redislock-core/target/test-classes:redislock-core/target/classes:$$(cat redislock-core/target/cp.txt) \
+		io.redislock.FailoverBench 2>&1 >$(CURDIR)/target/bench/failover-java.md | { grep -v '^SLF4J' || true; } >&2 && \
+		cat $(CURDIR)/target/bench/failover-java.md; \
+	else echo "no mvn and JDK 17+: the Java row is skipped" | tee target/bench/failover-java.md; fi
+	{ echo "# Following a planned cluster failover, each client (make bench-failover)"; echo; \
+	  echo "Debug module, $$($(REDIS_SERVER) --version | cut -d' ' -f1-3), $$(nproc) cores, $$(date -u +%F). Issue 34's goal:"; \
+	  echo "under one second from \`CLUSTER FAILOVER\` answered to the session's first keepalive and to the observer's"; \
+	  echo "first event on the new master, with no hold lost. Each client's program ends with an error on a lost hold."; \
+	  for c in python rust node go java; do echo; echo "## $$c"; echo; cat target/bench/failover-$$c.md; done; \
+	} > $(FAILOVER_OUT)/failover.md
+	@echo "wrote $(FAILOVER_OUT)/failover.md"
 
 # Issue 29's goal, per client with its defaults: kill -9 of a holder process to the next
 # holder's grant (the default session's GRACE, 500 ms, plus the handoff), and a CLIENT KILL of a

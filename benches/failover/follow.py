@@ -9,13 +9,16 @@ measures, from the moment that command answered:
 - ``keepalive``: the session's first keepalive answered by the new master;
 - ``observer``: the observer's first change read from the new master.
 
-It also checks that no hold was lost. A measurement, not a test: run with ``make bench-failover``.
-Writes benches/results/failover.md (or target/bench/ with QUICK=1).
+It also checks that no hold was lost. A measurement, not a test: run with ``make bench-failover``,
+which runs the other clients' programs after it and writes their tables, this one's first, to
+benches/results/failover.md (or target/bench/ with QUICK=1). Prints each round on stderr and the
+table on stdout.
 """
 
 import json
 import os
 import pathlib
+import random
 import statistics
 import subprocess
 import sys
@@ -29,7 +32,7 @@ import redis  # noqa: E402
 from redislock_native import Election, Lock, Session, lock_info  # noqa: E402
 
 QUICK = os.environ.get("QUICK") == "1"
-ROUNDS = 2 if QUICK else 4
+ROUNDS = 1 if QUICK else 4
 #: Redis spaces the failovers of one shard: a master votes for one failover of a given master
 #: per ``cluster-node-timeout`` x 2, and a replica that ran an election waits x 4 before its next
 #: (the harness's timeout is 5 s). Rounds closer than this are refused ("Waiting for votes, but
@@ -99,6 +102,9 @@ def main():
             wait = max(last.get(old, -1e9), last.get(new, -1e9)) + VOTE_SPACING - time.monotonic()
             if wait > 0:
                 time.sleep(wait)  # Redis's own vote spacing, not a wait for state (see VOTE_SPACING)
+            # A random part of a keepalive period, so that the rounds do not all fall on one phase
+            # of the session's keepalive (the spacing is a whole number of periods).
+            time.sleep(random.uniform(0, KEEPALIVE))
             new = next(p for p in ports if (role(p) or [b""])[0] == b"slave" and role(p)[2] == old)
             until("a replica in sync", lambda: redis.Redis(port=old).execute_command("WAIT", 1, 1000) == 1)
             assert redis.Redis(port=new).execute_command("CLUSTER", "FAILOVER") == b"OK"
@@ -155,7 +161,8 @@ def main():
                            and l.split()[3] == me for l in view.splitlines())
             until("the new master to know its replica", known)
             rc.nodes_manager.initialize()
-            print(f"round {len(rows)}: {rows[-1][0]:.0f} / {rows[-1][1]:.0f} / {rows[-1][2]:.0f} ms", flush=True)
+            print(f"round {len(rows)}: {rows[-1][0]:.0f} / {rows[-1][1]:.0f} / {rows[-1][2]:.0f} ms",
+                  file=sys.stderr, flush=True)
         observation.close()
         leader.resign()
         session.close()
@@ -172,21 +179,20 @@ def main():
                             capture_output=True, text=True).stdout.split()[2].removeprefix("v=")
     build = pathlib.Path(os.environ.get("REDIS_LOCK_MODULE", "target/debug/x")).parent.name
     text = "\n".join([
-        f"Python client following a planned `CLUSTER FAILOVER` ({len(rows)} rounds, Redis {server}, "
+        f"Python client following a planned `CLUSTER FAILOVER` ({len(rows)} round{'' if len(rows) == 1 else 's'}, Redis {server}, "
         f"3 masters + 3 replicas on one 2-core machine, module {build} build, session ttl 3 s, "
-        f"keepalive every {KEEPALIVE} s; "
-        "ms from the command's reply; no hold lost in any round):",
+        f"keepalive every {KEEPALIVE} s, each failover at a random point of that period; "
+        "ms from the command's reply; no hold lost in any round). Keepalive: the session's own "
+        "keepalive call returning with the new master's answer (a Session subclass records it). "
+        "Observer: `Election.observe()`'s first change after the failover: this client reports the "
+        "same leader again, read on the new master (`resync`).",
         "",
         "| from `CLUSTER FAILOVER` answered to | median ms | min | max |",
         "|---|---|---|---|",
         line(0, "the replica's `ROLE` is master"),
         line(1, "the session's first keepalive answered by the new master"),
         line(2, "the observer's first change read from the new master"),
-        "",
     ])
-    out = ROOT / ("target/bench" if QUICK else "benches/results")
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "failover.md").write_text(text)
     print(text)
 
 
