@@ -86,27 +86,9 @@ fn a_planned_failover_keeps_sessions_renewals_and_waiters() {
     wait_for("a renewal on the new master", PATIENCE, || {
         (new.calls("lock.extend") >= 1).then_some(())
     });
-    wait_for(
-        "the bound session attached on the new master",
-        PATIENCE,
-        || {
-            let reply: Value = redis::cmd("LOCK.SESSION")
-                .arg("INFO")
-                .arg(bound.id())
-                .query(&mut new.conn())
-                .unwrap();
-            let attached = match reply {
-                Value::Array(items) => items
-                    .chunks(2)
-                    .any(|p| p[0] == Value::BulkString(b"bound".to_vec()) && p[1] != Value::Nil),
-                Value::Map(pairs) => pairs
-                    .iter()
-                    .any(|(k, v)| *k == Value::BulkString(b"bound".to_vec()) && *v != Value::Nil),
-                _ => false,
-            };
-            attached.then_some(())
-        },
-    );
+    wait_for("the bound session attached on the new master", PATIENCE, || {
+        attached(new, bound.id()).then_some(())
+    });
     assert_eq!(info(new, in_bound.key()).0, vec![in_bound.token()]);
     assert!(!bound.is_lost() && !in_bound.is_lost());
     assert_eq!(info(new, in_session.key()).0, vec![in_session.token()]);
