@@ -1,5 +1,6 @@
 //! What the cluster failover tests (`cluster_failover.rs`, planned; `cluster_killed_master.rs`)
-//! read off the nodes: roles, `LOCK.INFO` and `LOCK.SESSION INFO`, shard channels.
+//! read off the nodes: roles, a tag's shard, `LOCK.INFO` and `LOCK.SESSION INFO`, shard
+//! channels.
 
 use std::time::Duration;
 
@@ -26,6 +27,31 @@ pub fn master_of(server: &Server) -> Option<u16> {
         }
         _ => None,
     }
+}
+
+/// The nodes of `tag`'s shard in a cluster of masters with one replica each, as indices into
+/// `nodes`: its master, that master's replica, and another master (a seed that outlives a kill
+/// of the first).
+pub fn shard_of(nodes: &[Server], tag: &str) -> (usize, usize, usize) {
+    let old = nodes
+        .iter()
+        .position(|n| {
+            role(n) == "master" && {
+                let r: redis::RedisResult<Value> =
+                    redis::cmd("LOCK.FENCE").arg(tag).query(&mut n.conn());
+                r.is_ok()
+            }
+        })
+        .expect("the tag's master");
+    let new = nodes
+        .iter()
+        .position(|n| master_of(n) == Some(nodes[old].port()))
+        .expect("its replica");
+    let seed = nodes
+        .iter()
+        .position(|n| role(n) == "master" && n.port() != nodes[old].port())
+        .expect("another master");
+    (old, new, seed)
 }
 
 /// `LOCK.INFO key` on one node: the holders' tokens and the number of waiters.
