@@ -14,13 +14,16 @@ import (
 	"redis-lock/clients/go/internal/testserver"
 )
 
-func lockInfoCalls(t *testing.T, rdb redis.UniversalClient) int64 {
+// commandCalls is INFO commandstats' count of calls of command ("lock.info",
+// "lock.session|keepalive"); 0 before its first.
+func commandCalls(t *testing.T, rdb redis.UniversalClient, command string) int64 {
+	t.Helper()
 	s, err := rdb.Info(context.Background(), "commandstats").Result()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, line := range strings.Split(s, "\r\n") {
-		if v, ok := strings.CutPrefix(line, "cmdstat_lock.info:calls="); ok {
+		if v, ok := strings.CutPrefix(line, "cmdstat_"+command+":calls="); ok {
 			n, _ := strconv.ParseInt(strings.SplitN(v, ",", 2)[0], 10, 64)
 			return n
 		}
@@ -52,7 +55,7 @@ func TestLossFeed(t *testing.T) {
 	})
 	// Three forged messages: the feed's own first reads (after watching, after subscribing)
 	// account for at most two LOCK.INFO calls, so at least one came from a forged message.
-	before := lockInfoCalls(t, rdb)
+	before := commandCalls(t, rdb, "lock.info")
 	forged := "1000 released " + strconv.FormatInt(m.Token(), 10) + " 0 " + m.Owner()
 	for i := 0; i < 3; i++ {
 		if err := rdb.SPublish(ctx, ch, forged).Err(); err != nil {
@@ -60,7 +63,7 @@ func TestLossFeed(t *testing.T) {
 		}
 	}
 	testserver.Eventually(t, 5*time.Second, "the feed's LOCK.INFO after the forged messages", func() bool {
-		return lockInfoCalls(t, rdb) >= before+3
+		return commandCalls(t, rdb, "lock.info") >= before+3
 	})
 	select {
 	case <-m.Done():

@@ -14,7 +14,7 @@ import (
 )
 
 // DefaultSessionTTL is how long a session lives without a keepalive unless WithSessionTTL says
-// otherwise (its keepalive runs every third of it).
+// otherwise (its keepalive runs every third of it unless WithKeepalivePeriod says otherwise).
 const DefaultSessionTTL = 10 * time.Second
 
 // Session is one lease for many holds (LOCK.SESSION), as an etcd session is one lease: one
@@ -34,6 +34,7 @@ type Session struct {
 	id        string
 	serial    int64 // learnt by a bound session when it opens (0: not known)
 	ttl       time.Duration
+	period    time.Duration // between two keepalives (WithKeepalivePeriod, or a third of the ttl)
 	lockDelay time.Duration
 	bound     bool
 	owner     redis.UniversalClient // a default session's go-redis client; nil for NewSession's
@@ -57,6 +58,8 @@ type SessionOption func(*sessionOptions)
 
 type sessionOptions struct {
 	ttl       time.Duration
+	period    time.Duration // WithKeepalivePeriod; 0: not given (a third of the ttl)
+	periodSet bool
 	lockDelay time.Duration
 	unbound   bool
 	key       string
@@ -73,6 +76,16 @@ func withOwner(rdb redis.UniversalClient) SessionOption {
 // WithSessionTTL sets how long the session lives without a keepalive (default 10 s).
 func WithSessionTTL(ttl time.Duration) SessionOption {
 	return func(o *sessionOptions) { o.ttl = ttl }
+}
+
+// WithKeepalivePeriod sends the session's keepalive every d instead of every third of its ttl
+// (at least 1 ms). d must be positive and shorter than the ttl (NewSession refuses it with
+// ErrInvalidArgument otherwise). The keepalive call itself must be answered within it. A
+// planned failover (the old master demoted, its connections left open) is noticed by the next
+// keepalive, which meets MOVED or READONLY: a shorter period finds the session on its new node
+// sooner, for a keepalive more often.
+func WithKeepalivePeriod(d time.Duration) SessionOption {
+	return func(o *sessionOptions) { o.period, o.periodSet = d, true }
 }
 
 // WithSessionLockDelay: after the session is lost uncleanly (expired, or its bound connection
@@ -106,12 +119,22 @@ func NewSession(ctx context.Context, client redis.UniversalClient, opts ...Sessi
 	if o.ttl <= 0 {
 		return nil, invalid("the session ttl must be positive")
 	}
+	period := max(o.ttl/3, time.Millisecond)
+	if o.periodSet {
+		if o.period <= 0 {
+			return nil, invalid(fmt.Sprintf("the keepalive period must be positive, got %v", o.period))
+		}
+		if o.period >= o.ttl {
+			return nil, invalid(fmt.Sprintf("the keepalive period must be shorter than the session ttl (%v), got %v", o.ttl, o.period))
+		}
+		period = max(o.period, time.Millisecond)
+	}
 	if _, ok := client.(*redis.ClusterClient); ok && o.key == "" {
 		return nil, invalid("a session in a cluster belongs to one node: name a key it will lock (WithSessionKey)")
 	}
-	s := &Session{client: client, owner: o.owner, key: o.key, ttl: o.ttl, lockDelay: o.lockDelay, bound: !o.unbound,
+	s := &Session{client: client, owner: o.owner, key: o.key, ttl: o.ttl, period: period, lockDelay: o.lockDelay, bound: !o.unbound,
 		done: make(chan struct{}), stop: make(chan struct{}), keepalive: make(chan struct{}), waits: &waits{}, feed: &feed{client: client}}
-	node, err := s.newNode(ctx)
+	node, err := s.newNode(ctx, "")
 	if err != nil {
 		return nil, err
 	}
@@ -145,11 +168,15 @@ func NewSession(ctx context.Context, client redis.UniversalClient, opts ...Sessi
 // newNode is a one-connection client for the node that serves the session (the user's client's
 // node, a failover client's current primary, a cluster's master for the session's key). A
 // bound session's socket is kept as it is dialled, so that the keepalive goroutine sees it
-// close at once (a CLIENT KILL, the server gone, a failover), not at the next keepalive.
-func (s *Session) newNode(ctx context.Context) (*redis.Client, error) {
+// close at once (a CLIENT KILL, the server gone, a failover), not at the next keepalive. at,
+// when not "", is the address a cluster node's MOVED named: that node instead of the map's.
+func (s *Session) newNode(ctx context.Context, at string) (*redis.Client, error) {
 	o, err := nodeOptions(ctx, s.client, s.key)
 	if err != nil {
 		return nil, err
+	}
+	if at != "" {
+		o.Addr = at // as go-redis dials the node a MOVED names (ClusterOptions' NewClient hook aside)
 	}
 	// The user's ReadTimeout/WriteTimeout is for the user's commands: a shorter one would cut
 	// the session's own calls (an OPEN, a CLOSE with no deadline), and a cut call closes a bound
@@ -263,7 +290,7 @@ const connCheckEvery = 50 * time.Millisecond
 
 func (s *Session) keepAlive() {
 	defer close(s.keepalive)
-	period := max(s.ttl/3, time.Millisecond)
+	period := s.period
 	t := time.NewTicker(period)
 	defer t.Stop()
 	var check <-chan time.Time
@@ -321,7 +348,9 @@ const followRetry = 100 * time.Millisecond
 // follow finds the session again after its connection failed or its server answered as one
 // that no longer serves it (READONLY, MOVED, UNBLOCKED: a failover), on a new connection to the
 // node that serves it now: a failover client's current primary (asked of its Sentinels), a
-// cluster's master for the session's key, or the same server. A bound session asks to be
+// cluster's master for the session's key (the node the last MOVED named, if any: go-redis
+// reloads its map of the slots in the background, not again within 200 ms of a reload, so the
+// map may name the old master for a few tries), or the same server. A bound session asks to be
 // bound to the new connection (LOCK.SESSION ATTACH), an unbound one sends its keepalive. The
 // server decides: nil is a loss (a live primary ends a bound session the moment its connection
 // closes, so a killed connection is a lost session), OK means it lives there, with every hold.
@@ -349,7 +378,7 @@ func (s *Session) follow(why string, cause error) bool {
 		// Each try within a keepalive period (a write-paused old primary would hold it the
 		// whole ttl), and within the ttl.
 		ctx, cancel := context.WithDeadline(context.Background(), deadline)
-		ctx, cancelTry := context.WithTimeout(ctx, max(s.ttl/3, followRetry))
+		ctx, cancelTry := context.WithTimeout(ctx, max(s.period, followRetry))
 		go func() { // Close does not wait for a try's deadline
 			select {
 			case <-s.stop:
@@ -357,8 +386,12 @@ func (s *Session) follow(why string, cause error) bool {
 			case <-ctx.Done():
 			}
 		}()
+		at := ""
+		if _, ok := s.client.(*redis.ClusterClient); ok {
+			at = movedTo(cause)
+		}
 		sent := time.Now()
-		node, conn, err := s.rebind(ctx)
+		node, conn, err := s.rebind(ctx, at)
 		cancelTry()
 		cancel()
 		switch {
@@ -389,10 +422,11 @@ func (s *Session) follow(why string, cause error) bool {
 	}
 }
 
-// rebind opens a connection to the node that serves the session now and binds the session to
-// it (ATTACH; an unbound session's KEEPALIVE). The connections are closed on an error.
-func (s *Session) rebind(ctx context.Context) (*redis.Client, *redis.Conn, error) {
-	node, err := s.newNode(ctx)
+// rebind opens a connection to the node that serves the session now (at, if not "": the node a
+// MOVED named) and binds the session to it (ATTACH; an unbound session's KEEPALIVE). The
+// connections are closed on an error.
+func (s *Session) rebind(ctx context.Context, at string) (*redis.Client, *redis.Conn, error) {
+	node, err := s.newNode(ctx, at)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -200,3 +200,52 @@ func TestSessionInfoContextEnds(t *testing.T) {
 		t.Fatalf("%d bound sessions ended by a disconnect", n)
 	}
 }
+
+// WithKeepalivePeriod is the period the keepalive runs at: with a 30 s ttl the default period is
+// 10 s, so three keepalives within 5 s of the open are the option's.
+func TestSessionKeepalivePeriod(t *testing.T) {
+	ctx := testserver.Ctx(t, 20*time.Second)
+	rdb := testserver.New(t).Client(t)
+	before := commandCalls(t, rdb, "lock.session|keepalive")
+	s, err := redislock.NewSession(ctx, rdb, redislock.WithSessionTTL(30*time.Second),
+		redislock.WithKeepalivePeriod(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(ctx)
+	testserver.Eventually(t, 5*time.Second, "3 keepalives (the default period is 10 s)", func() bool {
+		return commandCalls(t, rdb, "lock.session|keepalive") >= before+3
+	})
+	if s.Err() != nil {
+		t.Fatalf("session Err %v", s.Err())
+	}
+}
+
+// A keepalive period that is not positive, or not shorter than the ttl, is refused before
+// anything is sent.
+func TestSessionKeepalivePeriodRefused(t *testing.T) {
+	ctx := testserver.Ctx(t, 20*time.Second)
+	rdb := testserver.New(t).Client(t)
+	for _, c := range []struct {
+		ttl, period time.Duration
+		want        string
+	}{
+		{3 * time.Second, 0, "redislock: the keepalive period must be positive, got 0s"},
+		{3 * time.Second, -time.Second, "redislock: the keepalive period must be positive, got -1s"},
+		{3 * time.Second, 3 * time.Second, "redislock: the keepalive period must be shorter than the session ttl (3s), got 3s"},
+		{3 * time.Second, 5 * time.Second, "redislock: the keepalive period must be shorter than the session ttl (3s), got 5s"},
+		{redislock.DefaultSessionTTL, time.Minute, "redislock: the keepalive period must be shorter than the session ttl (10s), got 1m0s"},
+	} {
+		opts := []redislock.SessionOption{redislock.WithKeepalivePeriod(c.period)}
+		if c.ttl != redislock.DefaultSessionTTL {
+			opts = append(opts, redislock.WithSessionTTL(c.ttl))
+		}
+		s, err := redislock.NewSession(ctx, rdb, opts...)
+		if s != nil || !errors.Is(err, redislock.ErrInvalidArgument) || err.Error() != c.want {
+			t.Errorf("ttl %v, period %v: %v %v, want %q", c.ttl, c.period, s, err, c.want)
+		}
+	}
+	if n := commandCalls(t, rdb, "lock.session|open"); n != 0 {
+		t.Fatalf("%d LOCK.SESSION OPEN sent for refused periods", n)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -40,17 +41,33 @@ func observe[T comparable](ctx context.Context, client redis.UniversalClient, ke
 	go func() {
 		defer close(ch)
 		o := &observer[T]{client: client, key: key, out: ch, pick: pick}
+		at := "" // the node a MOVED named, watched next without a pause
 		for {
-			o.run(ctx)
+			moved, watched := o.run(ctx, at)
+			if ctx.Err() != nil {
+				return
+			}
+			cc, cluster := client.(*redis.ClusterClient)
+			if cluster {
+				// A failover (the old master's sunsubscribe, then MOVED): the key's node is
+				// looked up afresh. go-redis reloads the map of the slots in the background, and
+				// not again within 200 ms of a reload: until then MasterForKey may still name
+				// the old master. A failover client's dialer asks its Sentinels by itself.
+				cc.ReloadState(ctx)
+			}
+			// The node MOVED named serves the key now: watched there at once, not after the
+			// pause and the stale map (which cost a planned CLUSTER FAILOVER about 200 ms).
+			// Once in a row, unless that node was watched: two nodes that name each other
+			// while the cluster settles are tried at the pace below.
+			if cluster && moved != "" && (at == "" || watched) {
+				at = moved
+				continue
+			}
+			at = ""
 			select {
 			case <-ctx.Done():
 				return
 			case <-time.After(100 * time.Millisecond): // then watch again
-			}
-			// A failover (the old master's sunsubscribe, then MOVED): the key's node is looked up
-			// afresh. A failover client's dialer asks its Sentinels for the primary by itself.
-			if cc, ok := client.(*redis.ClusterClient); ok {
-				cc.ReloadState(ctx)
 			}
 		}
 	}()
@@ -66,11 +83,18 @@ type observer[T comparable] struct {
 	reported bool
 }
 
-// run watches until ctx ends or a connection fails.
-func (o *observer[T]) run(ctx context.Context) {
+// run watches until ctx ends or a connection fails, on the node at (a MOVED's address) or, if
+// at is "", the node that serves the key. moved is the address the node answered MOVED with
+// ("" for any other end); watched: the key was watched there.
+func (o *observer[T]) run(ctx context.Context, at string) (moved string, watched bool) {
 	opts, err := nodeOptions(ctx, o.client, o.key)
 	if err != nil {
-		return
+		return "", false
+	}
+	if at != "" {
+		// The options of a node the cluster client knows, for another address: as go-redis
+		// dials the node a MOVED names (ClusterOptions' NewClient hook aside).
+		opts.Addr = at
 	}
 	// Its own two connections, named as a feed's: the subscription is dialled with its name.
 	id := newFeedID()
@@ -82,7 +106,7 @@ func (o *observer[T]) run(ctx context.Context) {
 	setName(ctx, conn, feedWatchName+id)
 	watch, err := conn.Do(ctx, "LOCK.WATCH", o.key).Slice()
 	if err != nil || len(watch) < 1 {
-		return
+		return movedTo(err), false
 	}
 	channel := toStr(watch[0])
 	ps := node.SSubscribe(ctx, channel)
@@ -98,7 +122,7 @@ func (o *observer[T]) run(ctx context.Context) {
 	for {
 		msg, err := ps.Receive(ctx)
 		if err != nil {
-			return
+			return "", true
 		}
 		switch msg.(type) {
 		case *redis.Subscription, *redis.Message:
@@ -106,9 +130,18 @@ func (o *observer[T]) run(ctx context.Context) {
 			continue
 		}
 		if err := o.confirm(ctx, conn); err != nil {
-			return
+			return movedTo(err), true
 		}
 	}
+}
+
+// movedTo is the address a MOVED reply names ("" for any other error, or one without a host).
+func movedTo(err error) string {
+	addr, ok := redis.IsMovedError(err)
+	if !ok || strings.HasPrefix(addr, ":") {
+		return ""
+	}
+	return addr
 }
 
 // confirm reads the state and reports it if it is news.

@@ -6,10 +6,10 @@
 // On a 3-master, 3-replica cluster started by the workspace's harness (`harness cluster`, as
 // cluster_failover_test.go does: HARNESS, default ../../target/debug/harness; REDIS_SERVER and
 // REDIS_LOCK_MODULE choose the binaries), a go-redis ClusterClient with, as the README shows, a
-// Session (NewSession with WithSessionTTL(3 s), WithSessionKey and WithUnbound, as the other
-// clients' programs use an unbound session) holding a Mutex, and Watch of a second key of the
-// same shard. This client has no option for the keepalive period: it is the ttl's third, 1 s
-// (the other programs use 0.2 s). Each round sends CLUSTER FAILOVER to the shard's replica
+// Session (NewSession with WithSessionTTL(3 s), WithKeepalivePeriod(0.2 s) as the other
+// programs, WithSessionKey and WithUnbound, as the other clients' programs use an unbound
+// session) holding a Mutex, and Watch of a second key of the same shard. Each round sends
+// CLUSTER FAILOVER to the shard's replica
 // (rounds alternate between the two nodes) and measures, from the moment that command answered:
 //
 //   - promoted: the replica's ROLE says master (polled every 2 ms);
@@ -56,6 +56,7 @@ const (
 	// waits x 4 before its next (the harness's timeout is 5 s).
 	voteSpacing = 21 * time.Second
 	sessionTTL  = 3 * time.Second
+	keepalive   = 200 * time.Millisecond // the session's keepalive period, as the other programs'
 	// patience bounds every wait: a wait that runs out ends the round with an error.
 	patience = 30 * time.Second
 	poll     = 2 * time.Millisecond
@@ -92,13 +93,13 @@ func main() {
 		plural = ""
 	}
 	fmt.Printf("Go client (go-redis %s ClusterClient) following a planned `CLUSTER FAILOVER` (%d round%s, Redis %s, "+
-		"3 masters + 3 replicas on one %d-core machine, module %s build, session ttl 3 s, keepalive every 1 s "+
-		"(the ttl's third: this client has no option for it), each failover at a random point of that period; ms from the command's reply; no hold lost in any round). "+
+		"3 masters + 3 replicas on one %d-core machine, module %s build, session ttl 3 s, keepalive every %g s, "+
+		"each failover at a random point of that period; ms from the command's reply; no hold lost in any round). "+
 		"Keepalive: the new master's `INFO commandstats` count of `lock.session|keepalive` first above its count "+
 		"before the failover, polled every 2 ms. Observer: `Watch(ctx, rdb, key)`'s first change after the failover, "+
 		"the key taken on the new master by a raw `LOCK.ACQUIRE` as soon as its `ROLE` said master (this client "+
 		"reports only a state that differs from the last).\n\n",
-		goRedisVersion(), len(rows), plural, server, runtime.NumCPU(), build)
+		goRedisVersion(), len(rows), plural, server, runtime.NumCPU(), build, keepalive.Seconds())
 	fmt.Println("| from `CLUSTER FAILOVER` answered to | median ms | min | max |")
 	fmt.Println("|---|---|---|---|")
 	col := func(i int) []float64 {
@@ -312,7 +313,8 @@ func run(ports []int, rounds int) ([][3]float64, error) {
 	c := redislock.New(rdb)
 	defer c.Close()
 
-	session, err := redislock.NewSession(ctx, rdb, redislock.WithSessionTTL(sessionTTL), redislock.WithSessionKey(tag), redislock.WithUnbound())
+	session, err := redislock.NewSession(ctx, rdb, redislock.WithSessionTTL(sessionTTL), redislock.WithKeepalivePeriod(keepalive),
+		redislock.WithSessionKey(tag), redislock.WithUnbound())
 	if err != nil {
 		return nil, fmt.Errorf("session: %w", err)
 	}
@@ -373,7 +375,7 @@ func run(ports []int, rounds int) ([][3]float64, error) {
 		}
 		// A random part of a keepalive period, so that the rounds do not all fall on one phase of
 		// the session's keepalive (the spacing is a whole number of periods).
-		time.Sleep(rand.N(sessionTTL / 3))
+		time.Sleep(rand.N(keepalive))
 		if err := until("a replica in sync", poll, func() bool {
 			n, err := old.c.Do(ctx, "WAIT", 1, 1000).Int64()
 			return err == nil && n == 1
