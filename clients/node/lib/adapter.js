@@ -440,36 +440,104 @@ class NodeRedisAdapter {
 
 // --- node-redis cluster ---------------------------------------------------------------------
 
+/** ms a live master has to answer where a slot is now (NodeRedisClusterAdapter.refresh). */
+const PROBE_MS = 1000;
+
+/** A node-redis node client (not one still connecting: a promise) whose connection is up. */
+function nodeReady(client) {
+  return client !== undefined && typeof client.then !== 'function' && client.isReady === true;
+}
+
+/**
+ * A node-redis node client that lost its connection and is reconnecting: node-redis queues every
+ * command for it until it is back, which a killed master never is.
+ */
+function nodeLost(client) {
+  return client !== undefined && typeof client.then !== 'function' && client.isOpen === true && client.isReady !== true;
+}
+
 /**
  * A node-redis cluster (`createCluster`, 4 and 5). Every command goes with its first key
  * (`sendCommand(key, ...)`): the cluster sends it to the key's master and follows MOVED and ASK
  * with that key (without one it would pick a random node, and after a MOVED another random one).
  * A wait, a feed and a bound session get a connection of their own to the key's master,
  * duplicated from the cluster's client of that master as from one node-redis client.
+ *
+ * node-redis reads its slot table again only when a command sent through it meets MOVED, and it
+ * has no public call for that; it never does after a lost connection, and queues each command for
+ * a node whose connection was lost until that node is back. So after a killed master every
+ * command for its slots would wait forever, the promoted replica unknown (seen with node-redis 4
+ * and 5). Here a command for such a node is refused at once (after one look, `refresh`) and the
+ * client's follow loops send it again once the table names the slot's new master.
  */
 class NodeRedisClusterAdapter {
   constructor(cluster) {
     this.client = cluster;
     this.kind = NODE_REDIS_CLUSTER;
     this.isCluster = true;
+    this._refreshing = new Map(); // slot -> the look at it in flight (shared by concurrent callers)
   }
 
   /**
-   * The slot table read again, as far as node-redis lets anyone ask: it rediscovers by itself on
-   * a MOVED its own commands meet, and has no public call for it. So with `key` (a key whose
-   * slot may have moved) a harmless keyed read (LOCK.INFO) is sent through the cluster: on the
-   * slot's old master, now a replica, it meets MOVED and node-redis reads the table again. A
-   * connection of the adapter's own (a bound session's, a wait's, the feed's) meets no such MOVED
-   * inside node-redis: without this, a bound session alone kept re-attaching on the old master
-   * (seen with node-redis 4 and 5). Without `key`, and on errors (a node down), nothing.
+   * The slot table read again, as far as node-redis lets anyone ask (see above), for `key`'s
+   * slot. Without `key`, nothing; errors are the caller's own retry's to report.
+   *
+   * - The table's master of the slot is connected (a planned failover): a harmless keyed read
+   *   (LOCK.INFO) is sent through the cluster; on the old master, now a replica, it meets MOVED
+   *   and node-redis reads the table again. A connection of the adapter's own (a bound
+   *   session's, a wait's, the feed's) meets no such MOVED inside node-redis: without this, a
+   *   bound session alone kept re-attaching on the old master.
+   * - Its connection is lost (a killed master): a live master is asked about the key directly;
+   *   its MOVED names the slot's master now. If that is another node (the cluster promoted a
+   *   replica), the same read is sent through the cluster routed to that live master (by a key
+   *   of its slots): it meets the MOVED there and node-redis reads the table again, drops its
+   *   client of the dead node (the commands queued there fail, and their callers' loops send
+   *   them again) and connects to the new master. node-redis follows that MOVED up to its
+   *   `maxCommandRedirections` (16) times, each time reading the table: tens of ms, once per
+   *   failover.
    */
-  async refresh(key) {
-    if (key === undefined) return;
-    try {
-      await this.callOnKey(key, ['LOCK.INFO', key]);
-    } catch {
-      // the caller's own retry reports what is wrong
+  refresh(key) {
+    if (key === undefined) return Promise.resolve();
+    const slot = slotOf(key);
+    let look = this._refreshing.get(slot);
+    if (look === undefined) {
+      look = this._refresh(key).catch(ignore).finally(() => this._refreshing.delete(slot));
+      this._refreshing.set(slot, look);
     }
+    return look;
+  }
+
+  async _refresh(key) {
+    const info = ['LOCK.INFO', key];
+    const master = this.client.getSlotMaster(slotOf(key));
+    if (master === undefined || !nodeLost(master.client)) {
+      await this.client.sendCommand(key, false, info);
+      return;
+    }
+    for (const other of this.client.masters) {
+      if (other === master || !nodeReady(other.client)) continue;
+      let moved = null;
+      try {
+        await withDeadline(other.client.sendCommand(info), PROBE_MS);
+        continue; // it serves the slot itself (or did not say): ask another
+      } catch (error) {
+        moved = redirectOf(error);
+      }
+      if (moved === null) continue;
+      if (moved.address === master.address) return; // no replica promoted yet
+      const route = this._keyOf(other);
+      if (route !== undefined) await this.client.sendCommand(route, false, info);
+      return;
+    }
+  }
+
+  /** A key whose slot `master` serves in the table (tried in order: a third of keys, for 3). */
+  _keyOf(master) {
+    for (let i = 0; i < 65536; i++) {
+      const key = `{redislock-route-${i}}`;
+      if (this.client.getSlotMaster(slotOf(key)) === master) return key;
+    }
+    return undefined;
   }
 
   call(args, key) {
@@ -479,7 +547,24 @@ class NodeRedisClusterAdapter {
     return this.callOnKey(key, args);
   }
 
-  callOnKey(key, args) {
+  /**
+   * `args` on `key`'s master through the cluster. If the table's master has lost its connection
+   * the table is looked at again first (`refresh`); still that node, the command is refused, not
+   * queued for a node that may never come back: "the connection to HOST:PORT ... is lost". Never
+   * sent, it is safe to send again: the follow loops do, until their deadline.
+   */
+  async callOnKey(key, args) {
+    let master = this.client.getSlotMaster(slotOf(key));
+    if (master !== undefined && nodeLost(master.client)) {
+      await this.refresh(key);
+      master = this.client.getSlotMaster(slotOf(key));
+      if (master !== undefined && nodeLost(master.client)) {
+        throw new Error(
+          `redislock: the connection to ${master.address}, the master of ${JSON.stringify(key)}'s slot in ` +
+            'the node-redis cluster client, is lost (node-redis is reconnecting) and no other master of the slot is known yet'
+        );
+      }
+    }
     return this.client.sendCommand(key, false, strings(args));
   }
 
@@ -500,6 +585,15 @@ class NodeRedisClusterAdapter {
   dedicated(key, name) {
     return adapt(this.nodeClient(key)).dedicated(key, name);
   }
+}
+
+/** `promise`, or a rejection after `ms`. */
+function withDeadline(promise, ms) {
+  let timer;
+  const late = new Promise((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms);
+  });
+  return Promise.race([promise, late]).finally(() => clearTimeout(timer));
 }
 
 function destroy(conn) {

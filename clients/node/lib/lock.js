@@ -503,6 +503,7 @@ class Lock {
         // the hold's deadline from the last renewal (issue 34).
         dog.inFlight = wire
           .following(this._adapter, () => this._call(this._extendArgs()), {
+            key: this._keys()[0],
             perTryMs: period,
             untilMono: (dog.lastOk !== undefined ? dog.lastOk : sentMono) + this._ttl,
             what: 'LOCK.EXTEND',

@@ -136,6 +136,7 @@ class Session {
     if (!this._adapter.isCluster) return this._adapter.callOnKey(route, args);
     const since = this._lastOk !== null ? this._lastOk : performance.now();
     return wire.following(this._adapter, () => this._adapter.callOnKey(route, args), {
+      key: route,
       untilMono: since + this._ttl,
       what: String(args[1]),
     });
@@ -321,6 +322,7 @@ class Session {
           if (this._lostReason !== null) return undefined;
         }
         remaining = await wire.following(this._adapter, () => this._call(args), {
+          key: this._id,
           perTryMs: period,
           untilMono: (this._lastOk !== null ? this._lastOk : sent) + this._ttl,
           what: 'LOCK.SESSION KEEPALIVE',

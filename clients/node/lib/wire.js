@@ -237,10 +237,11 @@ function movedAway(error) {
 
 /**
  * `call()` within `perTryMs`; in a cluster, after an error that `movedAway` explains, the slot
- * table is read again and `call()` sent again (to the slot's master now) until `untilMono`
- * (performance.now() scale). `stopped()` ends the retries early.
+ * table is read again (`key`'s slot: a node-redis cluster looks up that slot's master) and `call()`
+ * sent again (to the slot's master now) until `untilMono` (performance.now() scale). `stopped()`
+ * ends the retries early.
  */
-async function following(adapter, call, { perTryMs, untilMono, what, stopped = () => false }) {
+async function following(adapter, call, { key, perTryMs, untilMono, what, stopped = () => false }) {
   for (;;) {
     try {
       const p = call();
@@ -248,7 +249,7 @@ async function following(adapter, call, { perTryMs, untilMono, what, stopped = (
     } catch (error) {
       if (!adapter.isCluster || !movedAway(error) || performance.now() >= untilMono || stopped()) throw error;
     }
-    await adapter.refresh();
+    await adapter.refresh(key);
     await new Promise((resolve) => setTimeout(resolve, FOLLOW_BACKOFF_MS));
   }
 }

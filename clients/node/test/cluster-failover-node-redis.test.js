@@ -7,18 +7,16 @@
 // queued again on the new master and granted there without the caller sending again; the feed
 // (node-redis's 'sharded-channel-moved' for the server's unasked sunsubscribe) moved to the new
 // master: an election observer's resync there, then its next change.
-// test/cluster-failover.test.js does the same and more with an ioredis Cluster.
+// test/cluster-killed-node-redis.test.js: a killed master; test/cluster-failover.test.js does the
+// same and more with an ioredis Cluster.
 
 const test = require('node:test');
 const assert = require('node:assert/strict');
-const IORedis = require('ioredis');
 const redis5 = require('redis');
 const redis4 = require('redis4');
 const { startCluster, until } = require('./harness');
+const { PATIENCE, node, role, shardOf, feedChannels, waiters, calls, tokens, attached, connect: connectTo } = require('./failover-node-redis');
 const { Lock, Session, Election } = require('..');
-const { slotOf } = require('../lib/slot');
-
-const PATIENCE = 30000;
 
 let cluster;
 test.before(async () => {
@@ -26,79 +24,13 @@ test.before(async () => {
 });
 test.after(() => cluster.stop());
 
-/** A plain ioredis connection to one node, for the test's own looks (closed after the test). */
-function node(t, port) {
-  const c = new IORedis({ port, host: '127.0.0.1', maxRetriesPerRequest: 0, retryStrategy: () => null });
-  c.on('error', () => {});
-  t.after(() => c.disconnect());
-  return c;
-}
-
-async function role(port) {
-  const c = new IORedis({ port, host: '127.0.0.1', maxRetriesPerRequest: 0, retryStrategy: () => null, lazyConnect: true });
-  c.on('error', () => {});
-  try {
-    await c.connect();
-    return await c.call('ROLE');
-  } catch {
-    return null;
-  } finally {
-    c.disconnect();
-  }
-}
-
-/** The shard serving `key`: { master, replica } ports, once the replica's link is up. */
-async function shardOf(client, key) {
-  const master = Number(client.getSlotMaster(slotOf(key)).port);
-  return until(`a replica of ${master} in sync`, async () => {
-    for (const n of cluster.nodes) {
-      const r = await role(n.port);
-      if (r !== null && r[0] === 'slave' && Number(r[2]) === master && String(r[3]) === 'connected') {
-        return { master, replica: n.port };
-      }
-    }
-    return null;
-  }, PATIENCE);
-}
-
-/** The shard channels (the change feed's) subscribed on one node. */
-async function feedChannels(c) {
-  return (await c.call('PUBSUB', 'SHARDCHANNELS', 'lock.feed:*')).map(String).sort();
-}
-
-/** The number of waiters queued on `key` on one node. */
-async function waiters(c, key) {
-  const reply = await c.call('LOCK.INFO', key);
-  return reply === null ? 0 : reply[reply.indexOf('waiters') + 1];
-}
-
-async function calls(c, command) {
-  const m = new RegExp(`cmdstat_${command.replace('|', '\\|')}:calls=(\\d+)`).exec(await c.call('INFO', 'commandstats'));
-  return m ? Number(m[1]) : 0;
-}
-
-/** The tokens of `key`'s holders on one node. */
-async function tokens(c, key) {
-  const reply = await c.call('LOCK.INFO', key);
-  if (reply === null) return [];
-  const holders = reply[reply.indexOf('holders') + 1];
-  return holders.map((h) => String(h[h.indexOf('token') + 1]));
-}
-
-/** A connected node-redis cluster client of `lib` (closed after the test). */
-async function connect(t, lib) {
-  const client = lib.createCluster({ rootNodes: cluster.nodes.map((n) => ({ socket: { host: '127.0.0.1', port: n.port } })) });
-  client.on('error', () => {});
-  await client.connect();
-  t.after(() => client.disconnect().catch(() => {}));
-  return client;
-}
+const connect = (t, lib) => connectTo(t, cluster, lib);
 
 // The tags' slots: {fo-nr5} 10419 and {fo-nr4-1} 14607, on two of the harness's three even ranges.
 for (const [kind, lib, tag] of [['node-redis@5', redis5, '{fo-nr5}'], ['node-redis@4', redis4, '{fo-nr4-1}']]) {
   test(`a planned CLUSTER FAILOVER keeps sessions, renewals, a waiter and the feed (${kind} createCluster)`, async (t) => {
     const client = await connect(t, lib);
-    const { master: oldPort, replica: newPort } = await shardOf(client, tag);
+    const { master: oldPort, replica: newPort } = await shardOf(cluster, client, tag);
     const fresh = node(t, newPort);
     const lost = [];
     const report = (what) => (x) => lost.push([what, x.lostReason]);
@@ -139,10 +71,7 @@ for (const [kind, lib, tag] of [['node-redis@5', redis5, '{fo-nr5}'], ['node-red
     await until('keepalives on the new master', async () => (await calls(fresh, 'lock.session|keepalive')) >= keepalives + 4, PATIENCE);
     await until('an extend on the new master', async () => (await calls(fresh, 'lock.extend')) >= 2, PATIENCE);
     for (const session of [bound, lone]) {
-      await until('the bound session attached there', async () => {
-        const i = await fresh.call('LOCK.SESSION', 'INFO', session.id);
-        return i !== null && i[i.indexOf('bound') + 1] !== null;
-      }, PATIENCE);
+      await until('the bound session attached there', () => attached(fresh, session.id), PATIENCE);
     }
     for (const lock of [plain, inUnbound, inBound, inLone]) {
       assert.deepEqual(await tokens(fresh, lock.name), [String(lock.token)], lock.name);
