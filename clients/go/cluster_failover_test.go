@@ -22,7 +22,9 @@ import (
 // renewed there (the unbound one's keepalive follows MOVED to the new master, the bound one is
 // ATTACHed on a new connection there); the watchdog renews there; the waiter, answered
 // UNBLOCKED (or its connection closed) by the demoted master, queues again there by itself and
-// is granted at the release; nothing is reported lost.
+// is granted at the release; nothing is reported lost. The loss feed follows the key to the new
+// master, also for a client whose map of the slots never learns of the failover (it moves to
+// the node the old master's MOVED names, not to the one the map names).
 func TestClusterFailover(t *testing.T) {
 	ctx := testserver.Ctx(t, 180*time.Second)
 	var cl testserver.Cluster
@@ -85,7 +87,26 @@ func TestClusterFailover(t *testing.T) {
 	if err := watched.TryLock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	held := map[string]int64{tag + "watched": watched.Token(), tag + "plain": plain.Token(), tag + "s1": inUnbound.Token(), tag + "s2": inBound.Token()}
+	// The same through a cluster client whose map of the slots stays as it is now (ClusterSlots
+	// answers this snapshot at every reload): the map names the old master forever, so a feed
+	// that moved to the node the map names would never watch on the new one.
+	slots, err := rdb.ClusterSlots(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	frozen := redis.NewClusterClient(&redis.ClusterOptions{
+		ClusterSlots: func(context.Context) ([]redis.ClusterSlot, error) { return slots, nil },
+	})
+	t.Cleanup(func() { _ = frozen.Close() })
+	fc := redislock.New(frozen)
+	t.Cleanup(func() { _ = fc.Close() })
+	frozenLost := make(chan error, 1)
+	frozenWatched := redislock.NewMutex(fc, tag+"frozen", redislock.WithTTL(30*time.Second), redislock.WithRenewEvery(20*time.Second),
+		redislock.WithOnLost(func(err error) { frozenLost <- err }))
+	if err := frozenWatched.TryLock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	held := map[string]int64{tag + "frozen": frozenWatched.Token(), tag + "watched": watched.Token(), tag + "plain": plain.Token(), tag + "s1": inUnbound.Token(), tag + "s2": inBound.Token()}
 
 	holder := redislock.NewMutex(c, tag+"busy", redislock.WithTTL(60*time.Second), redislock.WithWatchdog(false))
 	if err := holder.TryLock(ctx); err != nil {
@@ -202,6 +223,21 @@ func TestClusterFailover(t *testing.T) {
 		t.Logf("the DEL on the new master reported by the feed after %v", time.Since(deleted).Round(time.Microsecond))
 	case <-time.After(5 * time.Second):
 		t.Fatal("the DEL on the new master was not reported within 5 s (the feed did not follow the key)")
+	}
+	// And through the frozen map: the feed is on the node the MOVED named (its watchdog renews
+	// only after 20 s).
+	if err := replica.Del(ctx, tag+"frozen").Err(); err != nil {
+		t.Fatal(err)
+	}
+	deleted = time.Now()
+	select {
+	case err := <-frozenLost:
+		if !errors.Is(err, redislock.ErrLost) || !strings.Contains(err.Error(), "feed:") {
+			t.Fatalf("the frozen-map hold's loss: %v", err)
+		}
+		t.Logf("the DEL on the new master reported through the frozen map after %v", time.Since(deleted).Round(time.Microsecond))
+	case <-time.After(5 * time.Second):
+		t.Fatal("the DEL on the new master was not reported within 5 s through a map that names the old master (the feed moved to the map's node, not the MOVED's)")
 	}
 
 	// The waiter was answered by the demoted master and queued again on the new one by itself.

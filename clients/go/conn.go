@@ -20,8 +20,11 @@ import (
 // deadline: the server's BLOCK timeout and the context bound it.
 
 // nodeOptions are the options of the user's client for the node that serves key (a failover
-// client's options dial the current primary through its Sentinels).
-func nodeOptions(ctx context.Context, client redis.UniversalClient, key string) (*redis.Options, error) {
+// client's options dial the current primary through its Sentinels). at, when not "", is the
+// address a cluster node's MOVED named (movedTo): the options of a node the cluster client
+// knows, for that address, as go-redis dials the node a MOVED names (ClusterOptions' NewClient
+// hook aside), since its map of the slots may still name the old master (see hopTo).
+func nodeOptions(ctx context.Context, client redis.UniversalClient, key, at string) (*redis.Options, error) {
 	switch c := client.(type) {
 	case *redis.Client:
 		o := *c.Options()
@@ -32,6 +35,9 @@ func nodeOptions(ctx context.Context, client redis.UniversalClient, key string) 
 			return nil, err
 		}
 		o := *node.Options()
+		if at != "" {
+			o.Addr = at
+		}
 		return &o, nil
 	}
 	return nil, fmt.Errorf("redislock: %T is not supported (use a *redis.Client, a failover client or a *redis.ClusterClient)", client)
@@ -100,7 +106,7 @@ type waits struct {
 const maxIdleWaits = 64
 
 func (w *waits) get(ctx context.Context, client redis.UniversalClient, key string) (*redis.Client, string, error) {
-	o, err := nodeOptions(ctx, client, key)
+	o, err := nodeOptions(ctx, client, key, "")
 	if err != nil {
 		return nil, "", err
 	}

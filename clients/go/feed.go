@@ -14,7 +14,9 @@ import (
 // its holds are on and one sharded subscription to their channels. A message is a claim, not
 // proof: it makes the feed read LOCK.INFO, and a hold is lost only when that no longer lists
 // its token. After the watch connection fails it is made again, every key watched again and
-// read again; so is the state after the subscription reconnects.
+// read again; so is the state after the subscription reconnects. After a cluster failover
+// (the old master's unasked sunsubscribe, or MOVED) a key's holds are watched on the node the
+// MOVED names, at once (hopTo).
 
 type feed struct {
 	client redis.UniversalClient
@@ -33,15 +35,22 @@ type feedNode struct {
 	mu       sync.Mutex
 	holds    map[string]map[*hold]struct{} // by key
 	channels map[string]string             // channel -> key
+	hopped   map[string]bool               // keys whose holds came here at a MOVED's address
 	stop     chan struct{}
 }
 
 // watch adds h (just granted) to its key's watch; if the feed cannot watch, h is left to its
 // watchdog or session.
 func (f *feed) watch(h *hold) {
+	f.watchAt(h, "")
+}
+
+// watchAt adds h to its key's watch on the node at (a MOVED's address) or, if at is "", the
+// node that serves the key.
+func (f *feed) watchAt(h *hold, at string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	o, err := nodeOptions(ctx, f.client, h.key())
+	o, err := nodeOptions(ctx, f.client, h.key(), at)
 	if err != nil {
 		return
 	}
@@ -64,7 +73,7 @@ func (f *feed) watch(h *hold) {
 		o.ClientName = feedSubName + f.id
 		node := dedicatedFrom(o, false)
 		n = &feedNode{f: f, addr: o.Addr, node: node, conn: node.Conn(), ps: node.SSubscribe(context.Background()),
-			holds: map[string]map[*hold]struct{}{}, channels: map[string]string{}, stop: make(chan struct{})}
+			holds: map[string]map[*hold]struct{}{}, channels: map[string]string{}, hopped: map[string]bool{}, stop: make(chan struct{})}
 		f.nodes[o.Addr] = n
 		go n.read()
 	}
@@ -75,7 +84,7 @@ func (f *feed) watch(h *hold) {
 		n.mu.Unlock()
 	}
 	for _, key := range h.keys {
-		n.add(ctx, key, h)
+		n.add(ctx, key, h, at != "")
 	}
 	// A loss between the grant and the watch is found by this first read.
 	for _, key := range h.keys {
@@ -83,7 +92,8 @@ func (f *feed) watch(h *hold) {
 	}
 }
 
-func (n *feedNode) add(ctx context.Context, key string, h *hold) {
+// add watches key for h here; hopped: h came at a MOVED's address.
+func (n *feedNode) add(ctx context.Context, key string, h *hold, hopped bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if h.currentToken() == 0 {
@@ -91,6 +101,9 @@ func (n *feedNode) add(ctx context.Context, key string, h *hold) {
 	}
 	if n.holds[key] == nil {
 		n.holds[key] = map[*hold]struct{}{h: {}}
+		if hopped {
+			n.hopped[key] = true
+		}
 		// A refusal (MOVED: the map of the slots is behind a failover) keeps h here: the read
 		// that follows meets it too, and moves h on.
 		reply, err := n.conn.Do(ctx, "LOCK.WATCH", key).Slice()
@@ -130,6 +143,7 @@ func (n *feedNode) remove(h *hold) {
 			continue
 		}
 		delete(n.holds, key)
+		delete(n.hopped, key)
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		_ = n.conn.Do(ctx, "LOCK.UNWATCH", key).Err()
 		for ch, k := range n.channels {
@@ -172,8 +186,9 @@ func (n *feedNode) read() {
 			case ok && m.Kind == "ssubscribe":
 				n.check(ctx, key)
 			case ok && m.Kind == "sunsubscribe":
-				// Unasked: the node gave up the key's slot (a cluster failover).
-				n.move(key)
+				// Unasked: the node gave up the key's slot (a cluster failover). Its LOCK.INFO
+				// answers MOVED with the node that serves the key now.
+				n.move(key, n.checkOnce(ctx, key))
 			}
 		}
 		cancel()
@@ -188,25 +203,31 @@ func (n *feedNode) check(ctx context.Context, key string) {
 	case !isReplyError(err):
 		n.rewatch(ctx)
 	case followable(err): // MOVED, READONLY: the key is served elsewhere now
-		n.move(key)
+		n.move(key, err)
 	}
 }
 
-// moveDelay is how long the feed waits before it watches a moved key on its new node (a
-// cluster client's map of the slots is reloaded meanwhile).
+// moveDelay is how long the feed waits before it watches a moved key on the node the cluster
+// client's map of the slots names (reloaded meanwhile), when no MOVED named one (hopTo).
 const moveDelay = 200 * time.Millisecond
 
 // move takes key's holds off this node's feed and watches them again on the node that serves
-// the key now (after a failover), where the first LOCK.INFO read finds a loss meanwhile.
-func (n *feedNode) move(key string) {
+// the key now (after a failover), where the first LOCK.INFO read finds a loss meanwhile: the
+// node this node's answer (cause) named with MOVED, at once, or after moveDelay the node the
+// map names (hopTo decides).
+func (n *feedNode) move(key string, cause error) {
 	n.mu.Lock()
 	hs := n.holds[key]
 	delete(n.holds, key)
+	watched := false
 	for ch, k := range n.channels {
 		if k == key {
 			delete(n.channels, ch)
+			watched = true
 		}
 	}
+	hopped := n.hopped[key]
+	delete(n.hopped, key)
 	n.mu.Unlock()
 	if len(hs) == 0 {
 		return
@@ -214,14 +235,17 @@ func (n *feedNode) move(key string) {
 	if cc, ok := n.f.client.(*redis.ClusterClient); ok {
 		cc.ReloadState(context.Background())
 	}
+	at := hopTo(n.f.client, movedTo(cause), hopped, watched)
 	go func() {
-		select {
-		case <-n.stop:
-			return
-		case <-time.After(moveDelay):
+		if at == "" {
+			select {
+			case <-n.stop:
+				return
+			case <-time.After(moveDelay):
+			}
 		}
 		for h := range hs {
-			n.f.watch(h)
+			n.f.watchAt(h, at)
 		}
 	}()
 }

@@ -171,12 +171,9 @@ func NewSession(ctx context.Context, client redis.UniversalClient, opts ...Sessi
 // close at once (a CLIENT KILL, the server gone, a failover), not at the next keepalive. at,
 // when not "", is the address a cluster node's MOVED named: that node instead of the map's.
 func (s *Session) newNode(ctx context.Context, at string) (*redis.Client, error) {
-	o, err := nodeOptions(ctx, s.client, s.key)
+	o, err := nodeOptions(ctx, s.client, s.key, at)
 	if err != nil {
 		return nil, err
-	}
-	if at != "" {
-		o.Addr = at // as go-redis dials the node a MOVED names (ClusterOptions' NewClient hook aside)
 	}
 	// The user's ReadTimeout/WriteTimeout is for the user's commands: a shorter one would cut
 	// the session's own calls (an OPEN, a CLOSE with no deadline), and a cut call closes a bound

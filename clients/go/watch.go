@@ -47,23 +47,14 @@ func observe[T comparable](ctx context.Context, client redis.UniversalClient, ke
 			if ctx.Err() != nil {
 				return
 			}
-			cc, cluster := client.(*redis.ClusterClient)
-			if cluster {
+			if cc, ok := client.(*redis.ClusterClient); ok {
 				// A failover (the old master's sunsubscribe, then MOVED): the key's node is
-				// looked up afresh. go-redis reloads the map of the slots in the background, and
-				// not again within 200 ms of a reload: until then MasterForKey may still name
-				// the old master. A failover client's dialer asks its Sentinels by itself.
+				// looked up afresh. A failover client's dialer asks its Sentinels by itself.
 				cc.ReloadState(ctx)
 			}
-			// The node MOVED named serves the key now: watched there at once, not after the
-			// pause and the stale map (which cost a planned CLUSTER FAILOVER about 200 ms).
-			// Once in a row, unless that node was watched: two nodes that name each other
-			// while the cluster settles are tried at the pace below.
-			if cluster && moved != "" && (at == "" || watched) {
-				at = moved
+			if at = hopTo(client, moved, at != "", watched); at != "" {
 				continue
 			}
-			at = ""
 			select {
 			case <-ctx.Done():
 				return
@@ -87,14 +78,9 @@ type observer[T comparable] struct {
 // at is "", the node that serves the key. moved is the address the node answered MOVED with
 // ("" for any other end); watched: the key was watched there.
 func (o *observer[T]) run(ctx context.Context, at string) (moved string, watched bool) {
-	opts, err := nodeOptions(ctx, o.client, o.key)
+	opts, err := nodeOptions(ctx, o.client, o.key, at)
 	if err != nil {
 		return "", false
-	}
-	if at != "" {
-		// The options of a node the cluster client knows, for another address: as go-redis
-		// dials the node a MOVED names (ClusterOptions' NewClient hook aside).
-		opts.Addr = at
 	}
 	// Its own two connections, named as a feed's: the subscription is dialled with its name.
 	id := newFeedID()
@@ -142,6 +128,21 @@ func movedTo(err error) string {
 		return ""
 	}
 	return addr
+}
+
+// hopTo is where a feed (Watch/Observe's, the loss feed) watches a key next after the node it
+// was watched on answered MOVED to moved: that node, at once, in a cluster. Not after a pause
+// and on the node go-redis's map of the slots names: the map is reloaded in the background,
+// not again within 200 ms of a reload, so for a while after a failover it still names the old
+// master (which cost a planned CLUSTER FAILOVER about 200 ms, a MOVED and a pause per try).
+// Once in a row (hopped: the node that answered was reached this way), unless the key was
+// watched there: two nodes that name each other while the cluster settles are tried at the
+// caller's pace. "" when the caller pauses and asks the map (any other end, or not a cluster).
+func hopTo(client redis.UniversalClient, moved string, hopped, watched bool) string {
+	if _, ok := client.(*redis.ClusterClient); !ok || hopped && !watched {
+		return ""
+	}
+	return moved
 }
 
 // confirm reads the state and reports it if it is news.
