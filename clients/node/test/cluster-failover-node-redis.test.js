@@ -15,7 +15,7 @@ const assert = require('node:assert/strict');
 const redis5 = require('redis');
 const redis4 = require('redis4');
 const { startCluster, until } = require('./harness');
-const { PATIENCE, node, role, shardOf, feedChannels, waiters, calls, tokens, attached, connect: connectTo } = require('./failover-node-redis');
+const { PATIENCE, node, role, shardOf, feedChannels, waiters, calls, tokens, attached, connect: connectTo } = require('./failover-helpers');
 const { Lock, Session, Election } = require('..');
 
 let cluster;

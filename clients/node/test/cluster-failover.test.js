@@ -7,86 +7,22 @@
 // `sunsubscribe` (planned) or the lost connection (killed master) moves each hold and observer to
 // the key's new master, where LOCK.INFO is read again: an observer reports that state
 // (`resync: true`), a hold is lost only if the new master lacks its token. Every wait is on
-// observable state with a deadline.
+// observable state with a deadline. The cluster client and the looks at one node are
+// test/failover-helpers.js's, shared with the node-redis failover tests.
 
 const test = require('node:test');
 const assert = require('node:assert/strict');
 const IORedis = require('ioredis');
 const { ioredisOf } = require('./clients');
 const { startCluster, until } = require('./harness');
+const { PATIENCE, node, role, shardOf, feedChannels, waiters, calls, tokens, attached, connect: connectTo } = require('./failover-helpers');
 const { Lock, Session, Election, watch } = require('..');
-const { slotOf } = require('../lib/slot');
-
-const PATIENCE = 30000;
 
 let cluster;
 test.before(async () => {
   cluster = await startCluster(['--masters', '3', '--replicas', '1']);
 });
 test.after(() => cluster.stop());
-
-/** A plain connection to one node (closed after the test). */
-function node(t, port) {
-  const c = new IORedis({ port, host: '127.0.0.1', lazyConnect: false, maxRetriesPerRequest: 0, retryStrategy: () => null });
-  c.on('error', () => {});
-  t.after(() => c.disconnect());
-  return c;
-}
-
-async function role(port) {
-  const c = new IORedis({ port, host: '127.0.0.1', maxRetriesPerRequest: 0, retryStrategy: () => null, lazyConnect: true });
-  c.on('error', () => {});
-  try {
-    await c.connect();
-    return await c.call('ROLE');
-  } catch {
-    return null;
-  } finally {
-    c.disconnect();
-  }
-}
-
-/**
- * The shard serving `key` now: { master, replica } ports, once the replica's link to its master
- * is up (after an earlier test's failover of the same shard the demoted master resyncs first,
- * and a CLUSTER FAILOVER sent before that times out unanswered).
- */
-async function shardOf(client, key) {
-  const master = Number(client.slots[slotOf(key)][0].split(':')[1]);
-  return until(`a replica of ${master} in sync`, async () => {
-    for (const n of cluster.nodes) {
-      const r = await role(n.port);
-      if (r !== null && r[0] === 'slave' && Number(r[2]) === master && String(r[3]) === 'connected') {
-        return { master, replica: n.port };
-      }
-    }
-    return null;
-  }, PATIENCE);
-}
-
-async function calls(c, command) {
-  const m = new RegExp(`cmdstat_${command.replace('|', '\\|')}:calls=(\\d+)`).exec(await c.call('INFO', 'commandstats'));
-  return m ? Number(m[1]) : 0;
-}
-
-/** LOCK.INFO on one node: { token of each holder, waiters }. */
-async function lockInfo(c, key) {
-  const reply = await c.call('LOCK.INFO', key);
-  if (reply === null) return { tokens: [], waiters: 0 };
-  const f = {};
-  for (let i = 0; i < reply.length; i += 2) f[reply[i]] = reply[i + 1];
-  const tokens = f.holders.map((h) => {
-    const g = {};
-    for (let i = 0; i < h.length; i += 2) g[h[i]] = h[i + 1];
-    return String(g.token);
-  });
-  return { tokens, waiters: f.waiters };
-}
-
-/** The shard channels (the change feed's) subscribed on one node. */
-async function feedChannels(c) {
-  return (await c.call('PUBSUB', 'SHARDCHANNELS', 'lock.feed:*')).map(String).sort();
-}
 
 /** The next change of `observation` that is not `skip(change)`, within PATIENCE. */
 async function nextChange(observation, skip = () => false) {
@@ -96,18 +32,12 @@ async function nextChange(observation, skip = () => false) {
   }
 }
 
-async function connect(t, lib = IORedis) {
-  const client = new lib.Cluster(cluster.nodes.map((n) => ({ host: '127.0.0.1', port: n.port })));
-  client.on('error', () => {});
-  t.after(() => client.disconnect());
-  await new Promise((resolve) => client.once('ready', resolve));
-  return client;
-}
+const connect = (t, lib = IORedis) => connectTo(t, cluster, lib);
 
 test('a planned CLUSTER FAILOVER keeps holds, sessions and waiters (ioredis Cluster)', async (t) => {
   const client = await connect(t);
   const tag = '{fo-node-planned}';
-  const { master: oldPort, replica: newPort } = await shardOf(client, tag);
+  const { master: oldPort, replica: newPort } = await shardOf(cluster, client, tag);
   const fresh = node(t, newPort);
   const lost = [];
   const report = (what) => (x) => lost.push([what, x.lostReason]);
@@ -126,26 +56,23 @@ test('a planned CLUSTER FAILOVER keeps holds, sessions and waiters (ioredis Clus
   const waiter = new Lock(client, tag + 'busy', 60000);
   const granted = waiter.acquire({ timeout: PATIENCE });
   const old = node(t, oldPort);
-  await until('the waiter queued', async () => (await lockInfo(old, tag + 'busy')).waiters === 1);
+  await until('the waiter queued', async () => (await waiters(old, tag + 'busy')) === 1);
 
   const keepalives = await calls(fresh, 'lock.session|keepalive');
   assert.equal(await fresh.call('CLUSTER', 'FAILOVER'), 'OK');
   await until('the replica promoted', async () => ((await role(newPort)) || [])[0] === 'master', PATIENCE);
   await until('keepalives on the new master', async () => (await calls(fresh, 'lock.session|keepalive')) >= keepalives + 4, PATIENCE);
   await until('an extend on the new master', async () => (await calls(fresh, 'lock.extend')) >= 2, PATIENCE);
-  await until('the bound session attached there', async () => {
-    const i = await fresh.call('LOCK.SESSION', 'INFO', bound.id);
-    return i !== null && i[i.indexOf('bound') + 1] !== null;
-  }, PATIENCE);
+  await until('the bound session attached there', () => attached(fresh, bound.id), PATIENCE);
   for (const lock of [plain, inUnbound, inBound]) {
-    assert.deepEqual((await lockInfo(fresh, lock.name)).tokens, [String(lock.token)], lock.name);
+    assert.deepEqual(await tokens(fresh, lock.name), [String(lock.token)], lock.name);
   }
   assert.deepEqual(lost, []);
 
-  await until('the waiter queued again on the new master', async () => (await lockInfo(fresh, tag + 'busy')).waiters === 1, PATIENCE);
+  await until('the waiter queued again on the new master', async () => (await waiters(fresh, tag + 'busy')) === 1, PATIENCE);
   assert.equal(await holder.release(), true);
   assert.equal(await granted, true);
-  assert.deepEqual((await lockInfo(fresh, tag + 'busy')).tokens, [String(waiter.token)]);
+  assert.deepEqual(await tokens(fresh, tag + 'busy'), [String(waiter.token)]);
 
   for (const lock of [plain, inUnbound, inBound, waiter]) assert.equal(await lock.release(), true);
   assert.equal(await unbound.close(), 0);
@@ -160,7 +87,7 @@ test('a planned CLUSTER FAILOVER keeps holds, sessions and waiters (ioredis Clus
 // seen not to complete its CLUSTER FAILOVER within 30 s.
 for (const [kind, tag] of [['ioredis', '{fo-node-feed-3}'], ['ioredis@6', '{fo-node-feed6-0}']]) test(`the change feed follows a planned CLUSTER FAILOVER: observers, watch() and onLost (${kind} Cluster)`, async (t) => {
   const client = await connect(t, ioredisOf(kind));
-  const { master: oldPort, replica: newPort } = await shardOf(client, tag);
+  const { master: oldPort, replica: newPort } = await shardOf(cluster, client, tag);
   const old = node(t, oldPort);
   const fresh = node(t, newPort);
   const lost = [];
@@ -180,7 +107,7 @@ for (const [kind, tag] of [['ioredis', '{fo-node-feed-3}'], ['ioredis@6', '{fo-n
     b = l;
     return l;
   });
-  await until('b queued', async () => (await lockInfo(old, name)).waiters === 1);
+  await until('b queued', async () => (await waiters(old, name)) === 1);
 
   const watched = tag + 'watched';
   const changes = watch(client, watched);
@@ -215,7 +142,7 @@ for (const [kind, tag] of [['ioredis', '{fo-node-feed-3}'], ['ioredis@6', '{fo-n
   assert.deepEqual([freed.leader, freed.resync], [null, false]);
 
   // The waiting candidate re-queued on the new master; a resigns there, b leads, the observer sees it.
-  await until('b queued on the new master', async () => (await lockInfo(fresh, name)).waiters === 1, PATIENCE);
+  await until('b queued on the new master', async () => (await waiters(fresh, name)) === 1, PATIENCE);
   assert.equal(a.lost, false);
   resigned = true;
   assert.equal(await a.resign(), true);
@@ -225,7 +152,7 @@ for (const [kind, tag] of [['ioredis', '{fo-node-feed-3}'], ['ioredis@6', '{fo-n
   assert.deepEqual(next.leader, { value: 'b', term: b.term });
 
   assert.equal(await held.extend(), true);
-  assert.deepEqual((await lockInfo(fresh, held.name)).tokens, [String(held.token)]);
+  assert.deepEqual(await tokens(fresh, held.name), [String(held.token)]);
   assert.deepEqual(lost, []);
   assert.equal(await held.release(), true);
   assert.equal(await b.resign(), true);
@@ -235,7 +162,7 @@ for (const [kind, tag] of [['ioredis', '{fo-node-feed-3}'], ['ioredis@6', '{fo-n
 test('a killed master loses no durable grant; sessions, renewals and the feed follow (ioredis Cluster)', async (t) => {
   const client = await connect(t);
   const tag = '{fo-node-killed-3}'; // slot 8089: the shard of {fo-node-planned}
-  const { master: oldPort, replica: newPort } = await shardOf(client, tag);
+  const { master: oldPort, replica: newPort } = await shardOf(cluster, client, tag);
   const fresh = node(t, newPort);
   const lost = [];
   const locks = [];
@@ -271,7 +198,7 @@ test('a killed master loses no durable grant; sessions, renewals and the feed fo
   await until('the replica promoted by the cluster', async () => ((await role(newPort)) || [])[0] === 'master', PATIENCE);
 
   for (const lock of [...locks, inSession, dog, leader.lock]) {
-    assert.deepEqual((await lockInfo(fresh, lock.name)).tokens, [String(lock.token)], lock.name);
+    assert.deepEqual(await tokens(fresh, lock.name), [String(lock.token)], lock.name);
   }
   await until('a keepalive on the new master', async () => (await calls(fresh, 'lock.session|keepalive')) >= 1, PATIENCE);
   await until('a renewal on the new master', async () => (await calls(fresh, 'lock.extend')) >= 1, PATIENCE);

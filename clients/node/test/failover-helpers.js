@@ -1,7 +1,8 @@
 'use strict';
-// What the node-redis failover tests share (cluster-failover-node-redis.test.js, a planned
-// CLUSTER FAILOVER; cluster-killed-node-redis.test.js, a killed master): a node-redis cluster
-// client, and the test's own looks at one node (plain ioredis connections, closed after the test).
+// What the cluster failover tests share (cluster-failover.test.js with an ioredis Cluster,
+// cluster-failover-node-redis.test.js and cluster-killed-node-redis.test.js with a node-redis
+// cluster client): the cluster client, connected within PATIENCE, and the test's own looks at
+// one node (plain ioredis connections, closed after the test).
 // `node --test test/` runs this file too: it defines no test.
 
 const IORedis = require('ioredis');
@@ -32,9 +33,18 @@ async function role(port) {
   }
 }
 
-/** The shard serving `key` in `client`'s slot table: { master, replica } ports, once the replica's link is up. */
+/**
+ * The shard serving `key` in `client`'s slot table (a node-redis cluster's getSlotMaster, as
+ * lib/adapter.js tells them apart, else an ioredis Cluster's `slots`): { master, replica } ports,
+ * once the replica's link to its master is up (after an earlier test's failover of the same
+ * shard the demoted master resyncs first, and a CLUSTER FAILOVER sent before that times out
+ * unanswered).
+ */
 async function shardOf(cluster, client, key) {
-  const master = Number(client.getSlotMaster(slotOf(key)).port);
+  const slot = slotOf(key);
+  const master = typeof client.getSlotMaster === 'function'
+    ? Number(client.getSlotMaster(slot).port)
+    : Number(client.slots[slot][0].split(':')[1]);
   return until(`a replica of ${master} in sync`, async () => {
     for (const n of cluster.nodes) {
       const r = await role(n.port);
@@ -78,20 +88,32 @@ async function attached(c, id) {
 }
 
 /**
- * A connected node-redis cluster client of `lib` on `cluster` (closed after the test). Within
- * PATIENCE: node-redis connects to every master the slot table names, retrying forever, a killed
- * one too while no replica has replaced it (an earlier test that failed before the promotion).
+ * A connected cluster client of `lib` on `cluster` (closed after the test): node-redis's
+ * (`createCluster`, 4 or 5) or ioredis's (`Cluster`, 5 or 6; its 'ready'). Within PATIENCE:
+ * node-redis connects to every master the slot table names, retrying forever, a killed one too
+ * while no replica has replaced it (an earlier test that failed before the promotion), and an
+ * ioredis Cluster that never gets ready would wait for the test's timeout.
  */
 async function connect(t, cluster, lib) {
-  const client = lib.createCluster({ rootNodes: cluster.nodes.map((n) => ({ socket: { host: '127.0.0.1', port: n.port } })) });
-  client.on('error', () => {});
-  t.after(() => client.disconnect().catch(() => {}));
+  let client;
+  let connected;
+  if (typeof lib.createCluster === 'function') {
+    client = lib.createCluster({ rootNodes: cluster.nodes.map((n) => ({ socket: { host: '127.0.0.1', port: n.port } })) });
+    client.on('error', () => {});
+    t.after(() => client.disconnect().catch(() => {}));
+    connected = client.connect();
+  } else {
+    client = new lib.Cluster(cluster.nodes.map((n) => ({ host: '127.0.0.1', port: n.port })));
+    client.on('error', () => {});
+    t.after(() => client.disconnect());
+    connected = new Promise((resolve) => client.once('ready', resolve));
+  }
   let timer;
   const late = new Promise((_, reject) => {
     timer = setTimeout(() => reject(new Error(`the cluster client not connected within ${PATIENCE} ms`)), PATIENCE);
   });
   try {
-    await Promise.race([client.connect(), late]);
+    await Promise.race([connected, late]);
   } finally {
     clearTimeout(timer);
   }
