@@ -26,6 +26,7 @@ final class Cmd implements ProtocolCommand {
   static final Cmd MULTI = new Cmd("MULTI");
   static final Cmd EXEC = new Cmd("EXEC");
   static final Cmd WAIT = new Cmd("WAIT");
+  static final Cmd PING = new Cmd("PING");
 
   @Override
   public byte[] getRaw() {

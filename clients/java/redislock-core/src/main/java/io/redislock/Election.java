@@ -7,6 +7,7 @@ import java.util.Optional;
 import java.util.concurrent.BlockingQueue;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.LinkedBlockingQueue;
+import java.util.concurrent.ScheduledFuture;
 import java.util.concurrent.TimeUnit;
 import java.util.function.BiConsumer;
 import redis.clients.jedis.CommandArguments;
@@ -203,30 +204,66 @@ public final class Election {
   /**
    * The changes of one election, in order: {@link #next(Duration)}.
    *
-   * <p>For a Cluster client: when the node's feed ends (the old master ends the subscription
-   * unasked, {@code sunsubscribe}, as it gives the slot up in a failover; or the connection is
-   * lost, a killed master), the observation moves to the master that serves the key now (the
-   * slot table learnt again): it subscribes there, reads {@code LOCK.INFO} there and reports a
-   * change ({@code resync} true) only if the leader differs from the last one reported: never
-   * two leaders for one moment, nothing repeated. It tries every 100 ms for
-   * {@link #FOLLOW_PATIENCE}; then (or at once, for a client of one server or of Sentinel) it
-   * reports a resync with no leader and stops.
+   * <p>When the feed ends (a connection closed by the server, {@code CLIENT KILL} by an
+   * administrator, or lost with a killed master; in a cluster, the old master ending the
+   * subscription unasked, {@code sunsubscribe}, as it gives the slot up in a failover), the
+   * observation connects again to the node that serves the key now (for a Cluster client the
+   * slot table learnt again): it watches and subscribes there, reads {@code LOCK.INFO} there and
+   * reports a change ({@code resync} true) only if the leader differs from the last one
+   * reported: never two leaders for one moment, nothing repeated (leaders in between may be
+   * missed: the resync says so). The watch connection is read only for state reads, and the
+   * server ends the key's watch when it closes (nothing is published then), so it is checked
+   * with a {@code PING} every second. It tries every 100 ms for {@link #FOLLOW_PATIENCE}; then (or at
+   * once, for a Sentinel client: its demoted primary still answers, issue 34) it reports a
+   * resync with no leader and stops.
    */
   public final class Observation implements AutoCloseable {
     private final BlockingQueue<Change> changes = new LinkedBlockingQueue<>();
-    private final String id = Feed.newId();
+    /** Names its connections: {@code redislock-feed-watch-<id>}, {@code redislock-feed-sub-<id>}. */
+    final String id = Feed.newId();
     private volatile Connection watchConn;
     private volatile Connection subConn;
     private volatile JedisShardedPubSub pubsub;
     private Leader reported;
     private boolean first = true;
     private volatile boolean closed;
-    /** How many times the observation moved to another node's feed. */
+    /** How many times the observation connected again (to another node's feed, or the same). */
     private volatile int moved;
+    /** The watch connection's check ({@link #check}). */
+    private final ScheduledFuture<?> checking;
 
     Observation() throws InterruptedException {
       connect();
       refresh(false); // the state once subscribed: nothing can fall between the read and the feed
+      long period = Feed.CHECK_PERIOD.toMillis();
+      checking = client.scheduler().scheduleWithFixedDelay(this::check, period, period, TimeUnit.MILLISECONDS);
+    }
+
+    /**
+     * One server or a cluster: a feed that ended is connected again. A Sentinel client's is not
+     * yet (issue 34): its demoted primary still answers until it is reconfigured.
+     */
+    private boolean reconnects() {
+      return client.isCluster() || !client.followsFailover();
+    }
+
+    /**
+     * {@code PING} on the watch connection: killed, it would end the key's watch and nothing
+     * would be published any more, unseen (it is read only for state reads). Its failure ends
+     * the feed's connection too, whose end ({@link #ended}) connects again.
+     */
+    private synchronized void check() {
+      if (closed) {
+        return;
+      }
+      try {
+        LockClient.on(watchConn, new CommandArguments(Cmd.PING));
+      } catch (RuntimeException lost) {
+        Connection sub = subConn;
+        if (!closed && sub != null) {
+          sub.close();
+        }
+      }
     }
 
     /** Connections to the node serving the key now, subscribed to its channel there. */
@@ -288,8 +325,8 @@ public final class Election {
       if (closed || sub != subConn) {
         return;
       }
-      if (!client.isCluster()) {
-        broken(); // one server, or Sentinel (whose demoted primary still answers reads): stop
+      if (!reconnects()) {
+        broken(); // Sentinel, whose demoted primary still answers reads: stop
         return;
       }
       watchConn.close();
@@ -305,7 +342,7 @@ public final class Election {
             close(); // closed while it moved: the new connections too
             return;
           }
-          refresh(true); // LOCK.INFO on the new node: reported (a resync) only if the leader changed
+          refresh(true); // LOCK.INFO there: reported (a resync) only if the leader changed
           moved++; // after the report, so that one who sees the count sees what was reported
           return;
         } catch (RuntimeException e) {
@@ -336,7 +373,7 @@ public final class Election {
 
     /**
      * How many times this observation subscribed again, on the key's master then: after a
-     * failover, or after one of its connections was lost (Cluster clients only).
+     * failover, or after one of its connections was lost (not for a Sentinel client).
      */
     public int movedCount() {
       return moved;
@@ -353,9 +390,9 @@ public final class Election {
     }
 
     /**
-     * A message arrived (or we start, or moved: {@code resync}): read the state, report it if it
-     * changed. A failed read in a cluster closes the feed's connection too, whose end
-     * ({@link #ended}) then follows the key; elsewhere it is reported as a resync.
+     * A message arrived (or we start, or connected again: {@code resync}): read the state, report
+     * it if it changed. A failed read closes the feed's connection too, whose end
+     * ({@link #ended}) then connects again; for a Sentinel client it is reported as a resync.
      */
     private synchronized void refresh(boolean resync) {
       if (closed) {
@@ -368,7 +405,7 @@ public final class Election {
         if (closed) {
           return;
         }
-        if (client.isCluster()) {
+        if (reconnects()) {
           // the read connection failed (a failover, or it alone was closed): end the feed's
           // too, so that the feed's end follows the key to its master now and reads it there
           Connection sub = subConn;
@@ -396,6 +433,7 @@ public final class Election {
     @Override
     public void close() {
       closed = true;
+      checking.cancel(false);
       try {
         JedisShardedPubSub ps = pubsub;
         if (ps != null && ps.isSubscribed()) {

@@ -1,11 +1,13 @@
 package io.redislock;
 
+import java.time.Duration;
 import java.util.HashMap;
 import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.ScheduledFuture;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
 import redis.clients.jedis.CommandArguments;
@@ -20,6 +22,12 @@ import redis.clients.jedis.JedisShardedPubSub;
  * <p>A message is only a claim: each one makes the feed read {@code MULTI, LOCK.WATCH, LOCK.INFO,
  * EXEC} for its key, and a hold is reported lost only when LOCK.INFO no longer lists its token
  * (with the message's event as the reason, {@code "feed: <event>"}).
+ *
+ * <p>A feed whose connection closes ({@code CLIENT KILL}, a failover) ends, and each of its holds
+ * is watched again through a new feed, which reads LOCK.INFO before anything is reported: a hold
+ * lost meanwhile is reported then, a hold still listed is not. The watch connection is read only
+ * for state reads, and the server ends its watches when it closes (nothing is published then),
+ * so it is checked with a {@code PING} every {@link #CHECK_PERIOD}.
  */
 final class Feed {
   private static final Set<String> ENDINGS = Set.of("released", "expired", "lost", "deleted", "flushed", "swapped", "demoted", "handoff", "acquired");
@@ -28,6 +36,12 @@ final class Feed {
   /** Prefixes of the feed's connection names, as in the other clients. */
   static final String WATCH_NAME = "redislock-feed-watch";
   static final String SUB_NAME = "redislock-feed-sub";
+  /**
+   * How often a watch connection (a feed's, an observer's) is checked with {@code PING}: how
+   * late, at most, a watch connection closed by the server is noticed (one round trip a second
+   * per feed and per observer).
+   */
+  static final Duration CHECK_PERIOD = Duration.ofSeconds(1);
 
   private final LockClient client;
   private final String routeKey;
@@ -38,6 +52,8 @@ final class Feed {
   private Connection watchConn;
   private Connection subConn;
   private JedisShardedPubSub pubsub;
+  /** The watch connection's check, once it is made. */
+  private ScheduledFuture<?> checking;
   private volatile boolean closed;
   /** key -> the holds watched there. */
   private final Map<String, Set<Lock>> holds = new HashMap<>();
@@ -69,6 +85,9 @@ final class Feed {
         keyOf.put(channel, key);
         channelOf.put(key, channel);
         subscribe(channel);
+        // read again once subscribed: a change between the first read and the subscription
+        // was published to nobody here
+        state = stateRead(key);
       }
       if (!listed((LockInfo) state[1], lock.tokenFor(key))) {
         lose(lock, "feed: not held (LOCK.INFO)");
@@ -132,8 +151,8 @@ final class Feed {
       try {
         pubsub.proceed(subConn, channel);
         ended(); // every channel unsubscribed: by the server (its slot moved), or at close
-      } catch (RuntimeException e) {
-        broken("feed connection lost: " + e.getMessage());
+      } catch (RuntimeException lost) {
+        broken(); // the connection is gone: so are its watches
       }
     }, "redislock-feed");
     t.setDaemon(true);
@@ -152,6 +171,8 @@ final class Feed {
   private Object[] stateRead(String key) {
     if (watchConn == null) {
       watchConn = client.dedicated(routeKey, WATCH_NAME + "-" + id);
+      long period = CHECK_PERIOD.toMillis();
+      checking = client.scheduler().scheduleWithFixedDelay(this::check, period, period, TimeUnit.MILLISECONDS);
     }
     LockClient.on(watchConn, client.args(Cmd.MULTI));
     LockClient.on(watchConn, client.args(Cmd.WATCH).key(key));
@@ -159,6 +180,18 @@ final class Feed {
     List<?> exec = (List<?>) LockClient.on(watchConn, client.args(Cmd.EXEC));
     List<?> watch = (List<?>) exec.get(0);
     return new Object[] {watch.get(0), LockInfo.parse(exec.get(1)), watch.get(1)};
+  }
+
+  /** {@code PING} on the watch connection; its failure breaks the feed ({@link #broken}). */
+  private synchronized void check() {
+    if (closed) {
+      return;
+    }
+    try {
+      LockClient.on(watchConn, new CommandArguments(Cmd.PING));
+    } catch (RuntimeException lost) {
+      broken(); // the connection is gone: so are its watches
+    }
   }
 
   private static boolean listed(LockInfo info, long token) {
@@ -178,7 +211,7 @@ final class Feed {
     if (client.followsFailover() && !client.nodeFor(routeKey).equals(node)) {
       // Sentinel moved the primary: this node's news (its copy of a hold expiring, unrenewed,
       // while it is not reconfigured yet) is not the hold's; watch through the new primary.
-      broken("the primary moved");
+      broken();
       return;
     }
     List<Lock> gone = new java.util.ArrayList<>();
@@ -193,8 +226,8 @@ final class Feed {
       Object[] state;
       try {
         state = stateRead(key);
-      } catch (RuntimeException e) {
-        reasonAll("feed connection lost: " + e.getMessage());
+      } catch (RuntimeException lost) {
+        broken(); // the connection is gone: so are its watches
         return;
       }
       LockInfo info = (LockInfo) state[1];
@@ -213,33 +246,22 @@ final class Feed {
     }
   }
 
-  private void reasonAll(String reason) {
-    Set<Lock> all = new HashSet<>();
-    holds.values().forEach(all::addAll);
-    for (Lock lock : all) {
-      client.scheduler().execute(() -> lock.lose(reason));
-    }
-  }
-
   /**
-   * The subscription broke: every hold watched here is reported (fail-safe, as the watchdog).
-   * Through Sentinel a broken feed is the failover's mark (Sentinel closes the demoted primary's
-   * connections): each hold is watched again through the new primary's feed instead, where
-   * LOCK.INFO is read before anything is reported; its watchdog and deadline still stand.
+   * A connection of the feed broke (or its node is no longer the primary): each hold watched
+   * here is watched again through a new feed (through Sentinel or a cluster, the new primary's:
+   * there a broken feed is the failover's mark), where LOCK.INFO is read before anything is
+   * reported; its watchdog, deadline and session still stand meanwhile. Not a loss by itself: a
+   * killed connection is no news of the hold.
    */
-  private synchronized void broken(String reason) {
+  private synchronized void broken() {
     if (closed) {
       return;
     }
     closed = true;
-    if (client.followsFailover()) {
-      Set<Lock> all = new HashSet<>();
-      holds.values().forEach(all::addAll);
-      for (Lock lock : all) {
-        rewatch(lock, 0);
-      }
-    } else {
-      reasonAll(reason);
+    Set<Lock> all = new HashSet<>();
+    holds.values().forEach(all::addAll);
+    for (Lock lock : all) {
+      rewatch(lock, 0);
     }
     close();
   }
@@ -286,11 +308,14 @@ final class Feed {
     if (empty) {
       close();
     } else {
-      broken("feed: unsubscribed by the server");
+      broken(); // unsubscribed by the server: watched again
     }
   }
 
-  /** Try {@code lock} on the current primary's feed, every 100 ms while it is held, once Jedis moved (or 2 s passed). */
+  /**
+   * Try {@code lock} on a new feed of the key's node, every 100 ms while it is held: for a client
+   * that follows failovers, once Jedis names the new primary (or 2 s passed).
+   */
   private void rewatch(Lock lock, int attempt) {
     client.scheduler().schedule(() -> {
       if (!lock.isHeld()) {
@@ -299,7 +324,7 @@ final class Feed {
       if (attempt % 5 == 0) {
         client.failoverSeen(); // a cluster's slot table learnt again
       }
-      if (client.nodeFor(lock.keys().get(0)).equals(node) && attempt < 20) {
+      if (client.followsFailover() && client.nodeFor(lock.keys().get(0)).equals(node) && attempt < 20) {
         rewatch(lock, attempt + 1); // Jedis has not heard of the new primary yet
         return;
       }
@@ -324,6 +349,9 @@ final class Feed {
 
   synchronized void close() {
     closed = true;
+    if (checking != null) {
+      checking.cancel(false);
+    }
     try {
       if (pubsub != null && pubsub.isSubscribed()) {
         pubsub.sunsubscribe();
