@@ -19,7 +19,7 @@
 //! Layout: `parsers.rs` (the parser properties) with `reference.rs` (their reference parsers,
 //! every option of every command), `state_machine.rs` (plain exclusive holds, tokens, the wait
 //! queue), `sessions_and_sets.rs` (sessions, lock-delay, shared holds and multi-key sets against
-//! a model); the harness and the argument generators are below.
+//! a model, in `sessions_and_sets/model.rs`); the harness and the argument generators are below.
 
 use std::collections::{HashSet, VecDeque};
 use std::panic::{self, AssertUnwindSafe};
