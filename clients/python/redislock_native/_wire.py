@@ -240,6 +240,14 @@ def _read(conn, timeout):
     sock.settimeout(timeout)
     try:
         return conn.read_response(disconnect_on_error=False)
+    except (ValueError, AttributeError) as e:
+        if _socket(conn) is not None:
+            raise
+        # Another thread disconnected this connection under the read (redis-py's cluster client
+        # resets a failed node's pool, connections in use included): redis-py then fails on its
+        # closed buffer or absent socket (ValueError "I/O operation on closed file" in 5.0 and
+        # 8.1), not with ConnectionError, and a waiter did not queue again on the new master.
+        raise ConnectionError(f"connection closed while waiting for the reply ({e})") from e
     finally:
         sock = _socket(conn)
         if sock is not None:

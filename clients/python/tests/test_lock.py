@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+import redis
 from redis.exceptions import LockError, LockNotOwnedError, ResponseError
 
 from conftest import command_calls, wait_until, wait_waiters, waiters
@@ -306,3 +307,34 @@ def test_fenced_script_runs_its_body_behind_the_check(r, key):
     with pytest.raises(StaleTokenError, match="^STALE"):  # as lock.fenced raises it
         incr(keys=[key, f"{key}:n"], args=[lock.token or 1, 5])
     assert r.get(f"{key}:n") == b"5"
+
+
+def test_a_wait_whose_connection_another_thread_closes_raises_connection_error(server, r, key):
+    # redis-py's cluster client resets a failed node's pool, connections in use included, from
+    # whichever thread met the failure; a waiter blocked on such a connection then read redis-py's
+    # closed buffer (redis-py 5.0.8: ValueError "I/O operation on closed file", after
+    # "Connection closed by server.") and, not seeing a ConnectionError, did not queue again on
+    # the new master (CI, test_planned_failover_keeps_holds_sessions_waiters_and_elections). It
+    # must read as the lost connection it is.
+    holder = Lock(r, key, 30, session=None)
+    assert holder.acquire(blocking=False)
+    client = server.client()
+    waiter = Lock(client, key, 30, session=None)
+    outcome = []
+
+    def wait():
+        try:
+            outcome.append(waiter.acquire(timeout=20))
+        except Exception as e:  # noqa: BLE001 - the exact type is what is checked
+            outcome.append(e)
+
+    t = threading.Thread(target=wait)
+    t.start()
+    wait_waiters(r, key, 1)
+    client.connection_pool.disconnect()  # in-use connections too (redis-py's default)
+    t.join(10)
+    assert not t.is_alive()
+    assert len(outcome) == 1 and isinstance(outcome[0], redis.exceptions.ConnectionError), outcome
+    wait_waiters(r, key, 0)
+    assert holder.release()
+    assert r.exists(key) == 0
