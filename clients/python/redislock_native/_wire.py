@@ -226,10 +226,30 @@ def durable_refused(info_server):
 # --- sync ----------------------------------------------------------------------------
 
 
+def _closed_under_us(error, conn=None):
+    """Whether ``error`` is redis-py failing on a connection that another thread disconnected
+    during the call: redis-py's cluster client resets a failed node's pool, connections in use
+    included, and a read then fails on the closed buffer or the absent socket (``ValueError: I/O
+    operation on closed file`` in redis-py 5.0 and 8.1), not with ConnectionError."""
+    if not isinstance(error, (ValueError, AttributeError)):
+        return False
+    return "closed file" in str(error) or (conn is not None and _socket(conn) is None)
+
+
+def _lost(error):
+    return ConnectionError(f"the connection was closed during the call ({error})")
+
+
 def _get(pool):
-    if _takes_command_name(pool.get_connection):
-        return pool.get_connection("LOCK.ACQUIRE")
-    return pool.get_connection()
+    try:
+        if _takes_command_name(pool.get_connection):
+            return pool.get_connection("LOCK.ACQUIRE")
+        return pool.get_connection()
+    except (ValueError, AttributeError) as e:
+        # A new connection's handshake met the same reset (seen under load, redis-py 5.0.8).
+        if _closed_under_us(e):
+            raise _lost(e) from e
+        raise
 
 
 def _read(conn, timeout):
@@ -241,13 +261,10 @@ def _read(conn, timeout):
     try:
         return conn.read_response(disconnect_on_error=False)
     except (ValueError, AttributeError) as e:
-        if _socket(conn) is not None:
-            raise
-        # Another thread disconnected this connection under the read (redis-py's cluster client
-        # resets a failed node's pool, connections in use included): redis-py then fails on its
-        # closed buffer or absent socket (ValueError "I/O operation on closed file" in 5.0 and
-        # 8.1), not with ConnectionError, and a waiter did not queue again on the new master.
-        raise ConnectionError(f"connection closed while waiting for the reply ({e})") from e
+        # Without this a cluster waiter did not queue again on the new master after a failover.
+        if _closed_under_us(e, conn):
+            raise _lost(e) from e
+        raise
     finally:
         sock = _socket(conn)
         if sock is not None:
@@ -287,7 +304,7 @@ def acquire_blocking(client, args, wait_s, cleanup, durable=None):
         conn.send_packed_command(conn.pack_commands([("CLIENT", "ID"), args]))
         client_id = None
         try:
-            client_id = _client_id(conn.read_response, disconnect_on_error=False)
+            client_id = _client_id(lambda: _read(conn, conn.socket_timeout))
             reply = _read(conn, read_timeout(conn, wait_s))
             if durable is not None:
                 acked = 0
