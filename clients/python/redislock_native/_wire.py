@@ -230,10 +230,16 @@ def _closed_under_us(error, conn=None):
     """Whether ``error`` is redis-py failing on a connection that another thread disconnected
     during the call: redis-py's cluster client resets a failed node's pool, connections in use
     included, and a read then fails on the closed buffer or the absent socket (``ValueError: I/O
-    operation on closed file`` in redis-py 5.0 and 8.1), not with ConnectionError."""
+    operation on closed file`` in redis-py 5.0 and 8.1; in a new connection's handshake,
+    ``AttributeError: 'NoneType' object has no attribute 'readline'``), not ConnectionError."""
     if not isinstance(error, (ValueError, AttributeError)):
         return False
-    return "closed file" in str(error) or (conn is not None and _socket(conn) is None)
+    text = str(error)
+    return (
+        "closed file" in text
+        or "'NoneType' object has no attribute" in text
+        or (conn is not None and _socket(conn) is None)
+    )
 
 
 def _lost(error):

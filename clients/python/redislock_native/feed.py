@@ -124,12 +124,26 @@ def feed_for(client, key=None):
         feed = _FEEDS.get(client)
         if feed is None:
             feed = _FEEDS[client] = Feed(client)
-            weakref.finalize(client, feed.close)
+            weakref.finalize(client, _retire, feed)
         if cluster is not None and feed._cluster is None:
             feed._cluster = weakref.ref(cluster)
         return feed
 
 
+
+
+def _retire(feed):
+    """The client ``feed`` was built on is gone. A ``RedisCluster`` drops a node's client after
+    a connection error there (and makes a new one on next use), from whichever thread met it:
+    the holds and observers still in the feed then go to the feed of their slot's master now, as
+    after a failover, instead of being closed with it unreported (under load, an observer of a
+    failed-over key then saw no change again). Otherwise the feed just closes."""
+    if feed._cluster is not None and feed._cluster() is not None:
+        with feed._core.mutex:
+            taken = feed._core.take()
+        if taken:
+            feed._hand_over(taken, ConnectionError("the cluster client replaced this node's client"))
+    feed.close()
 
 
 class Feed:

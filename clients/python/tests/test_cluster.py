@@ -5,10 +5,11 @@ refused acquires hammered from many threads leave no grant behind (issue 28)."""
 import asyncio
 import random
 import threading
+import uuid
 
 import redis
 
-from redislock_native import AsyncLock, AsyncMultiLock, Lock, MultiLock, RedisPyLock
+from redislock_native import AsyncLock, AsyncMultiLock, Election, Lock, MultiLock, RedisPyLock
 
 
 def stats(cluster):
@@ -133,3 +134,29 @@ def test_async_cluster_refused_acquires_hammered_leave_no_grant_behind(cluster):
         assert held_keys(rc, keys) == [], counts
     finally:
         rc.close()
+
+
+def test_an_observer_outlives_the_node_client_the_cluster_client_replaces(cluster):
+    # RedisCluster drops a node's redis.Redis after a connection error there and makes a new one
+    # on next use; the feed built on the old one closed with it, and its observers (and holds)
+    # silently saw nothing more (under load after a planned failover, CI). They now move to the
+    # feed of the key's master, as after a failover.
+    import gc
+
+    rc = cluster.client()
+    key = f"{{drop-{uuid.uuid4().hex[:8]}}}leader"
+    election = Election(rc, key, 5)
+    first = election.campaign("alpha")
+    observation = election.observe()
+    change = observation.get(timeout=10)
+    assert change.leader.value == "alpha" and change.leader.term == first.term
+    node = rc.get_node_from_key(key)
+    node.redis_connection = None  # what redis-py's cluster client does after a connection error
+    gc.collect()
+    change = observation.get(timeout=10)  # the resync from the node's new feed
+    assert change.resync and change.leader.value == "alpha" and change.leader.term == first.term
+    assert first.resign()
+    change = observation.get(timeout=10)
+    assert change.leader is None
+    observation.close()
+    rc.close()
